@@ -1,0 +1,41 @@
+"""Agent ``congestion``: prefer nodes with a low ``congestion-factor`` annotation (kube-safe-scheduler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from extender.agents.base import Agent, Call
+from kso.settings import setting
+
+
+@dataclass
+class CongestionParams:
+    factor_max: int = setting("CONGESTION_FACTOR_MAX", 100, lo=1, hi=1_000_000)
+
+
+# cf = min(v, MAX) if v > 0 else 0;  score = round-half-away-from-zero(10 (1 - cf / MAX)).
+# The annotation is an integer (the seed parses it with Atoi); anything else counts as 0.
+def congestion_score(factor: np.ndarray, factor_max: int) -> np.ndarray:
+    v = np.nan_to_num(factor, nan=0.0)
+    v = np.where(v == np.floor(v), v, 0.0)
+    cf = np.where(v > 0, np.minimum(v, factor_max), 0.0)
+    x = 10.0 * (1.0 - cf / factor_max)
+    return (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(int)
+
+
+class CongestionAgent(Agent):
+    name = "congestion"
+    Params = CongestionParams
+
+    def __init__(self, params: CongestionParams) -> None:
+        super().__init__(params)
+        self.priorities = {"congestion": self.score}
+
+    def score(self, call: Call) -> np.ndarray:
+        return congestion_score(call.view.congestion, self.params.factor_max)
+
+    def explain(self, call: Call) -> dict[str, Any]:
+        return {"congestion_factor": [None if np.isnan(v) else float(v) for v in call.view.congestion]}

@@ -1,0 +1,384 @@
+"""ClusterState: nodes and the pods bound to them, kept as columns so the extender can answer a call
+by gathering rows instead of walking objects.
+
+The same type is filled from the API server (kso.kube) or from a snapshot file (kso.snapshot), and is
+mutated in place by the extender's bind verb ("assumed" pods), so the next decision counts a pod the
+moment it is bound, before the watch or the metrics show it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from kso.objects import NodeInfo, PodInfo, normalize_image
+from kso.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
+
+# Node annotations written by kube-safe-scheduler's annotator (sic: "forcasted"). Units: cpu in
+# millicores, memory in MB (bytes / 1024^2).
+ANNOTATION_MEAN_FREE = ("mean-free-cpu", "mean-free-memory")
+ANNOTATION_STD_FREE = ("std-free-cpu", "std-free-memory")
+ANNOTATION_FORECAST_FREE = ("forcasted-free-cpu", "forcasted-free-memory")
+ANNOTATION_CONGESTION = "congestion-factor"
+
+CORE_RESOURCES = (CPU, MEMORY, PODS, EPHEMERAL_STORAGE, GPU)
+# Statistics columns: cpu (millicores) and memory (MB), the safe agent's units.
+STAT_SCALE = np.array([1.0, 1.0 / MIB])
+
+
+def _annotation_float(annotations: dict[str, str], key: str) -> float:
+    """An annotation as a float; missing, unparsable, negative or non-finite -> NaN (= no data)."""
+    raw = annotations.get(key)
+    if raw is None:
+        return math.nan
+    try:
+        value = float(raw)
+    except ValueError:
+        return math.nan
+    if not math.isfinite(value) or value < 0:
+        return math.nan
+    return value
+
+
+@dataclass(slots=True)
+class NodeView:
+    """The rows of ClusterState for the nodes of one call, in the call's order.
+
+    Unknown nodes have ``known`` False, NaN allocatable and statistics, and zero requests."""
+
+    names: list[str]
+    known: np.ndarray  # bool (n,)
+    alloc: np.ndarray  # (n, R) canonical units; NaN unknown
+    requested: np.ndarray  # (n, R) sum of bound and assumed pods' requests
+    columns: dict[str, int]  # resource -> column of alloc / requested
+    mean_free: np.ndarray  # (n, 2) cpu milli, memory MB from annotations; NaN missing
+    std_free: np.ndarray
+    forecast_free: np.ndarray
+    recent: np.ndarray  # (n, 2) requests of pods bound within the recent window (cpu milli, MB)
+    congestion: np.ndarray  # (n,) NaN missing
+    nodes: list[NodeInfo | None]
+    image_node_count: dict[str, int]  # normalised image name -> number of nodes holding it
+    total_nodes: int
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def stat_capacity(self) -> np.ndarray:
+        """Allocatable cpu (milli) and memory (MB), (n, 2)."""
+        return self.alloc[:, [self.columns[CPU], self.columns[MEMORY]]] * STAT_SCALE
+
+
+class ClusterState:
+    """Thread-safe columnar store of nodes and bound pods. Row 0 is a sentinel for unknown nodes."""
+
+    def __init__(self, recent_window_s: float = 300.0, pending_pod_memory: int = 10_000) -> None:
+        self.lock = threading.RLock()
+        self.recent_window_s = recent_window_s
+        self.columns: dict[str, int] = {r: i for i, r in enumerate(CORE_RESOURCES)}
+        self._capacity = 0
+        self._rows: dict[str, int] = {}
+        self._nodes: list[NodeInfo | None] = [None]
+        self._free: list[int] = []
+        self._allocate(64)
+        self.pods: dict[str, PodInfo] = {}  # uid -> pod bound to (or assumed on) a node
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._pending: OrderedDict[str, PodInfo] = OrderedDict()  # uid -> pod seen without a node
+        self._pending_limit = pending_pod_memory
+        self._recent: deque[tuple[float, str, str, float, float]] = deque()  # (t, uid, node, cpu, MB)
+        self.assumed: dict[str, float] = {}  # uid -> time kso bound it, until the watch confirms
+        self.image_node_count: dict[str, int] = {}
+        self.version = 0
+        self.synced = False
+        self.last_change = time.time()
+        self.last_sync = 0.0
+        self.source = "empty"
+
+    # ---- storage -----------------------------------------------------------------------------
+    def _allocate(self, capacity: int) -> None:
+        n_res = len(self.columns)
+        old = self._capacity
+
+        def grow(arr: np.ndarray | None, shape: tuple[int, ...], fill: float) -> np.ndarray:
+            new = np.full(shape, fill)
+            if arr is not None:
+                new[tuple(slice(0, k) for k in arr.shape)] = arr
+            return new
+
+        self.alloc = grow(getattr(self, "alloc", None), (capacity, n_res), math.nan)
+        self.requested = grow(getattr(self, "requested", None), (capacity, n_res), 0.0)
+        self.mean_free = grow(getattr(self, "mean_free", None), (capacity, 2), math.nan)
+        self.std_free = grow(getattr(self, "std_free", None), (capacity, 2), math.nan)
+        self.forecast_free = grow(getattr(self, "forecast_free", None), (capacity, 2), math.nan)
+        self.recent = grow(getattr(self, "recent", None), (capacity, 2), 0.0)
+        self.congestion = grow(getattr(self, "congestion", None), (capacity,), math.nan)
+        if old == 0:
+            self._nodes = [None]
+        self._capacity = capacity
+
+    def _column(self, resource: str) -> int:
+        col = self.columns.get(resource)
+        if col is None:
+            col = len(self.columns)
+            self.columns[resource] = col
+            self.alloc = np.hstack([self.alloc, np.full((self._capacity, 1), math.nan)])
+            self.requested = np.hstack([self.requested, np.zeros((self._capacity, 1))])
+        return col
+
+    def _row_for(self, name: str) -> int:
+        row = self._rows.get(name)
+        if row is not None:
+            return row
+        if self._free:
+            row = self._free.pop()
+        else:
+            row = len(self._nodes)
+            if row >= self._capacity:
+                self._allocate(self._capacity * 2)
+            self._nodes.append(None)
+        self._rows[name] = row
+        return row
+
+    def _touch(self) -> None:
+        self.version += 1
+        self.last_change = time.time()
+
+    # ---- nodes -------------------------------------------------------------------------------
+    def upsert_node(self, node: NodeInfo) -> None:
+        with self.lock:
+            row = self._row_for(node.name)
+            old = self._nodes[row]
+            if old is not None:
+                self._count_images(old, -1)
+            self._nodes[row] = node
+            self._count_images(node, +1)
+            for res, value in node.allocatable.items():
+                self._column(res)
+            self.alloc[row, :] = 0.0
+            for res, value in node.allocatable.items():
+                self.alloc[row, self.columns[res]] = value
+            ann = node.annotations
+            for i in range(2):
+                self.mean_free[row, i] = _annotation_float(ann, ANNOTATION_MEAN_FREE[i])
+                self.std_free[row, i] = _annotation_float(ann, ANNOTATION_STD_FREE[i])
+                self.forecast_free[row, i] = _annotation_float(ann, ANNOTATION_FORECAST_FREE[i])
+            self.congestion[row] = _annotation_float(ann, ANNOTATION_CONGESTION)
+            if old is None:
+                self._recount_node(node.name, row)
+            self._touch()
+
+    def remove_node(self, name: str) -> None:
+        with self.lock:
+            row = self._rows.pop(name, None)
+            if row is None:
+                return
+            node = self._nodes[row]
+            if node is not None:
+                self._count_images(node, -1)
+            self._nodes[row] = None
+            self.alloc[row] = math.nan
+            self.requested[row] = 0.0
+            self.mean_free[row] = self.std_free[row] = self.forecast_free[row] = math.nan
+            self.recent[row] = 0.0
+            self.congestion[row] = math.nan
+            self._free.append(row)
+            self._touch()
+
+    def _count_images(self, node: NodeInfo, sign: int) -> None:
+        # Count each normalised image once per node (a node lists several names for one image).
+        for name in {normalize_image(n) for n in node.raw_image_names}:
+            c = self.image_node_count.get(name, 0) + sign
+            if c > 0:
+                self.image_node_count[name] = c
+            else:
+                self.image_node_count.pop(name, None)
+
+    def _recount_node(self, name: str, row: int) -> None:
+        self.requested[row] = 0.0
+        for uid in self._pods_by_node.get(name, ()):
+            self._account(self.pods[uid], row, +1)
+
+    def _account(self, pod: PodInfo, row: int, sign: int) -> None:
+        for res, value in pod.requests.items():
+            col = self._column(res)
+            self.requested[row, col] += sign * value
+
+    # ---- pods --------------------------------------------------------------------------------
+    def upsert_pod(self, pod: PodInfo, observed_binding: bool = False) -> None:
+        """Record a pod from the API or a snapshot. A pod without a node is remembered as pending
+        (its requests are needed when kso binds it); a terminal pod is forgotten."""
+        with self.lock:
+            old = self.pods.get(pod.uid)
+            if not pod.node_name or pod.terminal:
+                if old is not None:
+                    self._unbind(old)
+                if pod.node_name == "" and not pod.terminal:
+                    self.remember_pending(pod)
+                else:
+                    self._pending.pop(pod.uid, None)
+                return
+            self._pending.pop(pod.uid, None)
+            if old is not None:
+                if old.node_name == pod.node_name and old.requests == pod.requests:
+                    self.pods[pod.uid] = pod
+                    self.assumed.pop(pod.uid, None)
+                    return
+                self._unbind(old)
+            elif observed_binding and pod.uid not in self.assumed:
+                self._note_recent(pod)
+            self.assumed.pop(pod.uid, None)
+            self._bind(pod)
+
+    def remove_pod(self, uid: str) -> None:
+        with self.lock:
+            self._pending.pop(uid, None)
+            old = self.pods.get(uid)
+            if old is not None:
+                self._unbind(old)
+
+    def _bind(self, pod: PodInfo) -> None:
+        self.pods[pod.uid] = pod
+        self._pods_by_node.setdefault(pod.node_name, set()).add(pod.uid)
+        row = self._rows.get(pod.node_name)
+        if row is not None:
+            self._account(pod, row, +1)
+        self._touch()
+
+    def _unbind(self, pod: PodInfo) -> None:
+        self.pods.pop(pod.uid, None)
+        self.assumed.pop(pod.uid, None)
+        uids = self._pods_by_node.get(pod.node_name)
+        if uids is not None:
+            uids.discard(pod.uid)
+            if not uids:
+                del self._pods_by_node[pod.node_name]
+        row = self._rows.get(pod.node_name)
+        if row is not None:
+            self._account(pod, row, -1)
+        self._touch()
+
+    def remember_pending(self, pod: PodInfo) -> None:
+        with self.lock:
+            self._pending[pod.uid] = pod
+            self._pending.move_to_end(pod.uid)
+            while len(self._pending) > self._pending_limit:
+                self._pending.popitem(last=False)
+
+    def pending_pod(self, uid: str = "", namespace: str = "", name: str = "") -> PodInfo | None:
+        with self.lock:
+            if uid and uid in self._pending:
+                return self._pending[uid]
+            if uid and uid in self.pods:
+                return self.pods[uid]
+            if name:
+                for pod in reversed(self._pending.values()):
+                    if pod.name == name and pod.namespace == namespace:
+                        return pod
+            return None
+
+    def assume(self, pod: PodInfo, node_name: str) -> bool:
+        """kso bound ``pod`` to ``node_name``: count it there now. Returns False when it already was
+        (a retried bind), so nothing is counted twice."""
+        with self.lock:
+            old = self.pods.get(pod.uid)
+            if old is not None and old.node_name == node_name:
+                return False
+            bound = PodInfo(**{**{s: getattr(pod, s) for s in PodInfo.__slots__}, "node_name": node_name})
+            if old is not None:
+                self._unbind(old)
+            self._pending.pop(pod.uid, None)
+            self._bind(bound)
+            self.assumed[pod.uid] = time.time()
+            self._note_recent(bound)
+            return True
+
+    def _note_recent(self, pod: PodInfo) -> None:
+        row = self._rows.get(pod.node_name)
+        cpu, mem = pod.requests.get(CPU, 0.0), pod.requests.get(MEMORY, 0.0) / MIB
+        self._recent.append((time.time(), pod.uid, pod.node_name, cpu, mem))
+        if row is not None:
+            self.recent[row] += (cpu, mem)
+
+    def _expire_recent(self, now: float) -> None:
+        horizon = now - self.recent_window_s
+        while self._recent and self._recent[0][0] < horizon:
+            _, _, node, cpu, mem = self._recent.popleft()
+            row = self._rows.get(node)
+            if row is not None:
+                self.recent[row] -= (cpu, mem)
+                np.maximum(self.recent[row], 0.0, out=self.recent[row])
+
+    # ---- reads -------------------------------------------------------------------------------
+    def node(self, name: str) -> NodeInfo | None:
+        with self.lock:
+            row = self._rows.get(name)
+            return None if row is None else self._nodes[row]
+
+    def node_names(self) -> list[str]:
+        with self.lock:
+            return list(self._rows)
+
+    def knows(self, name: str, resource_version: str = "") -> bool:
+        with self.lock:
+            row = self._rows.get(name)
+            if row is None:
+                return False
+            node = self._nodes[row]
+            return not resource_version or (node is not None and node.resource_version == resource_version)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def pods_on(self, name: str) -> list[PodInfo]:
+        with self.lock:
+            return [self.pods[u] for u in self._pods_by_node.get(name, ())]
+
+    def view(self, names: Iterable[str]) -> NodeView:
+        """Gather the rows of ``names`` (in that order); unknown names get the sentinel row."""
+        names = list(names)
+        with self.lock:
+            self._expire_recent(time.time())
+            get = self._rows.get
+            rows = np.fromiter((get(n, 0) for n in names), dtype=np.intp, count=len(names))
+            return NodeView(
+                names=names,
+                known=rows > 0,
+                alloc=self.alloc[rows],
+                requested=self.requested[rows],
+                columns=dict(self.columns),
+                mean_free=self.mean_free[rows],
+                std_free=self.std_free[rows],
+                forecast_free=self.forecast_free[rows],
+                recent=self.recent[rows],
+                congestion=self.congestion[rows],
+                nodes=[self._nodes[r] for r in rows],
+                image_node_count=self.image_node_count,
+                total_nodes=len(self._rows),
+            )
+
+    def mark_synced(self, source: str) -> None:
+        with self.lock:
+            self.synced = True
+            self.source = source
+            self.last_sync = time.time()
+
+    def age_seconds(self) -> float:
+        """Seconds since the cache last heard from its source (sync or event)."""
+        ref = max(self.last_sync, self.last_change) if self.synced else 0.0
+        return time.time() - ref if ref else math.inf
+
+    def clear(self) -> None:
+        """Forget everything (before a re-list)."""
+        with self.lock:
+            for name in list(self._rows):
+                self.remove_node(name)
+            self.pods.clear()
+            self._pods_by_node.clear()
+            self._recent.clear()
+            self.assumed.clear()
+            self._touch()

@@ -1,0 +1,258 @@
+"""Nodes and pods as kso sees them, built from Kubernetes objects (plain dicts, as the API and
+kube-scheduler send them). Parsing is strict about what kso uses and ignores everything else, so
+that a whole Pod never has to be modelled on the request path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kso.resources import (
+    CPU,
+    DEFAULT_NONZERO_CPU_MILLI,
+    DEFAULT_NONZERO_MEMORY_BYTES,
+    MEMORY,
+    PODS,
+    QuantityError,
+    add_into,
+    max_into,
+    parse_resource_list,
+)
+
+
+class ObjectError(ValueError):
+    """A Kubernetes object that kso cannot use; the message says which field and why."""
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ObjectError(f"{what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ObjectError(f"{what} must be an array, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, what: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ObjectError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def normalize_image(ref: str) -> str:
+    """Normalise an image reference the way the container runtime does: ``nginx`` ->
+    ``docker.io/library/nginx:latest``; digests are kept as they are."""
+    ref = ref.strip()
+    if not ref:
+        return ref
+    name, at, digest = ref.partition("@")
+    first, slash, rest = name.partition("/")
+    if not slash:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if at:
+        return f"{name}@{digest}"
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last:
+        name = f"{name}:latest"
+    return name
+
+
+@dataclass(slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    requests: dict[str, float]  # effective pod request (kube-scheduler's rule), canonical units
+    nonzero_cpu: float  # cpu request with kube-scheduler's non-zero default, for scoring models
+    nonzero_memory: float
+    images: tuple[str, ...]  # normalised, regular containers only
+    raw_images: tuple[str, ...]  # as written in the spec
+    owner_kind: str = ""
+    owner_name: str = ""
+    phase: str = ""
+    priority: int = 0
+    scheduler_name: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+def _container_requests(container: Any, what: str) -> dict[str, float]:
+    c = _dict(container, what)
+    res = _dict(c.get("resources"), f"{what}.resources")
+    requests = parse_resource_list(res.get("requests"), f"{what}.resources.requests")
+    # A limit without a request defaults the request to the limit (API defaulting); bodies that skipped
+    # defaulting (snapshots written by hand) are treated the same way.
+    for name, value in parse_resource_list(res.get("limits"), f"{what}.resources.limits").items():
+        requests.setdefault(name, value)
+    return requests
+
+
+def pod_from_k8s(pod: Any) -> PodInfo:
+    """Build a PodInfo from a Pod object. Raises ObjectError naming the bad field."""
+    pod = _dict(pod, "Pod")
+    if not pod:
+        raise ObjectError("Pod is missing or empty")
+    meta = _dict(pod.get("metadata"), "Pod.metadata")
+    spec = _dict(pod.get("spec"), "Pod.spec")
+    status = _dict(pod.get("status"), "Pod.status")
+    name = _str(meta.get("name"), "Pod.metadata.name")
+    if not name:
+        raise ObjectError("Pod.metadata.name is missing")
+    try:
+        # kube-scheduler's rule (resource/helpers.go PodRequests): sum of containers plus restartable
+        # (sidecar) init containers, at least each ordinary init container with the sidecars before it,
+        # plus the pod overhead.
+        total: dict[str, float] = {}
+        nonzero_cpu = nonzero_mem = 0.0
+        images: list[str] = []
+        for i, c in enumerate(_list(spec.get("containers"), "Pod.spec.containers")):
+            req = _container_requests(c, f"Pod.spec.containers[{i}]")
+            add_into(total, req)
+            nonzero_cpu += req.get(CPU) or DEFAULT_NONZERO_CPU_MILLI
+            nonzero_mem += req.get(MEMORY) or DEFAULT_NONZERO_MEMORY_BYTES
+            image = _str(c.get("image"), f"Pod.spec.containers[{i}].image")
+            if image:
+                images.append(image)
+        init_max: dict[str, float] = {}
+        sidecars: dict[str, float] = {}
+        for i, c in enumerate(_list(spec.get("initContainers"), "Pod.spec.initContainers")):
+            what = f"Pod.spec.initContainers[{i}]"
+            req = _container_requests(c, what)
+            if _dict(c, what).get("restartPolicy") == "Always":
+                add_into(total, req)
+                add_into(sidecars, req)
+                at_start = dict(sidecars)
+            else:
+                at_start = dict(req)
+                add_into(at_start, sidecars)
+            max_into(init_max, at_start)
+        max_into(total, init_max)
+        add_into(total, parse_resource_list(spec.get("overhead"), "Pod.spec.overhead"))
+    except QuantityError as exc:
+        raise ObjectError(str(exc)) from None
+    total[PODS] = 1.0
+    owner_kind = owner_name = ""
+    for ref in _list(meta.get("ownerReferences"), "Pod.metadata.ownerReferences"):
+        ref = _dict(ref, "Pod.metadata.ownerReferences[]")
+        if ref.get("controller") or not owner_kind:
+            owner_kind = _str(ref.get("kind"), "ownerReferences.kind")
+            owner_name = _str(ref.get("name"), "ownerReferences.name")
+    priority = spec.get("priority") or 0
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ObjectError("Pod.spec.priority must be an integer")
+    annotations = _dict(meta.get("annotations"), "Pod.metadata.annotations")
+    return PodInfo(
+        uid=_str(meta.get("uid"), "Pod.metadata.uid"),
+        namespace=_str(meta.get("namespace"), "Pod.metadata.namespace", "default") or "default",
+        name=name,
+        node_name=_str(spec.get("nodeName"), "Pod.spec.nodeName"),
+        requests=total,
+        nonzero_cpu=nonzero_cpu,
+        nonzero_memory=nonzero_mem,
+        images=tuple(normalize_image(i) for i in images),
+        raw_images=tuple(images),
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+        phase=_str(status.get("phase"), "Pod.status.phase"),
+        priority=priority,
+        scheduler_name=_str(spec.get("schedulerName"), "Pod.spec.schedulerName"),
+        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+    )
+
+
+@dataclass(slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    name: str
+    allocatable: dict[str, float]
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    taints: list[Taint]
+    images: dict[str, int]  # every name of every image on the node (raw and normalised) -> size in bytes
+    raw_image_names: tuple[str, ...]  # the names as the kubelet reported them, for substring matching
+    unschedulable: bool = False
+    ready: bool = True
+    resource_version: str = ""
+    # Memo for agents that derive per-node facts from this exact object (e.g. image matches); it
+    # dies with the object, so a node update invalidates it.
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def node_from_k8s(node: Any) -> NodeInfo:
+    """Build a NodeInfo from a Node object. Raises ObjectError naming the bad field."""
+    node = _dict(node, "Node")
+    meta = _dict(node.get("metadata"), "Node.metadata")
+    spec = _dict(node.get("spec"), "Node.spec")
+    status = _dict(node.get("status"), "Node.status")
+    name = _str(meta.get("name"), "Node.metadata.name")
+    if not name:
+        raise ObjectError("Node.metadata.name is missing")
+    where = f"Node {name}"
+    try:
+        alloc_raw = status.get("allocatable")
+        if alloc_raw is None:
+            alloc_raw = status.get("capacity")
+        allocatable = parse_resource_list(alloc_raw, f"{where} status.allocatable")
+    except QuantityError as exc:
+        raise ObjectError(str(exc)) from None
+    images: dict[str, int] = {}
+    raw_names: list[str] = []
+    for i, img in enumerate(_list(status.get("images"), f"{where} status.images")):
+        img = _dict(img, f"{where} status.images[{i}]")
+        size = img.get("sizeBytes") or 0
+        if not isinstance(size, (int, float)) or isinstance(size, bool) or size < 0 or size != size:
+            raise ObjectError(f"{where} status.images[{i}].sizeBytes must be a non-negative number")
+        for n in _list(img.get("names"), f"{where} status.images[{i}].names"):
+            n = _str(n, f"{where} status.images[{i}].names[]")
+            raw_names.append(n)
+            images[n] = int(size)
+            images[normalize_image(n)] = int(size)
+    taints = []
+    for i, t in enumerate(_list(spec.get("taints"), f"{where} spec.taints")):
+        t = _dict(t, f"{where} spec.taints[{i}]")
+        taints.append(
+            Taint(_str(t.get("key"), "taint.key"), _str(t.get("value"), "taint.value"), _str(t.get("effect"), "taint.effect"))
+        )
+    ready = True
+    for cond in _list(status.get("conditions"), f"{where} status.conditions"):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+    labels = _dict(meta.get("labels"), f"{where} metadata.labels")
+    annotations = _dict(meta.get("annotations"), f"{where} metadata.annotations")
+    return NodeInfo(
+        name=name,
+        allocatable=allocatable,
+        labels={k: v for k, v in labels.items() if isinstance(v, str)},
+        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+        taints=taints,
+        images=images,
+        raw_image_names=tuple(raw_names),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+        resource_version=_str(meta.get("resourceVersion"), f"{where} metadata.resourceVersion"),
+    )

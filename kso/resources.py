@@ -1,0 +1,97 @@
+"""Resource quantities: one parser, one set of canonical units, used by every package.
+
+Canonical units: ``cpu`` in millicores; ``memory``, ``ephemeral-storage`` and ``hugepages-*`` in
+bytes; ``pods`` and extended resources (``nvidia.com/gpu``, ...) as plain counts.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+
+from kubernetes.utils import parse_quantity as _k8s_parse_quantity
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+GPU = "nvidia.com/gpu"
+
+MIB = 1024.0 * 1024.0
+
+# kube-scheduler's NodeResourcesFit counts a container without a request as this much, for scoring only.
+DEFAULT_NONZERO_CPU_MILLI = 100.0
+DEFAULT_NONZERO_MEMORY_BYTES = 200.0 * MIB
+
+
+class QuantityError(ValueError):
+    """A Kubernetes quantity that cannot be used: unparsable, negative, NaN or infinite."""
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(text: str) -> float:
+    try:
+        value: Decimal = _k8s_parse_quantity(text)
+    except (ValueError, InvalidOperation, TypeError) as exc:
+        raise QuantityError(f"quantity {text!r} is not a Kubernetes quantity") from exc
+    if not value.is_finite():
+        raise QuantityError(f"quantity {text!r} is not finite")
+    if value < 0:
+        raise QuantityError(f"quantity {text!r} is negative")
+    result = float(value)
+    if not math.isfinite(result):
+        raise QuantityError(f"quantity {text!r} is out of range")
+    return result
+
+
+def parse_quantity(value: Any) -> float:
+    """Parse a Kubernetes quantity ("250m", "1Gi", "1e3", 4) to a float in base units (cores, bytes).
+
+    Raises QuantityError for anything that is not a finite, non-negative quantity.
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"quantity {value!r} is a boolean, not a quantity")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value) or value < 0:
+            raise QuantityError(f"quantity {value!r} is not a finite non-negative number")
+        return float(value)
+    if not isinstance(value, str):
+        raise QuantityError(f"quantity {value!r} has type {type(value).__name__}, expected a string")
+    if len(value) > 64:
+        raise QuantityError(f"quantity {value[:32]!r}... is too long")
+    return _parse_text(value.strip())
+
+
+def canonical(resource: str, base_value: float) -> float:
+    """Convert a base-unit value to kso's canonical unit for that resource (cpu -> millicores)."""
+    if resource == CPU:
+        return base_value * 1000.0
+    return base_value
+
+
+def parse_resource_list(resources: Any, what: str) -> dict[str, float]:
+    """Parse a ResourceList ({"cpu": "250m", ...}) into canonical units; ``what`` names it in errors."""
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict):
+        raise QuantityError(f"{what} must be an object of resource quantities")
+    out: dict[str, float] = {}
+    for name, raw in resources.items():
+        try:
+            out[name] = canonical(name, parse_quantity(raw))
+        except QuantityError as exc:
+            raise QuantityError(f"{what}[{name}]: {exc}") from None
+    return out
+
+
+def add_into(total: dict[str, float], more: dict[str, float]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, 0.0) + value
+
+
+def max_into(total: dict[str, float], other: dict[str, float]) -> None:
+    for name, value in other.items():
+        if value > total.get(name, 0.0):
+            total[name] = value
