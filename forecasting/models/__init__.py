@@ -1,0 +1,78 @@
+"""Utilisation forecasters: a ``Forecaster`` protocol, one model per module, and a name registry.
+
+Every model forecasts the same target (see ``forecasting.models._base``): the distribution of the
+5-minute utilisation values of a series over the next ``horizon_s`` seconds. ``get_forecaster(name)``
+builds one; ``DEFAULT_FORECASTER`` is the best by ``python -m benchmarks.forecast_accuracy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from forecasting.models.ewma import EWMAForecaster
+from forecasting.models.holt_winters import HoltWintersForecaster
+from forecasting.models.ibm import IBMForecaster
+from forecasting.models.last_value import LastValueForecaster
+from forecasting.models.seasonal_naive import SeasonalNaiveForecaster
+from forecasting.models.trimaran import TrimaranForecaster
+from forecasting.types import NodeForecast, UtilisationSeries
+
+
+@runtime_checkable
+class Forecaster(Protocol):
+    """Forecasts one series' utilisation distribution over the next ``horizon_s`` seconds.
+
+    ``now`` defaults to the newest sample time; ``newest_sample_age_s = now - last finite sample time``.
+    Implementations never return NaN and always have p50 <= p90 <= p95 <= p99."""
+
+    name: str
+
+    def forecast(self, series: UtilisationSeries, horizon_s: float, now: float | None = None) -> NodeForecast: ...
+
+    def forecast_many(
+        self, series: Sequence[UtilisationSeries], horizon_s: float, now: float | None = None
+    ) -> list[NodeForecast]:
+        # Default batch implementation is a loop; the grid models override it with a vectorised path.
+        return [self.forecast(s, horizon_s, now) for s in series]
+
+
+def _calibrated(base: str) -> Callable[..., Forecaster]:
+    # Lazy import: forecasting.calibration imports this package, so importing it at module level would
+    # make the import order matter.
+    def make(**kwargs: object) -> Forecaster:
+        from forecasting.calibration import ConformalForecaster
+
+        return ConformalForecaster(get_forecaster(base), **kwargs)  # type: ignore[arg-type]
+
+    return make
+
+
+FORECASTERS: dict[str, Callable[..., Forecaster]] = {
+    "last-value": LastValueForecaster,
+    "seasonal-naive": SeasonalNaiveForecaster,
+    "ewma": EWMAForecaster,
+    "holt-winters": HoltWintersForecaster,
+    "trimaran": TrimaranForecaster,
+    "ibm": IBMForecaster,
+    "last-value+conformal": _calibrated("last-value"),
+    "ewma+conformal": _calibrated("ewma"),
+    "seasonal-naive+conformal": _calibrated("seasonal-naive"),
+    "holt-winters+conformal": _calibrated("holt-winters"),
+    "trimaran+conformal": _calibrated("trimaran"),
+}
+
+# Chosen by benchmarks/forecast_accuracy.py (lowest p95 pinball loss with coverage closest to 95 %).
+DEFAULT_FORECASTER = "holt-winters+conformal"
+
+
+def get_forecaster(name: str = DEFAULT_FORECASTER, **kwargs: object) -> Forecaster:
+    """Build the forecaster registered as ``name`` (kwargs go to its constructor)."""
+    try:
+        factory = FORECASTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown forecaster {name!r}; known: {', '.join(sorted(FORECASTERS))}") from None
+    return factory(**kwargs)
+
+
+__all__ = ["DEFAULT_FORECASTER", "FORECASTERS", "Forecaster", "get_forecaster"]
