@@ -12,8 +12,8 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -157,7 +157,7 @@ class ClusterState:
                 self._count_images(old, -1)
             self._nodes[row] = node
             self._count_images(node, +1)
-            for res, value in node.allocatable.items():
+            for res in node.allocatable:
                 self._column(res)
             self.alloc[row, :] = 0.0
             for res, value in node.allocatable.items():

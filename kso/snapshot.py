@@ -7,9 +7,10 @@ gives a List). A file with any unusable object is rejected as a whole, with the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 import yaml
@@ -35,7 +36,7 @@ def _objects(doc: Any, where: str) -> Iterator[tuple[str, Any]]:
         raise SnapshotError(f"{where}: expected an object, got {type(doc).__name__}")
     if "nodes" in doc or "pods" in doc:
         for key in ("nodes", "pods"):
-            for i, item in enumerate(doc.get(key) or []):
+            for item in doc.get(key) or []:
                 yield ("Node" if key == "nodes" else "Pod"), item
         return
     kind = doc.get("kind", "")
@@ -89,7 +90,7 @@ def load_snapshot(path: str | Path | None, state: ClusterState | None = None) ->
             raise SnapshotError(f"snapshot {path}: {exc}") from None
         where = str(path)
     nodes, pods = parse_snapshot(text, where)
-    state = state or ClusterState()
+    state = ClusterState() if state is None else state
     for node in nodes:
         state.upsert_node(node)
     for pod in pods:

@@ -6,8 +6,9 @@ arrays, so a call over 5,000 nodes is a handful of numpy operations, not 5,000 P
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 

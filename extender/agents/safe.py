@@ -115,7 +115,7 @@ class SafeAgent(Agent):
         s = self.inputs(call)
         out: dict[str, Any] = {"stats_source": s.source}
         for r, name in enumerate(RESOURCE_NAMES):
-            out[f"{name}_mu"] = [round(float(x), 6) if v else None for x, v in zip(s.mu[:, r], s.valid[:, r])]
-            out[f"{name}_sigma"] = [round(float(x), 6) if v else None for x, v in zip(s.sigma[:, r], s.valid[:, r])]
-            out[f"{name}_risk"] = [float(x) if v else None for x, v in zip(s.risk[:, r], s.valid[:, r])]
+            out[f"{name}_mu"] = [round(float(x), 6) if v else None for x, v in zip(s.mu[:, r], s.valid[:, r], strict=True)]
+            out[f"{name}_sigma"] = [round(float(x), 6) if v else None for x, v in zip(s.sigma[:, r], s.valid[:, r], strict=True)]
+            out[f"{name}_risk"] = [float(x) if v else None for x, v in zip(s.risk[:, r], s.valid[:, r], strict=True)]
         return out

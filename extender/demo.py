@@ -1,0 +1,122 @@
+"""``kso demo``: the extender on the embedded demo cluster, driven over real HTTP on 127.0.0.1 the way
+kube-scheduler drives it (filter -> prioritize -> bind, NodeNames mode), for every pending pod."""
+
+from __future__ import annotations
+
+import http.client
+import platform
+import socket
+import statistics
+import threading
+import time
+from importlib import resources
+from typing import Any
+
+import orjson
+import uvicorn
+
+from extender.app import create_app
+from extender.config import load_config
+from extender.server import build
+from kso.snapshot import DEMO_SNAPSHOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BackgroundServer:
+    """uvicorn in a thread, for demos, tests and benchmarks on loopback."""
+
+    def __init__(self, app: Any, port: int = 0) -> None:
+        self.port = port or free_port()
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False,
+                             loop="uvloop", http="httptools")
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> BackgroundServer:
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline or not self.thread.is_alive():
+                raise RuntimeError("extender did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.latencies: dict[str, list[float]] = {}
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        data = orjson.dumps(body)
+        t0 = time.perf_counter()
+        self.conn.request("POST", path, data, {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        raw = resp.read()
+        self.latencies.setdefault(path, []).append(time.perf_counter() - t0)
+        return resp.status, orjson.loads(raw)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        self.conn.request("GET", path)
+        resp = self.conn.getresponse()
+        return resp.status, resp.read()
+
+
+def run_demo(port: int = 0) -> int:
+    doc = orjson.loads(resources.files("kso.data").joinpath(DEMO_SNAPSHOT).read_bytes())
+    pending = [o for o in doc["items"] if o.get("kind") == "Pod" and not o["spec"].get("nodeName")]
+    config = load_config({"KSO_CLUSTER_SOURCE": "DEMO", "LOG_LEVEL": "WARNING"})
+    running = build(config)
+    names = running.extender.state.node_names()
+    print("kso demo: the extender on the embedded demo cluster "
+          f"({len(names)} nodes; {doc['metadata']['annotations']['kso.io/source']})")
+    print(f"agents {list(running.extender.agents)}, weights {running.extender.weights}\n")
+    rows = []
+    with BackgroundServer(create_app(running.extender), port) as srv:
+        client = Client(srv.port)
+        for pod in pending:
+            _, flt = client.post("/filter", {"Pod": pod, "NodeNames": names})
+            passed = flt["NodeNames"]
+            scores: list[dict[str, Any]] = []
+            if len(passed) > 1:
+                _, scores = client.post("/prioritize", {"Pod": pod, "NodeNames": passed})
+            best: dict[str, Any] | None = max(scores, key=lambda s: s["Score"]) if scores else None
+            if best is None and passed:
+                best = {"Host": passed[0], "Score": "-"}  # one feasible node: the scheduler skips prioritize
+            bound = ""
+            if best:
+                _, b = client.post("/bind", {"PodName": pod["metadata"]["name"], "PodNamespace": "demo",
+                                             "PodUID": pod["metadata"]["uid"], "Node": best["Host"]})
+                bound = "recorded" if not b["Error"] else b["Error"]
+            req = pod["spec"]["containers"][0]["resources"]["requests"]
+            why = next(iter(flt["FailedNodes"].values()), "")
+            rows.append((pod["metadata"]["name"], req["cpu"], req["memory"], len(passed), len(flt["FailedNodes"]),
+                         best["Host"] if best else "(none)", best["Score"] if best else "", bound, why))
+        last = pending[-1]
+        _, explain = client.post("/debug/explain", {"Pod": last, "NodeNames": names})
+        _, metrics = client.get("/metrics")
+        lat = {p: statistics.median(v) * 1e3 for p, v in client.latencies.items()}
+    print(f"{'pod':<16}{'cpu':>8}{'memory':>10}{'pass':>6}{'fail':>6}  {'node':<9}{'score':>6}  bind")
+    for r in rows:
+        print(f"{r[0]:<16}{r[1]:>8}{r[2]:>10}{r[3]:>6}{r[4]:>6}  {r[5]:<9}{r[6]!s:>6}  {r[7]}")
+        if r[8]:
+            print(f"{'':<16}e.g. {r[8][:110]}")
+    print(f"\nwhy {explain['pod']} went to {explain['winner']} (GET/POST /debug/explain), top 3:")
+    for n in explain["nodes"][:3]:
+        print(f"  {n['node']}: score {n['score']} (weighted mean {n['weighted_mean']}), {n['scores']}")
+    print("\nmedian latency over loopback, client side (ms): "
+          + ", ".join(f"{p} {v:.2f}" for p, v in lat.items()))
+    print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()}")
+    failed_lines = [ln for ln in metrics.decode().splitlines() if ln.startswith("kso_extender_nodes_filtered_total")]
+    print("metrics: " + "; ".join(failed_lines))
+    print("\nbindings were recorded in kso's cache only (no API server in demo mode)")
+    return 0

@@ -1,0 +1,95 @@
+"""Wiring: choose the cluster source and binder, build the Extender and its app, and serve it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from extender.config import Config
+from extender.service import Extender
+from kso.cluster import ClusterState
+from kso.settings import parse_log_level
+from kso.snapshot import load_snapshot
+from kso.stats import NodeStatsSource
+
+log = logging.getLogger("kso.extender")
+
+
+@dataclass
+class Running:
+    extender: Extender
+    stop: list[Callable[[], Any]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for fn in self.stop:
+            fn()
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def choose_source(config: Config) -> str:
+    s = config.settings
+    if s.cluster_source != "AUTO":
+        return s.cluster_source
+    if s.snapshot_path:
+        return "SNAPSHOT"
+    kubeconfig = s.kubeconfig or str(Path.home() / ".kube" / "config")
+    if _in_cluster() or Path(kubeconfig).exists():
+        return "API"
+    log.warning("no cluster found (not in a pod, no kubeconfig, no KSO_SNAPSHOT): serving the embedded "
+                "demo cluster; set KSO_CLUSTER_SOURCE=API to insist on an API server")
+    return "DEMO"
+
+
+def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterState | None = None) -> Running:
+    """Create the node cache from the configured source and the Extender on top of it."""
+    from kso import kube  # the kubernetes client is only needed here, not by the agents
+
+    problems = config.validate()
+    if problems:
+        raise SystemExit("kso: bad configuration: " + "; ".join(problems))
+    state = ClusterState() if state is None else state
+    source = choose_source(config)
+    stop: list[Callable[[], Any]] = []
+    binder: Any
+    if source == "API":
+        client = kube.load_api_client(config.settings.kubeconfig or None)
+        watcher = kube.ClusterWatcher(state, client)
+        watcher.start()
+        stop.append(watcher.stop)
+        binder = kube.ApiBinder(client)
+    else:
+        load_snapshot(config.settings.snapshot_path or None if source == "SNAPSHOT" else None, state)
+        binder = kube.RecordingBinder()
+    log.info("node cache source: %s", source)
+    return Running(Extender(config, state, binder, stats), stop)
+
+
+def uvicorn_level(level: int) -> str:
+    for limit, name in ((logging.DEBUG, "debug"), (logging.INFO, "info"), (logging.WARNING, "warning"),
+                        (logging.ERROR, "error")):
+        if level <= limit:
+            return name
+    return "critical"
+
+
+def serve(config: Config) -> None:
+    import uvicorn
+
+    from extender.app import create_app
+
+    level = parse_log_level(config.settings.log_level)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    running = build(config)
+    app = create_app(running.extender)
+    try:
+        uvicorn.run(app, host=config.settings.host, port=config.settings.http_port,
+                    log_level=uvicorn_level(level), access_log=False, loop="uvloop", http="httptools")
+    finally:
+        running.close()

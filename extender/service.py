@@ -1,0 +1,286 @@
+"""The extender's decisions, independent of HTTP: filter, prioritize, bind, preempt and explain.
+
+Every call is answered from memory (ClusterState and the enabled agents): no solver, no API server
+and no Prometheus call happens here, except bind, whose job is the API call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from extender.agents import AGENTS
+from extender.agents.base import MAX_PRIORITY, Agent, Call, Predicate, PredicateResult, Priority
+from extender.agents.safe import SafeAgent
+from extender.config import Config
+from extender.metrics import ExtenderMetrics
+from extender.protocol import BindingArgs, ExtenderArgs, PreemptionArgs, ProtocolError
+from kso.cluster import ClusterState, NodeView
+from kso.kube import Binder
+from kso.objects import ObjectError, PodInfo, node_from_k8s, pod_from_k8s
+from kso.resources import CPU, MEMORY
+from kso.stats import NodeStatsSource
+
+log = logging.getLogger("kso.extender")
+
+
+def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: str) -> Any:
+    """Run one agent function; an agent bug is logged and counted, and the agent sits this call out
+    (kso must never block scheduling because one heuristic failed)."""
+    try:
+        return fn(call)
+    except Exception:  # noqa: BLE001 - deliberately broad: any agent failure degrades, never 500s
+        log.exception("%s failed for pod %s; ignoring it for this call", what, call.pod.key)
+        metrics.errors.labels(verb, "agent_error").inc()
+        return None
+
+
+class Extender:
+    def __init__(self, config: Config, state: ClusterState, binder: Binder,
+                 stats: NodeStatsSource | None = None) -> None:
+        self.config = config
+        self.settings = config.settings
+        self.state = state
+        self.binder = binder
+        self.agents: dict[str, Agent] = {}
+        for name in self.settings.agents:
+            cls = AGENTS[name]
+            params = config.agent_params[name]
+            self.agents[name] = cls(params, stats) if cls is SafeAgent else cls(params)  # type: ignore[call-arg]
+        self.predicates: dict[str, Predicate] = {}
+        self.priorities: dict[str, Priority] = {}
+        for agent in self.agents.values():
+            self.predicates.update(agent.predicates)
+            self.priorities.update(agent.priorities)
+        wanted = self.settings.filters or list(self.predicates)
+        unknown = [p for p in wanted if p not in self.predicates]
+        if unknown:
+            log.warning("KSO_FILTERS names predicates no enabled agent has: %s (ignored)", ", ".join(unknown))
+        self.filters = [p for p in wanted if p in self.predicates]
+        self.weights = {p: w for p, w in self.settings.weights.items() if p in self.priorities and w > 0}
+        self.metrics = ExtenderMetrics(state.age_seconds, lambda: float(len(state)))
+        log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def parse_pod(self, pod: dict[str, Any]) -> PodInfo:
+        try:
+            info = pod_from_k8s(pod)
+        except ObjectError as exc:
+            raise ProtocolError(str(exc), "bad_pod") from None
+        if not info.node_name:
+            self.state.remember_pending(info)
+        return info
+
+    def resolve(self, args: ExtenderArgs) -> NodeView:
+        """The call's nodes as rows of the cache. Full Node objects in the call refresh the cache
+        when it does not have that resourceVersion yet (the call is then the freshest source)."""
+        if args.nodes is not None:
+            names: list[str] = []
+            for i, item in enumerate(args.nodes):
+                meta = item.get("metadata")
+                name = meta.get("name") if isinstance(meta, dict) else None
+                rv = meta.get("resourceVersion", "") if isinstance(meta, dict) else ""
+                if not isinstance(name, str) or not name:
+                    raise ProtocolError(f"Nodes.items[{i}] has no metadata.name", "bad_node")
+                if not self.state.knows(name, rv if isinstance(rv, str) else ""):
+                    try:
+                        self.state.upsert_node(node_from_k8s(item))
+                    except ObjectError as exc:
+                        raise ProtocolError(f"Nodes.items[{i}]: {exc}", "bad_node") from None
+                names.append(name)
+            return self.state.view(names)
+        view = self.state.view(args.node_names or [])
+        unknown = len(view) - int(view.known.sum())
+        if unknown:
+            self.metrics.unknown_nodes.inc(unknown)
+            log.debug("%d node(s) not in the node cache; passed unjudged", unknown)
+        return view
+
+    @staticmethod
+    def _no_capacity(view: NodeView) -> np.ndarray:
+        """Known nodes with no allocatable cpu or memory: nothing can be judged or placed there."""
+        cap = view.alloc[:, [view.columns[CPU], view.columns[MEMORY]]]
+        return view.known & ~(cap > 0).all(axis=1)
+
+    # ---- filter ------------------------------------------------------------------------------
+    def _judge(self, call: Call, predicates: list[str], verb: str) -> tuple[dict[int, list[str]], dict[int, str],
+                                                                              dict[int, list[str]]]:
+        """Run predicates; return failed index -> reasons, unresolvable index -> reason, notes."""
+        view = call.view
+        failed: dict[int, list[str]] = {}
+        notes: dict[int, list[str]] = {}
+        unresolvable: dict[int, str] = {}
+        for i in np.flatnonzero(self._no_capacity(view)):
+            unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
+                                    f" memory {view.alloc[i, view.columns[MEMORY]]:g} bytes); kso cannot place pods there")
+        for name in predicates:
+            res: PredicateResult | None = _safe_call(f"predicate {name}", self.predicates[name], call, self.metrics, verb)
+            if res is None:
+                continue
+            for i, reason in res.reasons.items():
+                if i in unresolvable or not view.known[i]:
+                    continue  # unknown nodes are passed, never judged on a sentinel row
+                failed.setdefault(i, []).append(reason)
+                self.metrics.filtered.labels(name).inc()
+            for i, note in res.notes.items():
+                if view.known[i]:
+                    notes.setdefault(i, []).append(note)
+                    self.metrics.unjudged.labels(name).inc()
+        if unresolvable:
+            self.metrics.filtered.labels("no-capacity").inc(len(unresolvable))
+        return failed, unresolvable, notes
+
+    def filter(self, args: ExtenderArgs, predicates: list[str] | None = None) -> dict[str, Any]:
+        pod = self.parse_pod(args.pod)
+        view = self.resolve(args)
+        call = Call(pod, view)
+        failed, unresolvable, _ = self._judge(call, self.filters if predicates is None else predicates, "filter")
+        keep = [i for i in range(len(view)) if i not in failed and i not in unresolvable]
+        reply: dict[str, Any] = {
+            "FailedNodes": {view.names[i]: "; ".join(r) for i, r in failed.items()},
+            "FailedAndUnresolvableNodes": {view.names[i]: r for i, r in unresolvable.items()},
+            "Error": "",
+        }
+        if args.nodes is not None:
+            reply["Nodes"] = {**(args.node_list or {}), "items": [args.nodes[i] for i in keep]}
+            reply["NodeNames"] = None
+        else:
+            reply["NodeNames"] = [view.names[i] for i in keep]
+        if failed or unresolvable:
+            log.debug("filter %s: %d of %d nodes rejected", pod.key, len(failed) + len(unresolvable), len(view))
+        return reply
+
+    # ---- prioritize --------------------------------------------------------------------------
+    def _scores(self, call: Call, verb: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        n = len(call.view)
+        total = np.zeros(n)
+        weight_sum = 0
+        per: dict[str, np.ndarray] = {}
+        for name, w in self.weights.items():
+            s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, verb)
+            if s is None:
+                continue
+            s = np.clip(np.asarray(s, dtype=float), 0, MAX_PRIORITY)
+            per[name] = s
+            total += w * s
+            weight_sum += w
+        combined = np.floor(total / weight_sum + 0.5) if weight_sum else np.zeros(n)
+        # A node the cache does not know gets no preference: kso cannot judge it.
+        combined = np.where(call.view.known, combined, 0)
+        return combined.astype(int), per
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        call = Call(self.parse_pod(args.pod), self.resolve(args))
+        combined, _ = self._scores(call, "prioritize")
+        return [{"Host": h, "Score": int(s)} for h, s in zip(call.view.names, combined.tolist(), strict=True)]
+
+    def priority(self, name: str, args: ExtenderArgs) -> list[dict[str, Any]]:
+        """One agent priority, raw (kube-safe-scheduler's /scheduler/priorities/<name>)."""
+        call = Call(self.parse_pod(args.pod), self.resolve(args))
+        s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, "prioritize")
+        scores = [0] * len(call.view) if s is None else [int(x) for x in np.asarray(s).tolist()]
+        return [{"Host": h, "Score": v} for h, v in zip(call.view.names, scores, strict=True)]
+
+    # ---- bind --------------------------------------------------------------------------------
+    def bind(self, args: BindingArgs) -> dict[str, Any]:
+        pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
+        try:
+            self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
+            self.metrics.bindings.labels("error").inc()
+            log.warning("bind %s/%s -> %s failed: %s", args.pod_namespace, args.pod_name, args.node, exc)
+            return {"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc}"}
+        if pod is None:
+            try:
+                raw = self.binder.fetch_pod(args.pod_namespace, args.pod_name)
+                pod = pod_from_k8s(raw) if raw else None
+            except Exception as exc:  # noqa: BLE001 - the binding stands; only our bookkeeping is late
+                log.warning("bound %s/%s but could not read it back: %s", args.pod_namespace, args.pod_name, exc)
+        if pod is None:
+            log.info("bound %s/%s to %s; its requests count once the watch reports it",
+                     args.pod_namespace, args.pod_name, args.node)
+        else:
+            self.state.assume(pod, args.node)
+        self.metrics.bindings.labels("ok").inc()
+        return {"Error": ""}
+
+    # ---- preempt -----------------------------------------------------------------------------
+    def preempt(self, args: PreemptionArgs) -> dict[str, Any]:
+        """Keep the candidates on which the pod would be safe once the victims are gone."""
+        pod = self.parse_pod(args.pod)
+        names = list(args.candidates)
+        view = self.state.view(names)
+        freed = np.zeros_like(view.requested)
+        for i, name in enumerate(names):
+            victims = args.candidates[name]
+            for j, uid in enumerate(victims.uids):
+                if victims.pods is not None:
+                    try:
+                        requests = pod_from_k8s(victims.pods[j]).requests
+                    except ObjectError as exc:
+                        raise ProtocolError(f"NodeNameToVictims[{name}].Pods[{j}]: {exc}", "bad_pod") from None
+                else:
+                    known = self.state.pods.get(uid)
+                    # An unknown victim frees nothing in our books: the conservative reading.
+                    requests = known.requests if known else {}
+                for res, value in requests.items():
+                    col = view.columns.get(res)
+                    if col is not None:
+                        freed[i, col] += value
+        call = Call(pod, view, freed=freed)
+        failed, unresolvable, _ = self._judge(call, self.filters, "preempt")
+        out = {}
+        for i, name in enumerate(names):
+            if i in failed or i in unresolvable:
+                log.debug("preempt %s: dropping candidate %s: %s", pod.key, name,
+                          "; ".join(failed.get(i, [])) or unresolvable.get(i))
+                continue
+            v = args.candidates[name]
+            out[name] = {"Pods": [{"UID": u} for u in v.uids], "NumPDBViolations": v.pdb_violations}
+        return {"NodeNameToMetaVictims": out}
+
+    # ---- explain -----------------------------------------------------------------------------
+    def explain(self, pod: PodInfo, view: NodeView) -> dict[str, Any]:
+        """Why each node passed or failed and what each agent scored, ranked as the scheduler would."""
+        call = Call(pod, view)
+        failed, unresolvable, notes = self._judge(call, self.filters, "explain")
+        combined, per = self._scores(call, "explain")
+        weight_sum = sum(self.weights[p] for p in per) or 1
+        details: dict[str, dict[str, Any]] = {}
+        for name, agent in self.agents.items():
+            try:
+                details[name] = agent.explain(call)
+            except Exception as exc:  # noqa: BLE001 - explain must always answer
+                details[name] = {"error": str(exc)}
+        rows = []
+        for i, node in enumerate(view.names):
+            weighted = sum(self.weights[p] * float(s[i]) for p, s in per.items()) / weight_sum
+            rows.append({
+                "node": node,
+                "known": bool(view.known[i]),
+                "passed": i not in failed and i not in unresolvable,
+                "reasons": failed.get(i, []) + ([unresolvable[i]] if i in unresolvable else []),
+                "notes": notes.get(i, []) + ([] if view.known[i] else ["not in the node cache: passed unjudged, score 0"]),
+                "scores": {p: int(s[i]) for p, s in per.items()},
+                "weighted_mean": round(weighted, 4),
+                "score": int(combined[i]),
+                "details": {a: {k: v[i] for k, v in d.items() if isinstance(v, list) and len(v) == len(view)}
+                            for a, d in details.items()},
+            })
+        rows.sort(key=lambda r: (not r["passed"], -r["score"], -r["weighted_mean"]))
+        return {
+            "pod": pod.key,
+            "uid": pod.uid,
+            "requests": pod.requests,
+            "filters": self.filters,
+            "weights": self.weights,
+            "winner": rows[0]["node"] if rows and rows[0]["passed"] else None,
+            "nodes": rows,
+            "cache": {"source": self.state.source, "synced": self.state.synced,
+                      "age_s": None if math.isinf(a := self.state.age_seconds()) else round(a, 3)},
+            "at": time.time(),
+        }

@@ -1,0 +1,69 @@
+"""The ``kso`` command. Subcommands import their layer lazily, so ``kso --help`` stays fast and the
+lower layers never import this one."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def _extender(args: argparse.Namespace) -> int:
+    from extender.config import load_config
+    from extender.server import serve
+
+    env = dict(os.environ)
+    if args.port:
+        env["HTTP_PORT"] = str(args.port)
+    if args.host:
+        env["KSO_HOST"] = args.host
+    if args.snapshot:
+        env["KSO_CLUSTER_SOURCE"], env["KSO_SNAPSHOT"] = "SNAPSHOT", args.snapshot
+    if args.demo:
+        env["KSO_CLUSTER_SOURCE"] = "DEMO"
+    if args.agents:
+        env["KSO_AGENTS"] = args.agents
+    serve(load_config(env, args.config))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from extender.demo import run_demo
+
+    return run_demo(port=args.port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kso", description="kube-safe-optimizer: safe, forecast-driven placement")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("extender", help="serve the kube-scheduler extender (filter/prioritize/bind/preempt)")
+    p.add_argument("--port", type=int, help="listen port (default HTTP_PORT or 80)")
+    p.add_argument("--host", help="listen address (default KSO_HOST or 0.0.0.0)")
+    p.add_argument("--snapshot", help="serve a cluster snapshot file (nodes and pods, YAML/JSON) instead of the API")
+    p.add_argument("--demo", action="store_true", help="serve the embedded demo cluster")
+    p.add_argument("--agents", help="comma-separated agents to enable (default KSO_AGENTS)")
+    p.add_argument("--config", help="settings file (YAML/JSON mapping of setting names; env wins)")
+    p.set_defaults(func=_extender)
+
+    p = sub.add_parser("demo", help="start the extender on the embedded demo cluster and schedule its pending pods "
+                                    "through it over HTTP")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p.set_defaults(func=_demo)
+
+    try:
+        from forecasting.cli import add_commands
+    except ImportError:
+        pass
+    else:
+        add_commands(sub)
+
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Shared test helpers: build Kubernetes objects as the API server sends them, and run a real
+extender (uvicorn on 127.0.0.1) over a ClusterState made from them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.app import create_app
+from extender.config import load_config
+from extender.demo import BackgroundServer, Client
+from extender.service import Extender
+from kso.cluster import ClusterState
+from kso.kube import RecordingBinder
+from kso.objects import node_from_k8s, pod_from_k8s
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+FIXTURES = SHARED / "fixtures" / "kube-scheduler-1.36"
+
+
+def make_node(name: str, cpu: str = "4", memory: str = "8Gi", annotations: dict[str, str] | None = None,
+              images: list[tuple[list[str], int]] | None = None, pods: str = "110", **extra: str) -> dict[str, Any]:
+    alloc = {"cpu": cpu, "memory": memory, "pods": pods, **extra}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": "1", "labels": {"kubernetes.io/hostname": name},
+                     "annotations": annotations or {}},
+        "spec": {},
+        "status": {"capacity": alloc, "allocatable": alloc,
+                   "images": [{"names": n, "sizeBytes": s} for n, s in (images or [])],
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def make_pod(name: str, cpu: str | None = "100m", memory: str | None = "64Mi", images: list[str] | None = None,
+             node: str = "", namespace: str = "default", uid: str | None = None) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    containers = [{"name": f"c{i}", "image": img, "resources": {"requests": requests if i == 0 else {}}}
+                  for i, img in enumerate(images or ["docker.io/library/busybox:1.36"])]
+    spec: dict[str, Any] = {"containers": containers, "schedulerName": "default-scheduler"}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{namespace}-{name}"},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+def make_state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()) -> ClusterState:  # type: ignore[assignment]
+    state = ClusterState()
+    for n in nodes:
+        state.upsert_node(node_from_k8s(n))
+    for p in pods:
+        state.upsert_pod(pod_from_k8s(p))
+    state.mark_synced("test")
+    return state
+
+
+@contextmanager
+def running_extender(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (),  # type: ignore[assignment]
+                     env: dict[str, str] | None = None, state: ClusterState | None = None) -> Iterator[Client]:
+    """A real extender over loopback; yields an HTTP client with .post/.get and .extender."""
+    config = load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", **(env or {})})
+    ext = Extender(config, state or make_state(nodes, pods), RecordingBinder())
+    with BackgroundServer(create_app(ext)) as srv:
+        client = Client(srv.port)
+        client.extender = ext  # type: ignore[attr-defined]
+        yield client
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    if not FIXTURES.exists():
+        pytest.skip(f"captured kube-scheduler requests not present at {FIXTURES}")
+    return FIXTURES
