@@ -41,10 +41,11 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
-            if int(declared) > limit:
-                raise BodyTooLarge(limit)
+            size = int(declared)
         except ValueError:
             raise ProtocolError("invalid Content-Length header", "bad_request") from None
+        if size > limit:
+            raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
