@@ -1,0 +1,239 @@
+"""``kso forecast`` and ``kso annotate``.
+
+Wiring (for the owner of kso/cli.py)::
+
+    from forecasting.cli import add_commands
+    sub = parser.add_subparsers(dest="command")
+    add_commands(sub)                      # adds "forecast" and "annotate"
+    args = parser.parse_args(argv)
+    return args.func(args)                 # each command sets func(args) -> int exit code
+
+``forecast`` prints the forecast per node (mean, p95, std of utilisation, model, age of the newest
+sample); ``annotate`` writes kube-safe-scheduler's node annotations (``mean-free-cpu``, ``std-free-cpu``,
+``mean-free-memory``, ``std-free-memory``, ``forcasted-free-cpu``, ``forcasted-free-memory``; cpu in
+millicores, memory in MB = bytes / 1024^2) computed from the forecasts and each node's allocatable, so
+an unmodified kube-safe-scheduler (or kso's AnnotationStats) consumes kso's forecasts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from forecasting.store import ForecastStore, StoreSettings
+from forecasting.types import RESOURCES, NodeForecast
+from kso.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
+from kso.objects import NodeInfo
+from kso.resources import CPU, MEMORY, MIB
+from kso.settings import load_settings
+
+SOURCE_ANNOTATION = "kso.io/forecast-source"  # says where the numbers came from (synthetic joins too)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``forecast`` and ``annotate`` to an argparse subparsers object (see the module docstring)."""
+    fc = subparsers.add_parser("forecast", help="forecast node utilisation from Prometheus or a trace")
+    _source_args(fc)
+    fc.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    fc.set_defaults(func=cmd_forecast)
+
+    an = subparsers.add_parser("annotate", help="write kube-safe-scheduler node annotations from forecasts")
+    _source_args(an)
+    an.add_argument("--dry-run", action="store_true", help="print the patches instead of applying them")
+    an.add_argument("--snapshot", metavar="PATH", help="read nodes from a snapshot file instead of the API (implies --dry-run)")
+    an.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    an.add_argument("--assign-traces", action="store_true",
+                    help="with --trace: give the trace's series to the cluster's nodes in name order "
+                         "(a synthetic join, recorded in the kso.io/forecast-source annotation)")
+    an.set_defaults(func=cmd_annotate)
+
+
+def _source_args(p: argparse.ArgumentParser) -> None:
+    store_defaults = load_settings(StoreSettings)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prometheus", metavar="URL", help="Prometheus URL (default: KSO_PROMETHEUS_URL)")
+    src.add_argument("--trace", metavar="NAME|PATH",
+                     help="bitbrains, alibaba, embedded, or a CSV path in one of their layouts")
+    p.add_argument("--horizon", type=float, default=store_defaults.horizon_s,
+                   help="forecast horizon, seconds (default: KSO_FORECAST_HORIZON)")
+    p.add_argument("--model", default=None, help="forecasting model (default: the registry's default)")
+    p.add_argument("--nodes", type=int, default=None, metavar="N", help="only the first N nodes / trace series")
+    p.add_argument("--window", type=float, default=None, metavar="S", help="trace: seconds of history used")
+    p.add_argument("--offset", type=float, default=0.0, metavar="S", help="trace: start this far into the trace")
+
+
+def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float]:
+    """Build the source and forecaster, refresh a store once; returns (store, source, now)."""
+    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
+
+    forecaster = get_forecaster(args.model or DEFAULT_FORECASTER)
+    source: Any
+    if args.trace:
+        from forecasting.traces import TraceSource
+
+        source = TraceSource(args.trace, n_series=args.nodes or 20, window_s=args.window,
+                             start_offset_s=args.offset)
+    else:
+        from forecasting.prometheus import PrometheusSource
+
+        source = PrometheusSource(url=args.prometheus)
+    store = ForecastStore()
+    # A trace's clock is its own: ages are measured from the trace's end, not from today.
+    now = source.now() if args.trace else time.time()
+    store.refresh(source, forecaster, args.horizon, now=now)
+    return store, source, time.time()
+
+
+def _rows(store: ForecastStore, now: float, limit: int | None) -> list[dict[str, Any]]:
+    snap = store.snapshot(now)
+    rows = []
+    for node in sorted(snap)[: limit or None]:
+        per = snap[node]
+        row: dict[str, Any] = {"node": node}
+        for res in RESOURCES:
+            f: NodeForecast | None = per.get(res)
+            row[res] = None if f is None else {"mean": f.mean, "p95": f.p95, "std": f.std, "p99": f.p99,
+                                                 "model": f.model, "age_s": store.age_s(node, res, now),
+                                                 "stale": f.stale, "notes": f.notes}
+        rows.append(row)
+    return rows
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{100 * v:5.1f}%"
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    store, source, now = _compute(args)
+    rows = _rows(store, now, args.nodes)
+    status = store.describe(now)
+    if args.json:
+        out = {"source": status["source"], "horizon_s": args.horizon, "model": status["model"],
+               "error": status["last_error"], "notes": status["notes"], "nodes": rows}
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+        return 0 if status["last_error"] is None else 1
+    if status["last_error"]:
+        print(f"error: {status['last_error']}", file=sys.stderr)
+        return 1
+    head = f"{'NODE':<24} {'CPU MEAN':>8} {'CPU P95':>8} {'CPU STD':>8} {'MEM MEAN':>8} {'MEM P95':>8} " \
+           f"{'MEM STD':>8}  {'MODEL':<24} {'AGE':>7}"
+    print(f"# source {status['source']}, horizon {args.horizon:.0f}s")
+    print(head)
+    for r in rows:
+        c, m = r["cpu"] or {}, r["memory"] or {}
+        ages = [x["age_s"] for x in (c, m) if x]
+        age = max(ages) if ages else math.nan
+        model = (c or m).get("model", "-")
+        stale = " stale" if any(x.get("stale") for x in (c, m) if x) else ""
+        print(f"{r['node']:<24} {_pct(c.get('mean')):>8} {_pct(c.get('p95')):>8} {_pct(c.get('std')):>8} "
+              f"{_pct(m.get('mean')):>8} {_pct(m.get('p95')):>8} {_pct(m.get('std')):>8}  {model:<24} "
+              f"{age:6.0f}s{stale}")
+    for note in status["notes"]:
+        print(f"# note: {note}")
+    return 0
+
+
+def annotations_for(node: NodeInfo, forecasts: dict[str, NodeForecast], source: str) -> dict[str, str]:
+    """kube-safe-scheduler annotations for one node: free = allocatable * (1 - mean utilisation),
+    std = allocatable * std. ``forcasted-free-*`` equals ``mean-free-*``: the mean already is the forecast,
+    so the safe agent's blend (1 - w) mean + w forecast leaves it unchanged, and kso's AnnotationStats and
+    ForecastStats then give the same numbers. Resources without a usable forecast are left out."""
+    cap = {"cpu": node.allocatable.get(CPU, math.nan), "memory": node.allocatable.get(MEMORY, math.nan) / MIB}
+    out: dict[str, str] = {}
+    for j, res in enumerate(RESOURCES):
+        f = forecasts.get(res)
+        c = cap[res]
+        if f is None or not math.isfinite(f.mean) or not math.isfinite(c) or c <= 0:
+            continue
+        free = max(c * (1.0 - f.mean), 0.0)
+        std = c * max(f.std, 0.0) if math.isfinite(f.std) else 0.0
+        out[ANNOTATION_MEAN_FREE[j]] = f"{free:.0f}"
+        out[ANNOTATION_STD_FREE[j]] = f"{std:.0f}"
+        out[ANNOTATION_FORECAST_FREE[j]] = f"{free:.0f}"
+    if out:
+        out[SOURCE_ANNOTATION] = source
+    return out
+
+
+def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
+    from kso.objects import node_from_k8s
+
+    if args.snapshot:
+        from pathlib import Path
+
+        from kso.snapshot import parse_snapshot
+
+        nodes, _ = parse_snapshot(Path(args.snapshot).read_bytes(), args.snapshot)
+        return nodes, None
+    from kubernetes import client, config
+
+    if args.kubeconfig:
+        config.load_kube_config(args.kubeconfig)
+    else:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+    api = client.CoreV1Api()
+    raw = api.list_node(_request_timeout=30)
+    nodes = [node_from_k8s(api.api_client.sanitize_for_serialization(n)) for n in raw.items]
+    return nodes, api
+
+
+def cmd_annotate(args: argparse.Namespace) -> int:
+    if args.assign_traces and not args.trace:
+        print("error: --assign-traces needs --trace", file=sys.stderr)
+        return 2
+    nodes, api = _cluster_nodes(args)
+    store, source, now = _compute(args)
+    if store.last_error:
+        print(f"error: {store.last_error}", file=sys.stderr)
+        return 1
+    snap = store.snapshot(now)
+    label = getattr(source, "name", "?")
+    if args.assign_traces:
+        keys = sorted(snap)
+        assigned = {n.name: k for n, k in zip(sorted(nodes, key=lambda n: n.name), keys, strict=False)}
+        per_node = {name: (snap[key], f"synthetic:{label}:{key}") for name, key in assigned.items()}
+    else:
+        per_node = {n.name: (snap[n.name], f"{label}:{store.model}") for n in nodes if n.name in snap}
+    patches: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        if node.name not in per_node:
+            print(f"# {node.name}: no forecast, annotations left unchanged", file=sys.stderr)
+            continue
+        fcs, src = per_node[node.name]
+        fresh = {r: f for r, f in fcs.items() if not f.stale}
+        ann = annotations_for(node, fresh, src)
+        if ann:
+            patches[node.name] = {"metadata": {"annotations": ann}}
+    if args.dry_run or api is None:
+        for name, patch in patches.items():
+            print(orjson.dumps({"node": name, "patch": patch}).decode())
+        return 0
+    failed = 0
+    for name, patch in patches.items():
+        try:
+            api.patch_node(name, patch, _request_timeout=30)
+        except Exception as exc:  # noqa: BLE001 - report every node, keep patching the others
+            failed += 1
+            print(f"error: patch {name}: {exc}", file=sys.stderr)
+    print(f"annotated {len(patches) - failed} of {len(nodes)} nodes")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry point (``python -m forecasting.cli forecast ...``) until kso/cli.py wires it."""
+    parser = argparse.ArgumentParser(prog="kso")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
