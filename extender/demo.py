@@ -18,6 +18,7 @@ import uvicorn
 from extender.app import create_app
 from extender.config import load_config
 from extender.server import build
+from kso.objects import pod_from_k8s
 from kso.snapshot import DEMO_SNAPSHOT
 
 
@@ -71,6 +72,11 @@ class Client:
         return resp.status, resp.read()
 
 
+def _req(pod: dict[str, Any]) -> tuple[str, str]:
+    req = pod["spec"]["containers"][0]["resources"]["requests"]
+    return req["cpu"], req["memory"]
+
+
 def run_demo(port: int = 0) -> int:
     doc = orjson.loads(resources.files("kso.data").joinpath(DEMO_SNAPSHOT).read_bytes())
     pending = [o for o in doc["items"] if o.get("kind") == "Pod" and not o["spec"].get("nodeName")]
@@ -83,8 +89,19 @@ def run_demo(port: int = 0) -> int:
     rows = []
     with BackgroundServer(create_app(running.extender), port) as srv:
         client = Client(srv.port)
+        state = running.extender.state
         for pod in pending:
-            _, flt = client.post("/filter", {"Pod": pod, "NodeNames": names})
+            # kube-scheduler's in-tree NodeResourcesFit runs before any extender: only nodes where the
+            # requests fit reach kso.
+            info = pod_from_k8s(pod)
+            view = state.view(names)
+            free = view.alloc - view.requested
+            fits = [n for i, n in enumerate(names)
+                    if all(free[i, view.columns[r]] >= v for r, v in info.requests.items() if r in view.columns)]
+            if not fits:
+                rows.append((pod["metadata"]["name"], *_req(pod), 0, 0, "(none)", "", "", "no node fits its requests"))
+                continue
+            _, flt = client.post("/filter", {"Pod": pod, "NodeNames": fits})
             passed = flt["NodeNames"]
             scores: list[dict[str, Any]] = []
             if len(passed) > 1:
@@ -97,22 +114,24 @@ def run_demo(port: int = 0) -> int:
                 _, b = client.post("/bind", {"PodName": pod["metadata"]["name"], "PodNamespace": "demo",
                                              "PodUID": pod["metadata"]["uid"], "Node": best["Host"]})
                 bound = "recorded" if not b["Error"] else b["Error"]
-            req = pod["spec"]["containers"][0]["resources"]["requests"]
             why = next(iter(flt["FailedNodes"].values()), "")
-            rows.append((pod["metadata"]["name"], req["cpu"], req["memory"], len(passed), len(flt["FailedNodes"]),
+            rows.append((pod["metadata"]["name"], *_req(pod), len(passed), len(flt["FailedNodes"]),
                          best["Host"] if best else "(none)", best["Score"] if best else "", bound, why))
         last = pending[-1]
         _, explain = client.post("/debug/explain", {"Pod": last, "NodeNames": names})
         _, metrics = client.get("/metrics")
         lat = {p: statistics.median(v) * 1e3 for p, v in client.latencies.items()}
-    print(f"{'pod':<16}{'cpu':>8}{'memory':>10}{'pass':>6}{'fail':>6}  {'node':<9}{'score':>6}  bind")
+    print(f"{'pod':<16}{'cpu':>8}{'memory':>10}{'pass':>6}{'fail':>6}  {'node':<9}{'score':>6}  bind"
+          "   (pass/fail: of the nodes where the requests fit)")
     for r in rows:
         print(f"{r[0]:<16}{r[1]:>8}{r[2]:>10}{r[3]:>6}{r[4]:>6}  {r[5]:<9}{r[6]!s:>6}  {r[7]}")
         if r[8]:
             print(f"{'':<16}e.g. {r[8][:110]}")
-    print(f"\nwhy {explain['pod']} went to {explain['winner']} (GET/POST /debug/explain), top 3:")
+    print(f"\nkso's ranking of all nodes for {explain['pod']} (GET/POST /debug/explain; in-tree filters not applied),"
+          " top 3:")
     for n in explain["nodes"][:3]:
-        print(f"  {n['node']}: score {n['score']} (weighted mean {n['weighted_mean']}), {n['scores']}")
+        verdict = "passed" if n["passed"] else "rejected"
+        print(f"  {n['node']}: {verdict}, score {n['score']} (weighted mean {n['weighted_mean']}), {n['scores']}")
     print("\nmedian latency over loopback, client side (ms): "
           + ", ".join(f"{p} {v:.2f}" for p, v in lat.items()))
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()}")
