@@ -1,13 +1,60 @@
-"""Agent ``pigeon``: placeholder until the vectorised implementation lands (helper at work)."""
+"""Agent ``pigeon``: the ``pigeon-holing`` priority of kube-safe-scheduler (IBM), vectorised.
+
+For each candidate node the pod is placed there tentatively and a cluster-wide objective is
+evaluated; lower is better, and the values are mapped to 1..10 (infeasible nodes get 0).
+
+Policies (``POLICY_OBJECTIVE``), over the first ``NUM_RESOURCES`` of (cpu, memory, pods, gpu,
+ephemeral-storage); u_n is usage / capacity of the first resource (cpu):
+
+- ``LOAD_BALANCE``: population standard deviation of u.
+- ``CONSOLIDATE``: 1 - sqrt(mean(term^2)), term = (avg - u) / avg below the mean, (u - avg) / (1 - avg)
+  above it; 0 when avg is not in (0, 1).
+- ``A_BINPACK`` (adaptive bin packing, Tantawi & Steinder, ICAC 2019): |gamma_sys - gamma_dem|, the
+  gap between the multivariate coefficient of variation (Albert-Zhang) of node utilisation and that
+  of pod demand (a running average over past calls, normalised by the mean node capacity).
+
+Every objective is "the statistic of the cluster with one row changed", so each is computed for all
+candidates at once from cluster-wide sums with the candidate's own row swapped out: O(N R^2) for
+A_BINPACK, O(N) for LOAD_BALANCE and O(N log N) for CONSOLIDATE (a sort plus binary searches).
+Nothing loops over nodes in Python and nothing is N x N.
+
+Where the original (libpigeon, pigeon_c/src in IBM/kube-safe-scheduler) left details open or had
+bugs, the choices are noted next to the code that makes them.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from extender.agents.base import Agent, Call
+from extender.agents.base import MAX_PRIORITY, Agent, Call
+from kso.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
 from kso.settings import setting
+
+A_BINPACK = "A_BINPACK"
+LOAD_BALANCE = "LOAD_BALANCE"
+CONSOLIDATE = "CONSOLIDATE"
+POLICIES = (A_BINPACK, LOAD_BALANCE, CONSOLIDATE)
+
+# The original's resource order; NUM_RESOURCES = k uses the first k.
+RESOURCES = (CPU, MEMORY, PODS, GPU, EPHEMERAL_STORAGE)
+
+# Demand defaults for a pod that requests nothing (the original's adapter.go: "TODO: make minimum
+# resource requirements configurable"), so a best-effort pod still counts in the objective.
+DEFAULT_CPU_MILLI = 10.0
+DEFAULT_MEMORY_BYTES = 16.0 * MIB
+
+# The original smooths demand with weight 1/min(count, 1/0.01): a plain mean of the first 100 pods,
+# then an exponential average that remembers roughly the last 100.
+DEMAND_WINDOW = 100
+
+# Relative tolerance under which the values count as all equal (see pigeon_scores).
+EQUAL_RTOL = 1e-12
+
+MEMO_KEY = "pigeon"
 
 
 @dataclass
@@ -16,13 +63,264 @@ class PigeonParams:
     num_resources: int = setting("NUM_RESOURCES", 2, lo=1, hi=5)
 
 
+# ---- scoring ------------------------------------------------------------------------------------
+
+def pigeon_scores(values: np.ndarray) -> np.ndarray:
+    """Objective values (lower is better, NaN = infeasible) -> int scores 0..10.
+
+    NaN -> 0; all equal -> 10; otherwise round(1 + 9 (max - v) / (max - min)), rounding halves up
+    (Go's math.Round, which the original used; numpy's round would send 5.5 to 6 but 4.5 to 4)."""
+    v = np.asarray(values, dtype=float)
+    finite = ~np.isnan(v)
+    out = np.zeros(v.shape, dtype=np.int64)
+    if not finite.any():
+        return out
+    vmax = float(v[finite].max())
+    vmin = float(v[finite].min())
+    span = vmax - vmin
+    # Equal nodes can come out a few ulps apart (the same sum taken with a different row swapped
+    # in), and a plain "span == 0" would then stretch that noise over the whole 1..10 range, e.g.
+    # scoring two identical nodes 1 and 10. Values are O(1), so 1e-12 is far below any real gap.
+    if span <= EQUAL_RTOL * max(1.0, abs(vmax)):
+        out[finite] = MAX_PRIORITY
+        return out
+    x = 1.0 + (MAX_PRIORITY - 1) * (vmax - v[finite]) / span
+    out[finite] = np.clip(np.floor(x + 0.5), 0, MAX_PRIORITY).astype(np.int64)
+    return out
+
+
+# ---- statistics helpers -------------------------------------------------------------------------
+
+def albert_zhang(mu: np.ndarray, quad: np.ndarray) -> np.ndarray:
+    """Albert-Zhang multivariate coefficient of variation sqrt(mu' Sigma mu) / (mu' mu), given mu
+    (..., R) and quad = mu' Sigma mu (...). 0 where either part is not positive, as the original
+    (a negative quadratic form is rounding on a near-singular covariance, not variation)."""
+    denom = np.einsum("...i,...i->...", mu, mu)
+    ok = (denom > 0) & (quad > 0)
+    return np.where(ok, np.sqrt(np.where(ok, quad, 0.0)) / np.where(ok, denom, 1.0), 0.0)
+
+
+def utilisation(usage: np.ndarray, cap: np.ndarray, zero_cap: np.ndarray | float) -> np.ndarray:
+    """usage / cap without a division warning; ``zero_cap`` where cap <= 0."""
+    safe = np.where(cap > 0, cap, 1.0)
+    return np.where(cap > 0, usage / safe, zero_cap)
+
+
+@dataclass(slots=True)
+class DemandStats:
+    """Running first and second moments of pod demand (canonical units), as libpigeon's demandstats."""
+
+    count: int = 0
+    mean: np.ndarray | None = None  # (R,)
+    second: np.ndarray | None = None  # (R, R), E[d d']
+
+    def updated(self, demand: np.ndarray) -> DemandStats:
+        count = min(self.count + 1, DEMAND_WINDOW)
+        w = 1.0 / count
+        outer = np.outer(demand, demand)
+        if self.mean is None or self.second is None or self.mean.shape != demand.shape:
+            return DemandStats(count, demand.copy(), outer)
+        return DemandStats(count, (1 - w) * self.mean + w * demand, (1 - w) * self.second + w * outer)
+
+
+def demand_gamma(stats: DemandStats, cap: np.ndarray) -> float:
+    """gamma_dem: Albert-Zhang CV of demand, normalised per resource by the mean capacity of the
+    nodes that have some (cap (K, R)). The covariance is E[d d'] - E[d] E[d]', both normalised
+    (libpigeon's abpnf_getvariation_demand_history: the moments, not a sample of pods)."""
+    if stats.mean is None or stats.second is None:
+        return 0.0
+    pos = cap > 0
+    count = pos.sum(axis=0)
+    total = np.where(pos, cap, 0.0).sum(axis=0)
+    # A resource no node has is left unnormalised, as in the original (cloudsystem_getaveragecapacity
+    # returns 0 there and the normaliser skips it). It only shifts gamma_dem, equally for every node.
+    avgcap = np.where(count > 0, total / np.maximum(count, 1), 1.0)
+    mu = stats.mean / avgcap
+    cov = stats.second / np.outer(avgcap, avgcap) - np.outer(mu, mu)
+    return float(albert_zhang(mu, np.asarray(mu @ cov @ mu)))
+
+
+# ---- objectives, one value per known node ---------------------------------------------------------
+# Each takes the rows of the known nodes (K of them) and returns (K,) values as if the pod were placed
+# on that row; infeasible rows are masked by the caller.
+
+def load_balance_values(u: np.ndarray, u_new: np.ndarray) -> np.ndarray:
+    """Population std of u with row i replaced by u_new[i], for each i."""
+    k = u.size
+    # Centre first: var = E[x^2] - E[x]^2 cancels badly when the u are close to each other and far
+    # from 0; after subtracting their mean the two terms are of the size of the variance itself.
+    c = u.mean()
+    x, xn = u - c, u_new - c
+    s1 = x.sum() - x + xn
+    s2 = np.dot(x, x) - x * x + xn * xn
+    var = s2 / k - (s1 / k) ** 2
+    return np.sqrt(np.maximum(var, 0.0))
+
+
+def consolidate_values(u: np.ndarray, u_new: np.ndarray) -> np.ndarray:
+    """1 - sqrt(mean(term^2)) with row i replaced by u_new[i], for each i (0 if avg not in (0, 1)).
+
+    Sum of (avg - u_j)^2 over u_j < avg and of (u_j - avg)^2 over the rest, for each candidate's own
+    avg: sort u once, take prefix sums of x and x^2, and binary-search each avg. These sums still hold
+    the candidate's old value, so its old term is taken out and its new term put in."""
+    k = u.size
+    c = u.mean()  # centred for the same reason as load_balance_values
+    x, xn = u - c, u_new - c
+    a = (xn - x) / k  # each candidate's new average, centred
+    avg = a + c
+    xs = np.sort(x)
+    p1 = np.concatenate(([0.0], np.cumsum(xs)))
+    p2 = np.concatenate(([0.0], np.cumsum(xs * xs)))
+    j = np.searchsorted(xs, a, side="left")  # xs[:j] < a <= xs[j:]
+    below = j * a * a - 2.0 * a * p1[j] + p2[j]
+    above = (p2[k] - p2[j]) - 2.0 * a * (p1[k] - p1[j]) + (k - j) * a * a
+    # Values equal to avg sit in "above" with a zero term, so the split point does not matter for them.
+    inside = (avg > 0) & (avg < 1)
+    lo = np.where(inside, avg, 1.0)
+    hi = np.where(inside, 1.0 - avg, 1.0)
+    total = np.maximum(below, 0.0) / lo**2 + np.maximum(above, 0.0) / hi**2
+
+    def term2(v: np.ndarray) -> np.ndarray:
+        return np.where(v < a, ((a - v) / lo) ** 2, ((v - a) / hi) ** 2)
+
+    total = total - term2(x) + term2(xn)
+    value = 1.0 - np.sqrt(np.maximum(total, 0.0) / k)
+    return np.where(inside, value, 0.0)
+
+
+def binpack_values(util: np.ndarray, util_new: np.ndarray, gamma_dem: float) -> np.ndarray:
+    """|gamma_sys - gamma_dem| with row i of the (K, R) utilisation matrix replaced by util_new[i].
+
+    gamma_sys needs mu' Sigma mu with mu, Sigma the mean and population covariance of the rows. With
+    Q = X'X of the centred rows, swapping row i gives S_i = S - x_i + x'_i and
+    mu' Q_i mu = mu' Q mu - (mu . x_i)^2 + (mu . x'_i)^2: (K, R) work, no (K, R, R) array."""
+    k = util.shape[0]
+    c = util.mean(axis=0)
+    x, xn = util - c, util_new - c
+    q = x.T @ x
+    m = (x.sum(axis=0) - x + xn) / k  # centred mean per candidate, (K, R)
+    mu = m + c
+    quad_q = np.einsum("ki,ij,kj->k", mu, q, mu)
+    quad_q = quad_q - np.einsum("ki,ki->k", mu, x) ** 2 + np.einsum("ki,ki->k", mu, xn) ** 2
+    # Sigma = Q_i / K - m m' (covariance is shift-invariant, so the centred mean is the one to take out)
+    quad = quad_q / k - np.einsum("ki,ki->k", mu, m) ** 2
+    return np.abs(albert_zhang(mu, quad) - gamma_dem)
+
+
+# ---- agent ------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class PigeonResult:
+    values: np.ndarray  # (n,) objective per node of the call; NaN = infeasible or unknown
+    gamma_dem: float | None  # A_BINPACK only
+    demand_samples: int
+
+
 class PigeonAgent(Agent):
     name = "pigeon"
     Params = PigeonParams
 
     def __init__(self, params: PigeonParams) -> None:
         super().__init__(params)
+        policy = str(params.policy_objective).upper()
+        # The original falls back to A_BINPACK for a name it does not know (objfn_create's default).
+        self.policy = policy if policy in POLICIES else A_BINPACK
+        self.num_resources = int(min(max(int(params.num_resources), 1), len(RESOURCES)))
+        self.resources = RESOURCES[: self.num_resources]
+        self._lock = threading.Lock()
+        self._demand = DemandStats()
         self.priorities = {"pigeon-holing": self.score}
 
+    def demand(self, call: Call) -> np.ndarray:
+        """The pod's demand over the used resources, canonical units (the objectives only use ratios,
+        so the original's MB / GB units change nothing but the defaults, which are converted here).
+
+        Differences from the original (adapter.go), following kso's spec: requests are floats, so a
+        memory request under 1 MiB is kept as it is (the original's integer MB made it 0 and then 16);
+        the gpu demand is nvidia.com/gpu (the original read a resource "gpu" and, through an inverted
+        ok-check, always got 0); ephemeral-storage demand and capacity are in the same unit (the
+        original compared demand bytes with capacity GB). The pod counts as 1 pod."""
+        req = call.pod.requests
+        full = {
+            CPU: req.get(CPU, 0.0) or DEFAULT_CPU_MILLI,
+            MEMORY: req.get(MEMORY, 0.0) or DEFAULT_MEMORY_BYTES,
+            PODS: 1.0,
+            GPU: req.get(GPU, 0.0),
+            EPHEMERAL_STORAGE: req.get(EPHEMERAL_STORAGE, 0.0),
+        }
+        return np.array([full[r] for r in self.resources], dtype=float)
+
+    def _compute(self, call: Call, commit: bool) -> PigeonResult:
+        view = call.view
+        n = len(view)
+        d = self.demand(call)
+        stats = self._demand
+        if self.policy == A_BINPACK:
+            # The original adds the pod to the demand statistics before evaluating it
+            # (evaluator_eval), so even the first pod has a demand shape. Once per call, under the
+            # lock, so concurrent calls each count once; explain() only peeks.
+            with self._lock:
+                stats = self._demand.updated(d)
+                if commit:
+                    self._demand = stats
+
+        values = np.full(n, np.nan)
+        # "All nodes" are the known nodes of this call: the original's state updater dropped every
+        # node it was not told about in the call (stateupdater_stop), and kso has no capacity for an
+        # unknown node to put in anyone's objective.
+        rows = np.flatnonzero(view.known)
+        if rows.size == 0:
+            return PigeonResult(values, None, stats.count)
+        cols = [view.columns[r] for r in self.resources]
+        cap = view.alloc[rows][:, cols]
+        gamma_dem = demand_gamma(stats, cap) if self.policy == A_BINPACK else None
+        usage = call.requested()[rows][:, cols]
+        new_usage = usage + d
+        # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the
+        # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
+        # with 0 of a resource the pod does not ask for (gpu, typically) is fine, as in the original.
+        feasible = ~np.any(d > cap - usage, axis=1)
+        if not feasible.any():
+            return PigeonResult(values, gamma_dem, stats.count)
+
+        if gamma_dem is not None:
+            # Utilisation clipped to [0, 1]; a resource with no capacity is 0 if unused, else full
+            # (libpigeon's resource_getutilization).
+            util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
+            util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
+            obj = binpack_values(util, util_new, gamma_dem)
+        else:
+            # Unclipped ratio of the first resource, 1 without capacity (libpigeon's lbfn / consfn):
+            # an overcommitted node shows as more than full.
+            u = utilisation(usage[:, 0], cap[:, 0], 1.0)
+            u_new = utilisation(new_usage[:, 0], cap[:, 0], 1.0)
+            obj = load_balance_values(u, u_new) if self.policy == LOAD_BALANCE else consolidate_values(u, u_new)
+
+        values[rows] = np.where(feasible, obj, np.nan)
+        return PigeonResult(values, gamma_dem, stats.count)
+
+    def result(self, call: Call) -> PigeonResult:
+        """The values of this call, computed once (and the demand statistics updated once)."""
+        memo = call.memo.get(MEMO_KEY)
+        if memo is None:
+            memo = call.memo[MEMO_KEY] = self._compute(call, commit=True)
+        return memo
+
     def score(self, call: Call) -> np.ndarray:
-        raise NotImplementedError
+        return pigeon_scores(self.result(call).values)
+
+    def explain(self, call: Call) -> dict[str, Any]:
+        # Reuse the values the priority computed; a bare /debug/explain must not feed the pod into the
+        # demand statistics (that would change later decisions), so it only peeks.
+        res = call.memo.get(MEMO_KEY)
+        if res is None:
+            res = self._compute(call, commit=False)
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "resources": list(self.resources),
+            "pigeon_value": [None if np.isnan(v) else float(v) for v in res.values],
+        }
+        if res.gamma_dem is not None:
+            out["gamma_demand"] = res.gamma_dem
+            out["demand_samples"] = res.demand_samples
+        return out
