@@ -204,8 +204,9 @@ class GridForecaster:
 
     Subclasses implement ``_predict(grid, h, series)`` returning (mean, std, quantiles[S, 4]) for series that
     have at least ``min_bins`` bins of history, and ``rolling_points(grid, h)`` -- the point forecast
-    (horizon mean) the model would have made at *every* past origin -- which split-conformal calibration
-    needs. ``fallback`` names the registry model used when the history is shorter than ``min_bins``."""
+    (horizon mean) the model would have made at every past origin, NaN where it did not compute one --
+    which split-conformal calibration needs. ``fallback`` names the registry model used when the history
+    is shorter than ``min_bins``."""
 
     name: str = "base"
     min_bins: int = 1
