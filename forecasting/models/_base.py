@@ -2,7 +2,7 @@
 
 Forecast target (used identically by every model, the calibration and the benchmark): the distribution
 of the 5-minute utilisation values of one series over the next ``horizon_s`` seconds after ``now``.
-Concretely the future bins are ``[now + (j-1)*300, now + j*300)`` for ``j = 1..H`` with
+Concretely the future bins are ``(now + (j-1)*300, now + j*300]`` for ``j = 1..H`` with
 ``H = ceil(horizon_s / 300)``; a bin's value is the mean of the finite samples falling in it. ``mean``
 estimates the mean of those H values; ``pXX`` is the value that a randomly chosen one of the H bins
 stays at or below with probability XX % (so p95 is exceeded by ~5 % of the 5-minute values in the
@@ -41,7 +41,7 @@ def horizon_bins(horizon_s: float) -> int:
 class Grid:
     """A batch of series resampled onto a common-length 5-minute grid ending at each series' ``now``.
 
-    Column ``n-1`` is the bin ``[now-300, now]``; columns before a series' first observed bin hold its
+    Column ``n-1`` is the bin ``(now-300, now]``; columns before a series' first observed bin hold its
     first value (so vectorised filters need no NaN handling) and are excluded through ``start``."""
 
     values: np.ndarray  # (S, n) gap-filled values
@@ -70,7 +70,7 @@ def resample(
     series: Sequence[UtilisationSeries], now: float | None = None, history_s: float = DEFAULT_HISTORY_S
 ) -> Grid:
     """Average each series' finite samples into 5-minute bins ending at ``now`` (per series: its newest
-    sample time when ``now`` is None), interpolate internal gaps linearly and carry the newest value
+    sample time, NaN value or not, when ``now`` is None), interpolate internal gaps linearly and carry the newest value
     forward over a trailing gap, so that irregular sampling (Alibaba: 10-300 s), jitter (Bitbrains) and
     NaN never reach a model."""
     n = max(1, round(history_s / STEP_S))
@@ -87,7 +87,8 @@ def resample(
         note: list[str] = []
         ok = np.isfinite(t) & np.isfinite(y)
         if now is None:
-            now_i = float(t[ok][-1]) if ok.any() else (float(np.nanmax(t)) if np.isfinite(t).any() else 0.0)
+            # the newest sample time, even if its value is NaN: trailing NaNs then show up as sample age
+            now_i = float(np.nanmax(t)) if np.isfinite(t).any() else 0.0
         else:
             now_i = float(now)
         nows[i] = now_i
@@ -98,7 +99,7 @@ def resample(
             yf = np.clip(yf, 0.0, Y_MAX)
         if len(tf):
             last_t[i] = tf[-1]
-        # bin k back from now: [now-(k+1)*300, now-k*300); column = n-1-k
+        # bin k back from now: (now-(k+1)*300, now-k*300]; column = n-1-k
         k = np.floor((now_i - tf) / STEP_S).astype(np.int64)
         keep = k < n
         col = (n - 1) - k[keep]

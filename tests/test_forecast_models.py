@@ -1,0 +1,199 @@
+"""Forecaster models and conformal calibration on synthetic series with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forecasting.calibration import conformal_rank
+from forecasting.models import DEFAULT_FORECASTER, FORECASTERS, Forecaster, get_forecaster
+from forecasting.models._base import STALE_AFTER_S, resample
+from forecasting.models.ewma import EWMAForecaster
+from forecasting.types import NodeForecast, UtilisationSeries
+
+DAY = 86400.0
+STEP = 300.0
+ALL = sorted(FORECASTERS)
+
+
+def grid_series(values: np.ndarray, t0: float = 1_700_000_000.0, key: str = "n1") -> UtilisationSeries:
+    t = t0 + STEP * np.arange(len(values))
+    return UtilisationSeries(key, "cpu", t, np.asarray(values, dtype=float))
+
+
+def quantiles(fc: NodeForecast) -> list[float]:
+    return [fc.p50, fc.p90, fc.p95, fc.p99]
+
+
+def assert_sane(fc: NodeForecast) -> None:
+    vals = [fc.mean, fc.std, *quantiles(fc)]
+    assert all(math.isfinite(v) for v in vals), fc
+    assert fc.p50 <= fc.p90 <= fc.p95 <= fc.p99, fc
+    assert fc.std >= 0.0
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("level", [0.4, 1.7])  # 1.7: usage above capacity is allowed
+def test_constant_series_gives_constant_forecast(name: str, level: float) -> None:
+    fc = get_forecaster(name).forecast(grid_series(np.full(3 * 288, level)), 3600.0)
+    assert_sane(fc)
+    assert fc.mean == pytest.approx(level, abs=1e-9)
+    assert fc.std == pytest.approx(0.0, abs=1e-9)
+    assert quantiles(fc) == pytest.approx([level] * 4, abs=1e-9)
+    assert fc.newest_sample_age_s == 0.0 and not fc.stale
+
+
+def test_linear_series_known_answers() -> None:
+    slope = 1e-4  # per 5-min bin
+    y = 0.2 + slope * np.arange(2016)
+    s = grid_series(y)
+    assert get_forecaster("last-value").forecast(s, 1800).mean == pytest.approx(y[-1])
+    # trimaran: mean of the raw samples in the last 15 min = the last three values
+    assert get_forecaster("trimaran").forecast(s, 1800).mean == pytest.approx(y[-3:].mean())
+    # EWMA on a ramp lags by slope (1 - alpha) / alpha once warmed up
+    ew = EWMAForecaster(half_life_bins=6.0)
+    assert ew.forecast(s, 1800).mean == pytest.approx(y[-1] - slope * (1 - ew.alpha) / ew.alpha, rel=1e-6)
+    # ARIMA(5,1,0) on chunk means of a ramp: the difference is constant, the AR fit extrapolates it
+    ibm = get_forecaster("ibm").forecast(s, 1800)
+    chunk_next = y[-3:].mean() + 3 * slope
+    assert ibm.mean == pytest.approx(0.8 * y[-12:].mean() + 0.2 * chunk_next, rel=1e-4)
+    assert ibm.std == pytest.approx(y[-12:].std(), rel=1e-9)
+    # seasonal-naive: yesterday's values over the same clock window
+    assert get_forecaster("seasonal-naive").forecast(s, 1800).mean == pytest.approx(y[-288 : -288 + 6].mean())
+
+
+def _daily_sine(n_days: float, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    t = STEP * np.arange(int(n_days * 288))
+    clean = 0.5 + 0.25 * np.sin(2 * np.pi * t / DAY)
+    return t, clean + noise * rng.standard_normal(len(t))
+
+
+def test_seasonal_model_beats_last_value_on_daily_sine() -> None:
+    t, y = _daily_sine(8, 0.05, seed=1)
+    clean = 0.5 + 0.25 * np.sin(2 * np.pi * t / DAY)
+    errs: dict[str, list[float]] = {"holt-winters": [], "last-value": [], "seasonal-naive": []}
+    for end in range(5 * 288, 8 * 288 - 12, 37):  # origins around the clock
+        s = UtilisationSeries("n", "cpu", t[:end], y[:end])
+        target = clean[end : end + 12].mean()
+        for name in errs:
+            errs[name].append(abs(get_forecaster(name).forecast(s, 3600).mean - target))
+    assert np.mean(errs["holt-winters"]) < 0.7 * np.mean(errs["last-value"])
+    assert np.mean(errs["seasonal-naive"]) < np.mean(errs["last-value"])
+
+
+def test_calibrated_p95_covers_iid_noise() -> None:
+    rng = np.random.default_rng(7)
+    n_series, hist, h = 150, 5 * 288, 12
+    y = 0.5 + 0.1 * rng.standard_normal((n_series, hist + h))
+    series = [grid_series(y[i, :hist], key=f"n{i}") for i in range(n_series)]
+    for name in (DEFAULT_FORECASTER, "last-value+conformal"):
+        fcs = get_forecaster(name).forecast_many(series, h * STEP)
+        p95 = np.array([fc.p95 for fc in fcs])[:, None]
+        p99 = np.array([fc.p99 for fc in fcs])[:, None]
+        future = y[:, hist:]
+        assert abs(float(np.mean(future <= p95)) - 0.95) < 0.03, name
+        assert abs(float(np.mean(future <= p99)) - 0.99) < 0.015, name
+
+
+def test_conformal_rank_finite_sample_correction() -> None:
+    # ceil((n + 1) q): n = 19, q = 0.95 -> the 19th (largest); n = 99 -> 95th; never beyond n
+    assert conformal_rank(np.array([19, 99, 5]), 0.95).tolist() == [19, 95, 5]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_irregular_sampling_gaps_and_nan(name: str) -> None:
+    rng = np.random.default_rng(3)
+    t = np.cumsum(rng.uniform(10, 300, 8000))  # Alibaba-like 10-300 s sampling, ~8 days
+    y = 0.6 + 0.1 * np.sin(2 * np.pi * t / DAY) + 0.02 * rng.standard_normal(len(t))
+    y[rng.random(len(t)) < 0.1] = np.nan
+    gap = (t > t[-1] - 3 * DAY) & (t < t[-1] - 3 * DAY + 6 * 3600)  # a 6-hour outage
+    t, y = t[~gap], y[~gap]
+    y[-5:] = np.nan  # newest samples missing: age is measured from the last finite one
+    fc = get_forecaster(name).forecast(UtilisationSeries("n", "memory", t, y), 3600.0)
+    assert_sane(fc)
+    assert 0.3 < fc.mean < 0.9
+    assert fc.newest_sample_age_s == pytest.approx(t[-1] - t[-6])
+    assert any("interpolation" in n for n in fc.notes)
+
+
+def test_resample_bins_irregular_samples_to_5_minutes() -> None:
+    t = np.array([0.0, 100.0, 200.0, 650.0, 899.0])
+    y = np.array([0.1, 0.2, 0.3, np.nan, 0.9])
+    g = resample([UtilisationSeries("n", "cpu", t, y)], now=900.0, history_s=900.0)
+    # bins (0,300] (300,600] (600,900]: means 0.25 (t=0 is outside), empty -> interpolated, 0.9 (NaN dropped)
+    assert g.values[0].tolist() == pytest.approx([0.25, 0.575, 0.9])
+    assert g.observed[0].tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("name", "fallback"),
+    [("holt-winters", "ewma"), ("seasonal-naive", "last-value"), ("ibm", "trimaran"),
+     ("holt-winters+conformal", "ewma+conformal")],
+)
+def test_short_history_falls_back_and_says_so(name: str, fallback: str) -> None:
+    fc = get_forecaster(name).forecast(grid_series(0.3 + 0.01 * np.arange(100) % 0.05), 1800)
+    assert_sane(fc)
+    assert fc.model == fallback
+    assert any("fell back" in n for n in fc.notes)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_finite_data_and_stale(name: str) -> None:
+    f = get_forecaster(name)
+    empty = f.forecast(grid_series(np.full(50, np.nan)), 1800)
+    assert_sane(empty)
+    assert empty.stale and empty.newest_sample_age_s == math.inf
+    s = grid_series(np.full(600, 0.5))
+    late = f.forecast(s, 1800, now=float(s.t[-1]) + 2 * STALE_AFTER_S)
+    assert late.stale and late.newest_sample_age_s == pytest.approx(2 * STALE_AFTER_S)
+    assert late.mean == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_quantiles_monotone_on_bursty_data(name: str) -> None:
+    rng = np.random.default_rng(11)
+    y = np.abs(rng.standard_cauchy(3 * 288)) * 0.05  # heavy tails, values > 1 included
+    series = [grid_series(np.roll(y, k), key=f"n{k}") for k in range(5)]
+    for fc in get_forecaster(name).forecast_many(series, 3600):
+        assert_sane(fc)
+
+
+def test_batch_matches_single_and_protocol() -> None:
+    f = get_forecaster()
+    assert isinstance(f, Forecaster)
+    _, y = _daily_sine(3, 0.05, seed=5)
+    series = [grid_series(y * (1 + 0.1 * k), key=f"n{k}") for k in range(3)]
+    batch = f.forecast_many(series, 1800)
+    for s, b in zip(series, batch, strict=True):
+        one = f.forecast(s, 1800)
+        assert (one.node, one.p95, one.mean) == (b.node, pytest.approx(b.p95), pytest.approx(b.mean))
+
+
+def test_registry_error_lists_names() -> None:
+    with pytest.raises(ValueError, match="unknown forecaster 'nope'.*last-value"):
+        get_forecaster("nope")
+    assert DEFAULT_FORECASTER in FORECASTERS
+
+
+values_st = st.lists(
+    st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64), st.just(math.nan)),
+    min_size=1,
+    max_size=700,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=values_st, steps=st.lists(st.floats(1.0, 4000.0), min_size=1, max_size=700), data=st.data())
+def test_no_input_yields_nan_or_crossing_quantiles(values: list[float], steps: list[float], data: st.DataObject) -> None:
+    n = min(len(values), len(steps))
+    t = 1e9 + np.cumsum(np.asarray(steps[:n]))
+    y = np.asarray(values[:n])
+    name = data.draw(st.sampled_from(ALL))
+    horizon = data.draw(st.sampled_from([60.0, 1800.0, 3600.0]))
+    fc = get_forecaster(name).forecast(UtilisationSeries("n", "cpu", t, y), horizon)
+    assert_sane(fc)
