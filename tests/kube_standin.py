@@ -570,15 +570,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         sock = self.connection
         with standin._cond:
-            standin._watch_sockets.add(sock)
+            # Checked under the lock partition() takes, so a watch being set up as the partition
+            # starts cannot slip through and stream the changes made during it.
+            cut = standin._partitioned
+            if not cut:
+                standin._watch_sockets.add(sock)
         try:
-            if gone:
+            if gone and not cut:
                 status = _status(410, "Expired", too_old)
                 self._chunk(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+            elif not cut:
+                cut = self._stream(resource, after, terms, timeout_s, bookmarks)
+            if cut:
+                # Like a connection reset: no terminating chunk, the client sees a broken stream.
+                self.close_connection = True
+                sock.shutdown(socket.SHUT_RDWR)
             else:
-                self._stream(resource, after, terms, timeout_s, bookmarks)
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
         except OSError:
             self.close_connection = True  # the client went away or drop_watches() cut it
         finally:
@@ -587,7 +596,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(
         self, resource: str, after: int, terms: list[tuple[str, bool, str]], timeout_s: float, bookmarks: bool
-    ) -> None:
+    ) -> bool:
+        """Stream events until the timeout (False) or until the watch is cut (True)."""
         standin = self.standin
         deadline = time.monotonic() + timeout_s
         last_bookmark = time.monotonic()
@@ -602,7 +612,7 @@ class _Handler(BaseHTTPRequestHandler):
         while not standin._stopping:
             now = time.monotonic()
             if now >= deadline:
-                return
+                return False
             events, pos = standin.watch_events(resource, after, terms, pos)
             if pos > 0:
                 with standin._cond:
@@ -624,7 +634,8 @@ class _Handler(BaseHTTPRequestHandler):
                 }
                 self._chunk(json.dumps(mark).encode() + b"\n")
             with standin._cond:
-                if self.connection not in standin._watch_sockets:
-                    return  # drop_watches() cut this one
+                if self.connection not in standin._watch_sockets or standin._partitioned:
+                    return True  # drop_watches() or partition() cut this one
             standin.wait_change(pos, min(0.1, max(0.0, deadline - time.monotonic())))
+        return False
 

@@ -164,6 +164,7 @@ def test_gone_relists_and_catches_up_on_the_gap(gone_as_http: bool, start_watche
         seed(server)
         # No relist on plain failures here: the 410 must be what triggers it.
         watcher, state = start_watcher(server, relist_after_failures=1000)
+        assert server.wait_for_watches(2)
         server.partition()
         server.delete(PODS, "default/b")  # missed: it happens while kso cannot watch
         server.delete(NODES, "n2")
