@@ -32,12 +32,20 @@ class ExtenderSettings:
     snapshot_path: str = setting("KSO_SNAPSHOT", "")
     kubeconfig: str = setting("KUBECONFIG", "")
     cache_sync_timeout_s: float = setting("KSO_CACHE_SYNC_TIMEOUT_S", 60.0, lo=0)
+    # Where the safe agent's statistics come from: forecasts from Prometheus (refreshed in the background
+    # every KSO_FORECAST_REFRESH seconds), falling back to node annotations per node. AUTO = PROMETHEUS
+    # when KSO_PROMETHEUS_URL is set, else annotations only.
+    forecast_source: str = setting("KSO_FORECAST_SOURCE", "AUTO", kind="choice:AUTO,NONE,PROMETHEUS")
+    forecast_model: str = setting("KSO_FORECAST_MODEL", "", help="forecaster name; empty = the default")
 
 
 @dataclass
 class Config:
     settings: ExtenderSettings
     agent_params: dict[str, Any] = field(default_factory=dict)
+    # The variables this config was read from (environment, then file), for the layers that parse their
+    # own settings dataclasses from the same place (forecasting's Prometheus and store settings).
+    env: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> list[str]:
         """Problems that make the configuration unusable, each a sentence."""
@@ -51,4 +59,5 @@ def load_config(env: Mapping[str, str] | None = None, config_file: str | None = 
     file_values = read_config_file(config_file or env.get("KSO_CONFIG"))
     settings = load_settings(ExtenderSettings, env, file_values)
     params = {name: load_settings(cls.Params, env, file_values) for name, cls in AGENTS.items()}
-    return Config(settings, params)
+    merged = {**{k: str(v) for k, v in file_values.items()}, **env}
+    return Config(settings, params, merged)

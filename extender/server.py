@@ -47,6 +47,36 @@ def choose_source(config: Config) -> str:
     return "DEMO"
 
 
+def start_forecasts(config: Config) -> tuple[NodeStatsSource, Callable[[], Any]] | None:
+    """Forecast-backed statistics, refreshed by an APScheduler job off the request path; None when
+    forecasting is off. The first refresh starts at once but nobody waits for it: until it succeeds
+    (and whenever forecasts go stale) the safe agent uses the node annotations."""
+    env = config.env
+    choice = config.settings.forecast_source
+    if choice == "NONE" or (choice == "AUTO" and not env.get("KSO_PROMETHEUS_URL")):
+        return None
+    from datetime import datetime
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
+    from forecasting.prometheus import PrometheusSettings, PrometheusSource
+    from forecasting.stats_source import ForecastStats
+    from forecasting.store import ForecastStore, StoreSettings
+    from kso.settings import load_settings
+    from kso.stats import AnnotationStats
+
+    store = ForecastStore(load_settings(StoreSettings, env))
+    source = PrometheusSource(load_settings(PrometheusSettings, env))
+    forecaster = get_forecaster(config.settings.forecast_model or DEFAULT_FORECASTER)
+    scheduler = BackgroundScheduler(daemon=True)
+    scheduler.add_job(store.refresh, "interval", seconds=store.settings.refresh_s, args=(source, forecaster),
+                      id="forecast-refresh", max_instances=1, coalesce=True, next_run_time=datetime.now())
+    scheduler.start()
+    log.info("forecasts: %s from %s every %.0f s", forecaster.name, source.settings.url, store.settings.refresh_s)
+    return ForecastStats(store, AnnotationStats()), lambda: scheduler.shutdown(wait=False)
+
+
 def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterState | None = None) -> Running:
     """Create the node cache from the configured source and the Extender on top of it."""
     from kso import kube  # the kubernetes client is only needed here, not by the agents
@@ -68,6 +98,11 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         load_snapshot(config.settings.snapshot_path or None if source == "SNAPSHOT" else None, state)
         binder = kube.RecordingBinder()
     log.info("node cache source: %s", source)
+    if stats is None:
+        started = start_forecasts(config)
+        if started is not None:
+            stats, stop_forecasts = started
+            stop.append(stop_forecasts)
     return Running(Extender(config, state, binder, stats), stop)
 
 
