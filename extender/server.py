@@ -89,7 +89,10 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     stop: list[Callable[[], Any]] = []
     binder: Any
     if source == "API":
-        client = kube.load_api_client(config.settings.kubeconfig or None)
+        try:
+            client = kube.load_api_client(config.settings.kubeconfig or None)
+        except kube.KubeConfigError as exc:
+            raise SystemExit(f"kso: cannot reach the API server ({exc}); use --snapshot or --demo to run offline") from None
         watcher = kube.ClusterWatcher(state, client)
         watcher.start()
         stop.append(watcher.stop)
