@@ -156,6 +156,24 @@ def test_binpack_demand_defaults_and_window() -> None:
 # ---- edge cases --------------------------------------------------------------------------------------
 
 
+def test_binpack_resource_no_node_has_in_original_units() -> None:
+    # No node has ephemeral storage, so gamma_dem leaves it unnormalised, in the original's unit (GB),
+    # not in bytes (where a 1 GiB request is 2^30 and gamma_dem becomes the CV of that alone, 1.0).
+    # Pods seen: (10m, 16Mi, 1 pod, 0 gpu, 1Gi) and (10m, 16Mi, 1, 0, 0); capacity (500m, 64Mi, 1):
+    # mu = (.02, .25, 1, 0, .5), the only variance is .25 in eph: gamma_dem = .5 * .5 / (mu'mu).
+    state = ClusterState()
+    state.upsert_node(node_from_k8s(node_dict("n0", 0, 0, 0, 0, 0)))
+    state.upsert_node(node_from_k8s(node_dict("n1", 500, 64, 1, 0, 0)))
+    a = agent(A_BINPACK, num_resources=5)
+    a.score(call_for(state, names(2), eph_gi=1))
+    ex = a.explain(call_for(state, names(2)))
+    mu2 = 0.02**2 + 0.25**2 + 1 + 0.5**2
+    assert ex["gamma_demand"] == pytest.approx(0.25 / mu2)
+    # gamma_sys: rows 0 and u = (.02, .25, 1, 0, 0) -> sqrt((u'u)^2 / 16) / (u'u / 4) = 1
+    assert ex["pigeon_value"] == pytest.approx([None, 1 - 0.25 / mu2])
+
+
+
 @pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
 def test_infeasible_nodes_score_zero(policy: str) -> None:
     # n1 has 100m free for a 250m pod; n3 has no memory for the 16 MiB default.

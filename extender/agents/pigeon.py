@@ -47,6 +47,13 @@ RESOURCES = (CPU, MEMORY, PODS, GPU, EPHEMERAL_STORAGE)
 DEFAULT_CPU_MILLI = 10.0
 DEFAULT_MEMORY_BYTES = 16.0 * MIB
 
+# The original's units per resource in canonical units (cpu milli, memory MB, pods, gpu, ephemeral
+# GB; MB / GB read as MiB / GiB, as DEFAULT_MEMORY_BYTES reads its "16 MB"). Ratios do not depend on
+# them, but a resource no node has is left unnormalised in gamma_dem (see demand_gamma), and there the
+# unit is the value: kept in bytes, a 1 GiB ephemeral request would be 2^30 and swamp every other
+# resource. Such a resource is expressed in the original's unit instead.
+ORIGINAL_UNIT = {CPU: 1.0, MEMORY: MIB, PODS: 1.0, GPU: 1.0, EPHEMERAL_STORAGE: 1024.0 * MIB}
+
 # The original smooths demand with weight 1/min(count, 1/0.01): a plain mean of the first 100 pods,
 # then an exponential average that remembers roughly the last 100.
 DEMAND_WINDOW = 100
@@ -123,18 +130,21 @@ class DemandStats:
         return DemandStats(count, (1 - w) * self.mean + w * demand, (1 - w) * self.second + w * outer)
 
 
-def demand_gamma(stats: DemandStats, cap: np.ndarray) -> float:
+def demand_gamma(stats: DemandStats, cap: np.ndarray, unit: np.ndarray | float = 1.0) -> float:
     """gamma_dem: Albert-Zhang CV of demand, normalised per resource by the mean capacity of the
     nodes that have some (cap (K, R)). The covariance is E[d d'] - E[d] E[d]', both normalised
-    (libpigeon's abpnf_getvariation_demand_history: the moments, not a sample of pods)."""
+    (libpigeon's abpnf_getvariation_demand_history: the moments, not a sample of pods). ``unit``
+    (scalar or (R,)) is the original's unit of each resource in canonical units (ORIGINAL_UNIT)."""
     if stats.mean is None or stats.second is None:
         return 0.0
     pos = cap > 0
     count = pos.sum(axis=0)
     total = np.where(pos, cap, 0.0).sum(axis=0)
     # A resource no node has is left unnormalised, as in the original (cloudsystem_getaveragecapacity
-    # returns 0 there and the normaliser skips it). It only shifts gamma_dem, equally for every node.
-    avgcap = np.where(count > 0, total / np.maximum(count, 1), 1.0)
+    # returns 0 there and the normaliser skips it), i.e. in the original's unit, not in bytes. It
+    # only shifts gamma_dem, equally for every node.
+    unit = np.broadcast_to(np.asarray(unit, dtype=float), total.shape)
+    avgcap = np.where(count > 0, total / np.maximum(count, 1), unit)
     mu = stats.mean / avgcap
     cov = stats.second / np.outer(avgcap, avgcap) - np.outer(mu, mu)
     return float(albert_zhang(mu, np.asarray(mu @ cov @ mu)))
@@ -227,13 +237,15 @@ class PigeonAgent(Agent):
         self.policy = policy if policy in POLICIES else A_BINPACK
         self.num_resources = int(min(max(int(params.num_resources), 1), len(RESOURCES)))
         self.resources = RESOURCES[: self.num_resources]
+        self.units = np.array([ORIGINAL_UNIT[r] for r in self.resources])
         self._lock = threading.Lock()
         self._demand = DemandStats()
         self.priorities = {"pigeon-holing": self.score}
 
     def demand(self, call: Call) -> np.ndarray:
-        """The pod's demand over the used resources, canonical units (the objectives only use ratios,
-        so the original's MB / GB units change nothing but the defaults, which are converted here).
+        """The pod's demand over the used resources, canonical units (the objectives use ratios, so
+        the original's MB / GB units change only the defaults, converted here, and a resource no node
+        has, which demand_gamma takes in the original's unit: ORIGINAL_UNIT).
 
         Differences from the original (adapter.go), following kso's spec: requests are floats, so a
         memory request under 1 MiB is kept as it is (the original's integer MB made it 0 and then 16);
@@ -273,7 +285,7 @@ class PigeonAgent(Agent):
             return PigeonResult(values, None, stats.count)
         cols = [view.columns[r] for r in self.resources]
         cap = view.alloc[rows][:, cols]
-        gamma_dem = demand_gamma(stats, cap) if self.policy == A_BINPACK else None
+        gamma_dem = demand_gamma(stats, cap, self.units) if self.policy == A_BINPACK else None
         usage = call.requested()[rows][:, cols]
         new_usage = usage + d
         # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the
