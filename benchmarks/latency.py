@@ -13,8 +13,9 @@ What runs where
     topology / instance type, 10-40 images with digests and sizes, conditions, managedFields, addresses,
     nodeInfo, kube-safe-scheduler's ``mean-free-*`` / ``std-free-*`` annotations, ``congestion-factor`` on
     some), capacities drawn from the Alibaba openb trace (``openb-nodes.csv``), and up to 10 bound pods per
-    node (~8 on average: the trace pods are large) with requests from ``openb-pods-cpu.csv`` (first fit). Load statistics in the annotations are a
-    synthetic join (utilisation drawn around the requested share): the trace has no usage.
+    node (~8 on average: the trace pods are large) with requests from ``openb-pods-cpu.csv`` (first fit).
+    Load statistics in the annotations are a synthetic join (utilisation drawn around the requested
+    share): the trace has no usage.
   * Requests carry realistic pending Pods (init container, three containers, requests and limits, env,
     volume mounts, probes, tolerations, node and pod affinity, topology spread), each call with a fresh
     UID, in both modes: ``NodeNames`` (nodeCacheCapable: true) and full ``Nodes.items`` (false; the same
