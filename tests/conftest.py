@@ -3,6 +3,7 @@ extender (uvicorn on 127.0.0.1) over a ClusterState made from them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,16 @@ from kso.cluster import ClusterState
 from kso.kube import RecordingBinder
 from kso.objects import node_from_k8s, pod_from_k8s
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+def _shared() -> Path:
+    """The team's shared folder: $KSO_SHARED, else ../shared beside the checkout, else /work/shared."""
+    if os.environ.get("KSO_SHARED"):
+        return Path(os.environ["KSO_SHARED"])
+    beside = Path(__file__).resolve().parents[2] / "shared"
+    return beside if beside.exists() else Path("/work/shared")
+
+
+SHARED = _shared()
 FIXTURES = SHARED / "fixtures" / "kube-scheduler-1.36"
 
 
