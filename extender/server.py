@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Callable
@@ -126,6 +127,12 @@ def serve(config: Config) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     running = build(config)
     app = create_app(running.extender)
+    # The node cache is long-lived: move it out of the collector's reach and collect young objects
+    # less often. Parsing one full-nodes body creates ~160k containers; with default thresholds that
+    # triggers repeated full collections over the cache (measured: 92 ms -> 21 ms per 500-node parse).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     try:
         uvicorn.run(app, host=config.settings.host, port=config.settings.http_port,
                     log_level=uvicorn_level(level), access_log=False, loop="uvloop", http="httptools")

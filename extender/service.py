@@ -121,15 +121,22 @@ class Extender:
             res: PredicateResult | None = _safe_call(f"predicate {name}", self.predicates[name], call, self.metrics, verb)
             if res is None:
                 continue
+            known = view.known.tolist()
+            counted = 0
             for i, reason in res.reasons.items():
-                if i in unresolvable or not view.known[i]:
+                if i in unresolvable or not known[i]:
                     continue  # unknown nodes are passed, never judged on a sentinel row
                 failed.setdefault(i, []).append(reason)
-                self.metrics.filtered.labels(name).inc()
+                counted += 1
+            if counted:
+                self.metrics.filtered.labels(name).inc(counted)
+            unjudged = 0
             for i, note in res.notes.items():
-                if view.known[i]:
+                if known[i]:
                     notes.setdefault(i, []).append(note)
-                    self.metrics.unjudged.labels(name).inc()
+                    unjudged += 1
+            if unjudged:
+                self.metrics.unjudged.labels(name).inc(unjudged)
         if unresolvable:
             self.metrics.filtered.labels("no-capacity").inc(len(unresolvable))
         return failed, unresolvable, notes

@@ -344,7 +344,8 @@ class ClusterState:
         with self.lock:
             self._expire_recent(time.time())
             get = self._rows.get
-            rows = np.fromiter((get(n, 0) for n in names), dtype=np.intp, count=len(names))
+            row_list = [get(n, 0) for n in names]  # a list comprehension is ~3x faster than np.fromiter(genexpr)
+            rows = np.array(row_list, dtype=np.intp)
             return NodeView(
                 names=names,
                 known=rows > 0,
@@ -356,7 +357,7 @@ class ClusterState:
                 forecast_free=self.forecast_free[rows],
                 recent=self.recent[rows],
                 congestion=self.congestion[rows],
-                nodes=[self._nodes[r] for r in rows],
+                nodes=[self._nodes[r] for r in row_list],
                 image_node_count=self.image_node_count,
                 total_nodes=len(self._rows),
             )

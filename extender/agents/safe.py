@@ -84,14 +84,20 @@ class SafeAgent(Agent):
         failed = s.valid & (s.risk > self.eps)
         passed = ~failed.any(axis=1)
         reasons: dict[int, str] = {}
-        for i in np.flatnonzero(~passed):
-            parts = [
-                f"{RESOURCE_NAMES[r]} P(util > {self.u_star:.0%}) = {s.risk[i, r]:.3g} > eps {self.eps:.2g} "
-                f"(forecast util {s.mu[i, r]:.1%} +- {s.sigma[i, r]:.1%} with this pod, from {s.source[i]})"
-                for r in range(2)
-                if failed[i, r]
-            ]
-            reasons[int(i)] = "safe-overload: " + "; ".join(parts)
+        bad = np.flatnonzero(~passed)
+        if len(bad):
+            # Python floats, not numpy scalars, in the f-strings: formatting numpy scalars dominated
+            # the filter's cost when many nodes fail.
+            risk, mu, sigma, fail = (a[bad].tolist() for a in (s.risk, s.mu, s.sigma, failed))
+            head = f"P(util > {self.u_star:.0%}) ="
+            for k, i in enumerate(bad.tolist()):
+                parts = [
+                    f"{RESOURCE_NAMES[r]} {head} {risk[k][r]:.3g} > eps {self.eps:.2g} "
+                    f"(forecast util {mu[k][r]:.1%} +- {sigma[k][r]:.1%} with this pod, from {s.source[i]})"
+                    for r in range(2)
+                    if fail[k][r]
+                ]
+                reasons[i] = "safe-overload: " + "; ".join(parts)
         notes = {int(i): "safe-overload: no load statistics for this node; passed unjudged"
                  for i in np.flatnonzero(~s.valid.any(axis=1))}
         return PredicateResult(passed, reasons, notes)
