@@ -133,7 +133,8 @@ def test_resample_bins_irregular_samples_to_5_minutes() -> None:
 @pytest.mark.parametrize(
     ("name", "fallback"),
     [("holt-winters", "ewma"), ("seasonal-naive", "last-value"), ("ibm", "trimaran"),
-     ("holt-winters+conformal", "ewma+conformal")],
+     ("holt-winters+conformal", "ewma+conformal"), ("blend", "last-value"),
+     ("blend+conformal", "last-value+conformal"), ("auto+conformal", "last-value+conformal")],
 )
 def test_short_history_falls_back_and_says_so(name: str, fallback: str) -> None:
     fc = get_forecaster(name).forecast(grid_series(0.3 + 0.01 * np.arange(100) % 0.05), 1800)
