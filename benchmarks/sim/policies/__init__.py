@@ -1,0 +1,42 @@
+"""Scheduling policies for the replay, by name. Each is a ``benchmarks.sim.engine.Policy``; add one by
+writing a module here and one line in ``POLICIES``. ``kso-plan`` (optimizer + extender) is registered
+when its module (``kso_plan.py``) exists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from benchmarks.sim.engine import Policy
+from benchmarks.sim.policies.default import DefaultScheduler
+from benchmarks.sim.policies.koordinator import LoadAware
+from benchmarks.sim.policies.kso_extender import KsoExtenderPolicy, KsoInprocPolicy
+from benchmarks.sim.policies.trimaran_lroc import LowRiskOverCommitment
+from benchmarks.sim.policies.trimaran_lvrb import LoadVariationRiskBalancing
+from benchmarks.sim.policies.trimaran_tlp import TargetLoadPacking
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "default": DefaultScheduler,
+    "trimaran-tlp": TargetLoadPacking,
+    "trimaran-lvrb": LoadVariationRiskBalancing,
+    "trimaran-lroc": LowRiskOverCommitment,
+    "koordinator": LoadAware,
+    "kso": KsoExtenderPolicy,
+    "kso-inproc": KsoInprocPolicy,
+}
+
+try:  # the plan-driven policy lands with the optimizer
+    from benchmarks.sim.policies.kso_plan import KsoPlanPolicy  # type: ignore[import-not-found]
+except ImportError:
+    pass
+else:
+    POLICIES["kso-plan"] = KsoPlanPolicy
+
+PEERS = ("trimaran-tlp", "trimaran-lvrb", "trimaran-lroc", "koordinator")
+
+
+def make_policy(name: str, seed: int = 0, **kwargs: object) -> Policy:
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    return factory(seed=seed, **kwargs)

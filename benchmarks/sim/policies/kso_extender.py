@@ -1,0 +1,220 @@
+"""``kso`` and ``kso-inproc``: kube-scheduler's default profile plus the real kso extender (its default
+agents and weights), the way kube-scheduler drives an extender with ``nodeCacheCapable: true``.
+
+Per pod: the in-tree filters and node sampling pick the feasible nodes; ``/filter`` (NodeNames) removes
+the ones kso judges unsafe; if more than one is left, ``/prioritize``; final score = the default profile's
+plugin scores + extender score (0..10) x weight x 10 (extender-protocol.md), random tie-break; ``/bind``
+through the extender (RecordingBinder), so kso's own assumed-pod accounting is what decides the next pod.
+
+``kso`` talks HTTP to the FastAPI app on 127.0.0.1 (uvicorn in a thread, one keep-alive connection) and
+records each call's client-side latency; ``kso-inproc`` calls ``extender.service.Extender`` directly.
+
+Load statistics: at every step the node annotations kube-safe-scheduler's annotator would write are
+recomputed from the visible history and the nodes are upserted into kso's ClusterState:
+``mean-free-*`` = allocatable - 15-minute mean usage, ``std-free-*`` = the forecaster's std of the next
+15 minutes, ``forcasted-free-*`` = allocatable - the forecast mean (cpu millicores, memory MB). With
+``stats="window"`` the std is the 15-minute std and there is no forecast (cheaper).
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import orjson
+
+from benchmarks.sim.engine import Policy, SimPod, SimView
+from benchmarks.sim.policies.framework import Framework
+
+EXTENDER_WEIGHT = 5  # the README's KubeSchedulerConfiguration (extenders[].weight)
+EXTENDER_SCORE_SCALE = 10  # MaxNodeScore / MaxExtenderPriority
+MIB = 1024.0 * 1024.0
+FORECAST_HORIZON_S = 900.0
+WINDOW_S = 900.0
+# the extender's "recent bind" window is wall-clock based; the replay runs faster than real time, so it is
+# reset at each step boundary (the new metrics cover everything bound before) and left open within the step.
+OPEN_WINDOW_S = 1e9
+
+
+def node_object(name: str, cpu_milli: float, memory_bytes: float, max_pods: int, labels: dict[str, str],
+                taints: list[tuple[str, str, str]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels), "annotations": {}},
+        "spec": {"taints": [{"key": k, "value": v, "effect": e} for k, v, e in taints]},
+        "status": {"allocatable": {"cpu": f"{int(cpu_milli)}m", "memory": str(int(memory_bytes)), "pods": str(max_pods)},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def pod_object(pod: SimPod) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": "sim", "uid": pod.uid},
+        "spec": {"containers": [{"name": "main", "image": "sim/workload:1",
+                                 "resources": {"requests": {"cpu": f"{int(pod.cpu)}m", "memory": str(int(pod.memory))}}}],
+                 **({"nodeSelector": pod.node_selector} if pod.node_selector else {})},
+        "status": {"phase": "Pending"},
+    }
+
+
+# Annotations (kube-safe-scheduler units: cpu millicores, memory MB):
+#   mean-free = alloc - mean usage (15 min); std-free = std (forecast, else 15-min window);
+#   forcasted-free = alloc - forecast mean x alloc.
+def load_annotations(alloc: np.ndarray, mean_used: np.ndarray, std_used: np.ndarray,
+                     forecast_used: np.ndarray | None) -> list[dict[str, str]]:
+    scale = np.array([1.0, 1.0 / MIB])
+    mean_free = np.maximum(alloc - mean_used, 0.0) * scale
+    std = std_used * scale
+    fc_free = None if forecast_used is None else np.maximum(alloc - forecast_used, 0.0) * scale
+    out = []
+    for i in range(len(alloc)):
+        ann = {"mean-free-cpu": f"{mean_free[i, 0]:.0f}", "mean-free-memory": f"{mean_free[i, 1]:.0f}",
+               "std-free-cpu": f"{std[i, 0]:.0f}", "std-free-memory": f"{std[i, 1]:.0f}"}
+        if fc_free is not None:
+            ann["forcasted-free-cpu"] = f"{fc_free[i, 0]:.0f}"
+            ann["forcasted-free-memory"] = f"{fc_free[i, 1]:.0f}"
+        out.append(ann)
+    return out
+
+
+class KsoExtenderPolicy(Policy):
+    """kube-scheduler (default profile) + the kso extender over HTTP."""
+
+    name = "kso"
+    mode = "HTTP: real kso extender (uvicorn on 127.0.0.1), NodeNames mode"
+    http = True
+
+    def __init__(self, seed: int = 0, sample: bool = True, stats: str = "forecast", forecaster: str = "",
+                 env: dict[str, str] | None = None, extender_weight: int = EXTENDER_WEIGHT) -> None:
+        super().__init__(seed)
+        self.framework = Framework(seed, sample)
+        self.stats = stats
+        self.forecaster = forecaster
+        self.env = env or {}
+        self.extender_weight = extender_weight
+        self.extra: dict[str, Any] = {"observe_s": 0.0, "forecast_s": 0.0, "filtered_out": 0, "filter_calls": 0}
+        self._pods: dict[int, dict[str, Any]] = {}
+        self._server: Any = None
+        self._conn: http.client.HTTPConnection | None = None
+
+    # ---- lifecycle ----
+    def setup(self, sim: SimView) -> None:
+        from extender.config import load_config
+        from extender.service import Extender
+        from kso.cluster import ClusterState
+        from kso.kube import RecordingBinder
+        from kso.objects import node_from_k8s
+
+        config = load_config({"KSO_CLUSTER_SOURCE": "SNAPSHOT", "LOG_LEVEL": "WARNING", **self.env})
+        self.state = ClusterState(recent_window_s=OPEN_WINDOW_S)
+        # The Extender over a ClusterState we fill ourselves (extender.server.build would load a snapshot file).
+        self.extender = Extender(config, self.state, RecordingBinder())
+        self.base_nodes = [node_from_k8s(node_object(n, *sim.alloc[i], int(sim.max_pods[i]), sim.labels[i], sim.taints[i]))
+                           for i, n in enumerate(sim.node_names)]
+        for node in self.base_nodes:
+            self.state.upsert_node(node)
+        self.state.mark_synced("benchmarks.sim")
+        if self.http:
+            from extender.app import create_app
+            from extender.demo import BackgroundServer
+
+            self._server = BackgroundServer(create_app(self.extender)).__enter__()
+            self._conn = http.client.HTTPConnection("127.0.0.1", self._server.port, timeout=30)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._server is not None:
+            self._server.__exit__(None, None, None)
+            self._server = None
+
+    # ---- calls ----
+    def _post(self, verb: str, body: dict[str, Any]) -> Any:
+        t0 = time.perf_counter()
+        if self.http:
+            assert self._conn is not None
+            self._conn.request("POST", f"/{verb}", orjson.dumps(body), {"Content-Type": "application/json"})
+            resp = self._conn.getresponse()
+            raw = resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"extender /{verb}: HTTP {resp.status}: {raw[:300]!r}")
+            out = orjson.loads(raw)
+        else:
+            from extender.protocol import parse_binding_args, parse_extender_args
+
+            data = orjson.dumps(body)  # same bytes as on the wire: the in-process path parses them too
+            ext = self.extender
+            if verb == "filter":
+                out = ext.filter(parse_extender_args(data))
+            elif verb == "prioritize":
+                out = ext.prioritize(parse_extender_args(data))
+            else:
+                out = ext.bind(parse_binding_args(data))
+        self.latencies.setdefault(verb, []).append(time.perf_counter() - t0)
+        return out
+
+    # ---- monitoring -> annotations ----
+    def observe(self, sim: SimView) -> None:
+        t0 = time.perf_counter()
+        window = max(1, int(round(WINDOW_S / sim.step_s)))
+        mean, std, has = sim.window_stats(window)
+        # new metrics cover every pod bound before this step: expire kso's recent-bind list, then reopen it
+        self.state.recent_window_s = 0.0
+        self.state.view([])
+        self.state.recent_window_s = OPEN_WINDOW_S
+        if not has:
+            return
+        forecast_used = None
+        if self.stats == "forecast":
+            t1 = time.perf_counter()
+            fc = sim.node_forecasts(self.forecaster, FORECAST_HORIZON_S)
+            self.extra["forecast_s"] += time.perf_counter() - t1
+            if fc is not None:
+                forecast_used = fc["mean"] * sim.alloc
+                std = fc["std"] * sim.alloc
+        for node, ann in zip(self.base_nodes, load_annotations(sim.alloc, mean, std, forecast_used), strict=True):
+            self.state.upsert_node(replace(node, annotations=ann, memo={}))
+        self.extra["observe_s"] += time.perf_counter() - t0
+
+    def released(self, pod: SimPod, node: str, sim: SimView) -> None:
+        self.state.remove_pod(pod.uid)  # what kso's pod watch would report
+        self._pods.pop(pod.index, None)
+
+    # ---- scheduling ----
+    def place(self, pod: SimPod, sim: SimView) -> str | None:
+        idx = self.framework.feasible(pod, sim)
+        if len(idx) == 0:
+            return None
+        body = self._pods.get(pod.index)
+        if body is None:
+            body = self._pods[pod.index] = pod_object(pod)
+        names = [sim.node_names[i] for i in idx.tolist()]
+        reply = self._post("filter", {"Pod": body, "NodeNames": names})
+        passed = reply.get("NodeNames") or []
+        self.extra["filter_calls"] += 1
+        self.extra["filtered_out"] += len(names) - len(passed)
+        if not passed:
+            return None
+        if len(passed) == 1:  # prioritize is not called when only one node is feasible
+            return str(passed[0])
+        scores = self._post("prioritize", {"Pod": body, "NodeNames": passed})
+        ext = {s["Host"]: int(s["Score"]) for s in scores}
+        pidx = np.array([sim.node_index[n] for n in passed], dtype=np.int64)
+        total = self.framework.default_scores(pod, sim, pidx) + np.array(
+            [ext.get(n, 0) for n in passed], dtype=np.int64) * self.extender_weight * EXTENDER_SCORE_SCALE
+        return sim.node_names[self.framework.pick(pidx, total)]
+
+    def bound(self, pod: SimPod, node: str, sim: SimView) -> None:
+        reply = self._post("bind", {"PodName": pod.name, "PodNamespace": "sim", "PodUID": pod.uid, "Node": node})
+        if reply.get("Error"):
+            raise RuntimeError(f"extender /bind {pod.name} -> {node}: {reply['Error']}")
+
+
+class KsoInprocPolicy(KsoExtenderPolicy):
+    name = "kso-inproc"
+    mode = "in-process: extender.service.Extender called directly (same bodies, no HTTP)"
+    http = False
