@@ -1,0 +1,107 @@
+"""``kso bench`` (and ``python -m benchmarks.sim``): replay a trace through several policies and compare."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_POLICIES = "default,trimaran-tlp,trimaran-lvrb,trimaran-lroc,koordinator,kso"
+
+
+class Progress:
+    """A plain progress bar on stderr (one line, rewritten), no dependency."""
+
+    def __init__(self, label: str, stream: Any = None, width: int = 30) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.t0 = time.perf_counter()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        pct = int(100 * done / max(total, 1))
+        if not self.tty and pct // 25 == self._last // 25 and done != total:
+            return  # not a terminal: a line every 25 %, not every step
+        self._last = pct
+        filled = self.width * done // max(total, 1)
+        bar = "#" * filled + "." * (self.width - filled)
+        end = "\n" if done >= total else ("\r" if self.tty else "\n")
+        self.stream.write(f"{self.label:<16} [{bar}] {done}/{total} steps {time.perf_counter() - self.t0:6.1f} s{end}")
+        self.stream.flush()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", default="embedded", choices=("openb", "embedded"),
+                   help="openb: ../shared/data openb + Bitbrains; embedded: the excerpt shipped in kso/data")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
+    p.add_argument("--nodes", type=int, default=100, help="nodes to sample (openb; the embedded scenario has its own)")
+    p.add_argument("--hours", type=float, default=4.0, help="replay length")
+    p.add_argument("--seed", type=int, default=0, help="trace sampling, usage join and tie-breaks")
+    p.add_argument("--out", default="bench-report", help="folder for report.md and the plots")
+    p.add_argument("--u-star", type=float, default=0.9, help="overload threshold, fraction of allocatable (default 0.9)")
+    p.add_argument("--target-load", type=float, default=0.75,
+                   help="time-averaged requested load the superposed openb windows reach (fraction of capacity)")
+    p.add_argument("--start-hour", type=float, default=9.0, help="time of day of the Bitbrains profiles at replay start")
+    p.add_argument("--kso-stats", default="forecast", choices=("forecast", "window"),
+                   help="kso's node annotations: forecaster std/mean (default) or the 15-minute window only")
+    p.add_argument("--no-sampling", action="store_true", help="score every feasible node (no percentageOfNodesToScore)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    from benchmarks.sim.engine import run
+    from benchmarks.sim.metrics import compute
+    from benchmarks.sim.policies import POLICIES, make_policy
+    from benchmarks.sim.report import machine_line, terminal_table, write_report
+    from benchmarks.sim.trace import build_scenario
+
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        print(f"kso bench: unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
+        return 2
+    logging.getLogger("kso").setLevel(logging.ERROR)  # the offline binder's one-time warning is expected here
+    t0 = time.perf_counter()
+    scenario = build_scenario(args.trace, args.nodes, args.hours, args.seed, args.target_load, args.start_hour)
+    print(f"scenario built in {time.perf_counter() - t0:.1f} s: {scenario.describe()}", file=sys.stderr)
+    results = []
+    for name in names:
+        kwargs: dict[str, Any] = {"sample": not args.no_sampling}
+        if name.startswith("kso") and name != "kso-plan":
+            kwargs["stats"] = args.kso_stats
+        policy = make_policy(name, args.seed, **kwargs)
+        result = run(scenario, policy, Progress(name))
+        results.append(compute(result, args.u_star))
+    print(terminal_table(results, scenario))
+    print(f"machine: {machine_line()}")
+    command = "kso bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    path = write_report(results, scenario, Path(args.out), command, with_plots=not args.no_plots)
+    print(f"report: {path}")
+    return 0
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``kso bench`` on the ``kso`` command's subparsers."""
+    p = subparsers.add_parser("bench", help="replay a trace through the default scheduler, the peers and kso, "
+                                            "and write a comparison report")
+    add_arguments(p)
+    p.set_defaults(func=run_bench)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sim", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return run_bench(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
