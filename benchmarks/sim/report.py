@@ -87,7 +87,8 @@ def plots(metrics: Sequence[RunMetrics], scenario: Scenario, out: Path) -> list[
     n = len(metrics)
     cols = min(3, n)
     rows_ = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows_, cols, figsize=(4.6 * cols, 3.4 * rows_), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(rows_, cols, figsize=(4.6 * cols, 3.4 * rows_), squeeze=False, sharey=True,
+                             layout="constrained")
     im = None
     for ax, m in zip(axes.flat, metrics, strict=False):
         im = ax.imshow(m.util.max(axis=2), aspect="auto", origin="lower", vmin=0.0, vmax=1.0, cmap="magma",

@@ -1,0 +1,84 @@
+"""The kso policy end to end: the real extender over HTTP on 127.0.0.1 inside the replay, and the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.sim.cli import main as bench_main
+from benchmarks.sim.engine import SimPod, SimView, run
+from benchmarks.sim.metrics import compute
+from benchmarks.sim.policies import make_policy
+from benchmarks.sim.policies.kso_extender import KsoExtenderPolicy
+from benchmarks.sim.trace import USAGE_LABEL, Scenario
+
+GIB = 1024.0**3
+
+
+def two_nodes(n_steps: int = 6) -> Scenario:
+    return Scenario("kso-tiny", 300.0, n_steps, ["hot", "cool"], np.array([10000.0, 10000.0]), np.array([16 * GIB] * 2),
+                    [], np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, n_steps, 2)))
+
+
+def test_kso_http_rejects_a_node_its_statistics_say_is_hot() -> None:
+    view = SimView(two_nodes())
+    # hot: 2 cores requested but 9 of 10 cores used for the last 3 steps; cool: 6 cores requested, 1 core used
+    view.requested[:] = [[2000, 2 * GIB], [6000, 2 * GIB]]
+    view.step = 3
+    view._usage[0, :3] = [9000, 2 * GIB]
+    view._usage[1, :3] = [1000, 2 * GIB]
+    pod = SimPod(0, "new", "uid-new", 1000, GIB, 3, 6)
+    assert make_policy("default", 0).place(pod, view) == "hot"  # LeastAllocated prefers the less requested node
+    kso = KsoExtenderPolicy(seed=0, stats="window")
+    kso.setup(view)
+    try:
+        kso.observe(view)
+        assert kso.state.node("hot").annotations["mean-free-cpu"] == "1000"
+        assert kso.place(pod, view) == "cool"
+        assert kso.extra["filtered_out"] == 1
+        kso.bound(pod, "cool", view)
+        assert kso.state.pods["uid-new"].node_name == "cool"  # bound through /bind: kso's own accounting
+        assert set(kso.latencies) == {"filter", "bind"}  # one node left: no prioritize call
+    finally:
+        kso.close()
+
+
+def test_kso_http_replay_accounts_every_pod() -> None:
+    steps = 6
+    pods = [(2000.0, 0, 4), (3000.0, 0, 6), (1000.0, 1, 3), (4000.0, 2, 6), (2500.0, 3, 6), (10500.0, 3, 6)]
+    usage = np.full((len(pods), steps, 2), 0.5, dtype=np.float32)
+    base = two_nodes(steps)
+    s = Scenario("kso-tiny", 300.0, steps, base.node_names, base.node_cpu, base.node_memory,
+                 [f"p{i}" for i in range(len(pods))], np.array([p[0] for p in pods]), np.full(len(pods), GIB),
+                 np.array([p[1] for p in pods]), np.array([p[2] for p in pods]), usage)
+    policy = KsoExtenderPolicy(seed=1)
+    res = run(s, policy)
+    m = compute(res)
+    assert m.scheduled == 5 and m.pending_end == 1  # the 10.5-core pod is bigger than any node
+    assert policy.latencies["filter"] and len(policy.latencies["bind"]) == 5
+    assert m.latency_ms["filter"][2] == len(policy.latencies["filter"])
+    # at the end kso's cache holds exactly the pods still running, on the nodes the engine has them on
+    running = {p.uid: s.node_names[p.node] for p in res.pods if p.node >= 0 and p.departure_step > steps - 1}
+    assert {uid: pod.node_name for uid, pod in policy.state.pods.items()} == running
+    assert policy._server is None  # closed
+
+
+def test_bench_cli_on_the_embedded_trace(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    rc = bench_main(["--trace", "embedded", "--hours", "1", "--policies", "default,koordinator,kso-inproc",
+                     "--kso-stats", "window", "--out", str(tmp_path), "--no-plots"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert USAGE_LABEL in out and "kso-inproc" in out and "koordinator" in out
+    report = (tmp_path / "report.md").read_text()
+    assert USAGE_LABEL in report and "Bitbrains" in report and "openb" in report and "machine:" in report
+
+
+def test_report_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    rc = bench_main(["--trace", "embedded", "--hours", "0.5", "--policies", "default,trimaran-tlp",
+                     "--out", str(tmp_path)])
+    assert rc == 0
+    for name in ("heatmap.png", "overloads.png", "nodes_in_use.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+        assert f"]({name})" in (tmp_path / "report.md").read_text()
