@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-hour", type=float, default=9.0, help="time of day of the Bitbrains profiles at replay start")
     p.add_argument("--kso-stats", default="forecast", choices=("forecast", "window"),
                    help="kso's node annotations: forecaster std/mean (default) or the 15-minute window only")
+    p.add_argument("--kso-env", default="",
+                   help="extender settings for the kso policies, e.g. 'KSO_AGENTS=safe;SAFEPERCENTILE=10' (the policy "
+                        "name then shows them); default: kso's defaults")
     p.add_argument("--no-sampling", action="store_true", help="score every feasible node (no percentageOfNodesToScore)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
@@ -75,6 +78,8 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         kwargs: dict[str, Any] = {"sample": not args.no_sampling}
         if name.startswith("kso") and name != "kso-plan":
             kwargs["stats"] = args.kso_stats
+            if args.kso_env:
+                kwargs["env"] = dict(item.split("=", 1) for item in args.kso_env.split(";") if "=" in item)
         policy = make_policy(name, args.seed, **kwargs)
         result = run(scenario, policy, Progress(name))
         results.append(compute(result, args.u_star))

@@ -37,6 +37,7 @@ class RunMetrics:
     pods_moved: int  # 0: no re-optimisation in these runs
     latency_ms: dict[str, tuple[float, float, int]]  # verb -> (p50, p99, calls)
     wall_s: float
+    extra: dict[str, float] = field(default_factory=dict)  # policy-specific timings and counters
     per_step_overloads: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     per_step_nodes_in_use: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     util: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # (N, T, 2)
@@ -91,5 +92,6 @@ def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
         spread_cpu=float(spread[:, 0].mean()), spread_memory=float(spread[:, 1].mean()),
         mean_util_cpu=float(util[:, :, 0][in_use].mean()) if n_used else 0.0, pods_moved=0,
         latency_ms={verb: (_pct(v, 50), _pct(v, 99), len(v)) for verb, v in result.latencies.items()},
-        wall_s=result.wall_s, per_step_overloads=events.sum(axis=0), per_step_nodes_in_use=in_use.sum(axis=0),
+        wall_s=result.wall_s, extra=dict(result.extra), per_step_overloads=events.sum(axis=0),
+        per_step_nodes_in_use=in_use.sum(axis=0),
         util=util)

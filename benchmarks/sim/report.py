@@ -66,8 +66,14 @@ def terminal_table(metrics: Sequence[RunMetrics], scenario: Scenario) -> str:
         lines.append(f"  {r[0]:<16}" + "".join(f"{v:>10}" for v in r[1:]))
     lines.append("")
     for m in metrics:
-        lines.append(f"  {m.policy}: {m.mode}")
+        lines.append(f"  {m.policy}: {m.mode}{_extra(m)}")
     return "\n".join(lines)
+
+
+def _extra(m: RunMetrics) -> str:
+    if not m.extra:
+        return ""
+    return " (" + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in m.extra.items()) + ")"
 
 
 def _md_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> str:
@@ -151,7 +157,7 @@ def write_report(metrics: Sequence[RunMetrics], scenario: Scenario, out: Path, c
         "",
         "## How each policy ran",
         "",
-        *(f"- `{m.policy}`: {m.mode}" for m in metrics),
+        *(f"- `{m.policy}`: {m.mode}{_extra(m)}" for m in metrics),
         "",
         *(f"![{name}]({name})\n" for name in images),
         "## Data sources",

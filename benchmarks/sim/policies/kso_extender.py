@@ -95,6 +95,8 @@ class KsoExtenderPolicy(Policy):
         self.stats = stats
         self.forecaster = forecaster
         self.env = env or {}
+        if self.env:  # a non-default configuration is labelled in every table
+            self.name = f"{self.name}[{','.join(f'{k}={v}' for k, v in sorted(self.env.items()))}]"
         self.extender_weight = extender_weight
         self.extra: dict[str, Any] = {"observe_s": 0.0, "forecast_s": 0.0, "filtered_out": 0, "filter_calls": 0}
         self._pods: dict[int, dict[str, Any]] = {}
