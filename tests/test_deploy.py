@@ -322,9 +322,10 @@ def _bindings() -> list[dict[str, Any]]:
 
 def test_service_accounts_and_roles_referenced_exist() -> None:
     accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in _docs() if d["kind"] == "ServiceAccount"}
-    for where, spec in _pod_specs():
-        ns = "kso-system"
-        assert (ns, spec["serviceAccountName"]) in accounts, where
+    for workload, spec in ((_deployment(), _deployment()["spec"]["template"]["spec"]),
+                           (_cronjob(), _cronjob()["spec"]["jobTemplate"]["spec"]["template"]["spec"])):
+        assert (workload["metadata"]["namespace"], spec["serviceAccountName"]) in accounts, workload["metadata"]["name"]
+        assert spec.get("automountServiceAccountToken", True), "kso and kube-scheduler talk to the API server"
     roles = _role_index()
     for b in _bindings():
         ns = b["metadata"].get("namespace")
