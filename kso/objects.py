@@ -68,6 +68,14 @@ def normalize_image(ref: str) -> str:
     return name
 
 
+@dataclass(slots=True, frozen=True)
+class Toleration:
+    key: str
+    operator: str  # "Equal" | "Exists"
+    value: str
+    effect: str  # "" = every effect
+
+
 @dataclass(slots=True)
 class PodInfo:
     uid: str
@@ -85,6 +93,11 @@ class PodInfo:
     priority: int = 0
     scheduler_name: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
+    # Hard placement rules (kso.placement evaluates them): spec.nodeSelector, spec.tolerations and the
+    # required node affinity's nodeSelectorTerms (ORed terms of ANDed (key, operator, values)).
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    required_terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] = ()
 
     @property
     def key(self) -> str:
@@ -160,6 +173,13 @@ def pod_from_k8s(pod: Any) -> PodInfo:
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ObjectError("Pod.spec.priority must be an integer")
     annotations = _dict(meta.get("annotations"), "Pod.metadata.annotations")
+    selector = _dict(spec.get("nodeSelector"), "Pod.spec.nodeSelector")
+    tolerations = []
+    for i, t in enumerate(_list(spec.get("tolerations"), "Pod.spec.tolerations")):
+        t = _dict(t, f"Pod.spec.tolerations[{i}]")
+        operator = _str(t.get("operator"), "toleration.operator") or "Equal"
+        tolerations.append(Toleration(_str(t.get("key"), "toleration.key"), operator, _str(t.get("value"), "toleration.value"),
+                                      _str(t.get("effect"), "toleration.effect")))
     return PodInfo(
         uid=_str(meta.get("uid"), "Pod.metadata.uid"),
         namespace=_str(meta.get("namespace"), "Pod.metadata.namespace", "default") or "default",
@@ -176,7 +196,32 @@ def pod_from_k8s(pod: Any) -> PodInfo:
         priority=priority,
         scheduler_name=_str(spec.get("schedulerName"), "Pod.spec.schedulerName"),
         annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+        node_selector={k: v for k, v in selector.items() if isinstance(v, str)},
+        tolerations=tuple(tolerations),
+        required_terms=_required_terms(spec),
     )
+
+
+def _required_terms(spec: dict[str, Any]) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...]:
+    affinity = _dict(_dict(spec.get("affinity"), "Pod.spec.affinity").get("nodeAffinity"), "Pod.spec.affinity.nodeAffinity")
+    required = _dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.required")
+    terms = []
+    for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeAffinity.required.nodeSelectorTerms")):
+        what = f"nodeSelectorTerms[{i}]"
+        exprs = []
+        for j, e in enumerate(_list(_dict(term, what).get("matchExpressions"), f"{what}.matchExpressions")):
+            e = _dict(e, f"{what}.matchExpressions[{j}]")
+            values = tuple(_str(v, f"{what}.matchExpressions[{j}].values[]") for v in _list(e.get("values"), "values"))
+            exprs.append((_str(e.get("key"), "matchExpressions.key"), _str(e.get("operator"), "matchExpressions.operator"),
+                          values))
+        for j, f in enumerate(_list(_dict(term, what).get("matchFields"), f"{what}.matchFields")):
+            f = _dict(f, f"{what}.matchFields[{j}]")
+            values = tuple(_str(v, f"{what}.matchFields[{j}].values[]") for v in _list(f.get("values"), "values"))
+            # The only supported field is metadata.name; "field:" keeps it apart from labels.
+            exprs.append(("field:" + _str(f.get("key"), "matchFields.key"), _str(f.get("operator"), "matchFields.operator"),
+                          values))
+        terms.append(tuple(exprs))
+    return tuple(terms)
 
 
 @dataclass(slots=True)

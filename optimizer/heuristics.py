@@ -1,0 +1,113 @@
+"""Baselines for the optimizer, on the same compiled problem: first-fit-decreasing and best-fit (the
+bin-packing heuristics a plan must beat), and the LP-relaxation lower bound on nodes used (scipy HiGHS).
+
+FFD also warm-starts CP-SAT: its placement is given as the solver's hint, so a plan exists at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from optimizer.model import Compiled
+
+
+@dataclass(slots=True)
+class HeuristicResult:
+    x: np.ndarray  # (C, N)
+    unplaced: np.ndarray  # (C,)
+    nodes_used: int
+
+
+# Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node.
+def _pod_order(comp: Compiled) -> np.ndarray:
+    mean_free = np.maximum(comp.free[:, :2].mean(axis=0), 1)
+    size = (comp.req[:, :2] / mean_free).max(axis=1)
+    return np.argsort(-size, kind="stable")
+
+
+def _node_order(comp: Compiled) -> np.ndarray:
+    """Nodes already in use first, then the largest (by cpu then memory) first."""
+    return np.lexsort((-comp.free[:, 1], -comp.free[:, 0], ~comp.has_pods))
+
+
+def _place(comp: Compiled, best_fit: bool) -> HeuristicResult:
+    n_c, n_n = comp.n_classes, comp.n_nodes
+    free = comp.free.astype(np.int64).copy()
+    budget = comp.budget.astype(np.int64).copy()
+    order = _node_order(comp)
+    rank = np.empty(n_n, dtype=np.int64)
+    rank[order] = np.arange(n_n)
+    used = comp.has_pods.copy()
+    x = np.zeros((n_c, n_n), dtype=np.int64)
+    unplaced = np.zeros(n_c, dtype=np.int64)
+    scale = np.maximum(comp.free[:, :2].max(axis=0), 1).astype(float)
+    for ci in _pod_order(comp):
+        req = comp.req[ci]
+        a = comp.a[:, ci, :]
+        for _ in range(int(comp.counts[ci])):
+            ok = comp.eligible[ci] & (free >= req[None, :]).all(axis=1) & (budget >= a).all(axis=0)
+            if not ok.any():
+                unplaced[ci] += 1
+                continue
+            cand = np.nonzero(ok)[0]
+            if best_fit:
+                # Best fit: the node left with the least free cpu+memory share; open new nodes last.
+                left = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
+                ni = cand[np.argmin(left)]
+            else:
+                ni = cand[np.argmin(rank[cand])]
+            x[ci, ni] += 1
+            free[ni] -= req
+            budget[:, ni] -= a[:, ni]
+            used[ni] = True
+    return HeuristicResult(x, unplaced, int(used.sum()))
+
+
+def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
+    return _place(comp, best_fit=False)
+
+
+def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
+    return _place(comp, best_fit=True)
+
+
+# LP relaxation of binpack (x >= 0 and 0 <= y <= 1 continuous), the same constraints as the model:
+#     min sum_n y_n   s.t.  sum_n x[c, n] = count[c] - unplaced[c],
+#                           sum_c req[c, r] x[c, n] <= free[n, r] y[n],   sum_c a[c, n] x[c, n] <= budget[n] y[n]
+# with y fixed to 1 on nodes that already host pods. unplaced is fixed to the plan's, so the bound is for
+# placing the same pods. Its optimum is a lower bound on the nodes any placement of those pods uses.
+def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None) -> float:
+    ub = comp.ub()
+    ci_idx, ni_idx = np.nonzero(ub)
+    n_x, n_n = len(ci_idx), comp.n_nodes
+    n_var = n_x + n_n
+    need = comp.counts - (unplaced if unplaced is not None else 0)
+    # Equalities: one row per class.
+    a_eq = sp.csr_matrix((np.ones(n_x), (ci_idx, np.arange(n_x))), shape=(comp.n_classes, n_var))
+    rows, cols, vals = [], [], []
+    b_ub = []
+    row = 0
+    cap_rows = [(comp.req[:, r].astype(float), comp.free[:, r].astype(float)) for r in range(len(comp.resources))]
+    cap_rows += [(None, comp.budget[k].astype(float)) for k in range(2)]
+    for k, (coef, cap) in enumerate(cap_rows):
+        c_vals = coef[ci_idx] if coef is not None else comp.a[k - len(comp.resources), ci_idx, ni_idx].astype(float)
+        rows.append(row + ni_idx)
+        cols.append(np.arange(n_x))
+        vals.append(c_vals)
+        rows.append(row + np.arange(n_n))
+        cols.append(n_x + np.arange(n_n))
+        vals.append(-np.maximum(cap, 0.0))
+        b_ub.append(np.zeros(n_n))
+        row += n_n
+    a_ub = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, n_var))
+    cost = np.concatenate([np.zeros(n_x), np.ones(n_n)])
+    bounds = [(0, None)] * n_x + [(1.0, 1.0) if comp.has_pods[n] else (0.0, 1.0) for n in range(n_n)]
+    res = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(b_ub), A_eq=a_eq, b_eq=need.astype(float), bounds=bounds,
+                  method="highs")
+    if res.status != 0:
+        return float("nan")
+    return float(res.fun)

@@ -1,0 +1,129 @@
+"""What the optimizer is asked: nodes with their forecast load, and workload classes to place.
+
+A *workload class* is a set of interchangeable pods: same owner (ReplicaSet, StatefulSet, Job, ...) and
+same requests, or, for pods without an owner, the same requests and placement rules. The plan reasons
+about classes, not pod names, so it can place pods that do not exist yet (the next replicas).
+Units are kso's canonical ones: cpu millicores, memory bytes; usage mean and std in the same units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+from kso.objects import NodeInfo, PodInfo
+from kso.resources import CPU, MEMORY, PODS
+
+# The resources the safe bound is judged on (forecasts exist for these).
+LOAD_RESOURCES = (CPU, MEMORY)
+
+
+class ProblemError(ValueError):
+    """An optimisation input that cannot be used; the message names it."""
+
+
+@dataclass(slots=True)
+class NodeLoad:
+    """Forecast load of one node and resource, in absolute units; NaN mean = no forecast."""
+
+    mean: float = math.nan
+    std: float = 0.0
+
+
+@dataclass(slots=True)
+class PlanNode:
+    name: str
+    allocatable: dict[str, float]  # canonical units, incl. pods and extended resources
+    requested: dict[str, float]  # requests of the pods already bound (and kept in place)
+    load: dict[str, NodeLoad]  # per LOAD_RESOURCES; forecast of the current load (bound pods' usage)
+    cost: float = 1.0
+    info: NodeInfo | None = None  # for placement rules (labels, taints, unschedulable)
+    has_pods: bool = False  # already hosts pods, so it is "in use" whatever the plan does
+
+
+@dataclass(slots=True)
+class UsageModel:
+    """A pod's own usage distribution per resource (absolute units): from its class history where known,
+    otherwise its request with no spread."""
+
+    mean: dict[str, float]
+    std: dict[str, float]
+    source: str  # "history" | "request"
+
+
+@dataclass(slots=True)
+class WorkloadClass:
+    key: str
+    requests: dict[str, float]
+    count: int  # pods of this class to place
+    usage: UsageModel
+    example: PodInfo | None = None  # placement rules (selector, tolerations, affinity) of the class
+    members: list[str] = field(default_factory=list)  # uids of the pods this count stands for, if known
+
+
+@dataclass(slots=True)
+class PlacementProblem:
+    nodes: list[PlanNode]
+    classes: list[WorkloadClass]
+    u_star: float
+    eps: float
+    input_ages: dict[str, float] = field(default_factory=dict)  # what -> seconds
+    baseline_pods: list[str] = field(default_factory=list)  # uids already bound when the problem was read
+
+    def validate(self) -> None:
+        if not 0 < self.u_star <= 1:
+            raise ProblemError(f"U* must be in (0, 1], got {self.u_star}")
+        if not 0 < self.eps < 1:
+            raise ProblemError(f"eps must be in (0, 1), got {self.eps}")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ProblemError("node names must be unique")
+        keys = [c.key for c in self.classes]
+        if len(set(keys)) != len(keys):
+            raise ProblemError("class keys must be unique")
+        for c in self.classes:
+            if c.count < 0:
+                raise ProblemError(f"class {c.key}: negative count")
+            for r, v in c.requests.items():
+                if not math.isfinite(v) or v < 0:
+                    raise ProblemError(f"class {c.key}: request {r}={v} is not a finite non-negative number")
+
+
+def _shape(requests: dict[str, float]) -> str:
+    parts = [f"cpu={requests.get(CPU, 0):g}m", f"mem={requests.get(MEMORY, 0) / 2**20:g}Mi"]
+    parts += [f"{r}={v:g}" for r, v in sorted(requests.items()) if r not in (CPU, MEMORY, PODS) and v]
+    return ",".join(parts)
+
+
+def _rules_digest(pod: PodInfo) -> str:
+    """Placement rules as a short digest, so pods with different rules never share a class."""
+    if not (pod.node_selector or pod.tolerations or pod.required_terms):
+        return ""
+    text = repr((sorted(pod.node_selector.items()), pod.tolerations, pod.required_terms))
+    return "#" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+# class key = "<namespace>/<OwnerKind>/<owner>@<shape>" for owned pods, "shape@<shape><rules>" otherwise.
+def class_key(pod: PodInfo) -> str:
+    shape = _shape(pod.requests)
+    if pod.owner_kind and pod.owner_name:
+        return f"{pod.namespace}/{pod.owner_kind}/{pod.owner_name}@{shape}"
+    return f"shape@{shape}{_rules_digest(pod)}"
+
+
+def group_classes(pods: list[PodInfo], usage: dict[str, UsageModel] | None = None) -> list[WorkloadClass]:
+    """Pods to place, grouped into classes; ``usage`` maps class key -> usage model from history."""
+    usage = usage or {}
+    classes: dict[str, WorkloadClass] = {}
+    for pod in pods:
+        key = class_key(pod)
+        wc = classes.get(key)
+        if wc is None:
+            model = usage.get(key) or UsageModel(
+                {r: pod.requests.get(r, 0.0) for r in LOAD_RESOURCES}, {r: 0.0 for r in LOAD_RESOURCES}, "request")
+            wc = classes[key] = WorkloadClass(key, dict(pod.requests), 0, model, pod)
+        wc.count += 1
+        if pod.uid:
+            wc.members.append(pod.uid)
+    return list(classes.values())
