@@ -15,9 +15,11 @@ import logging
 import re
 import shutil
 import subprocess
+import threading
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -387,7 +389,7 @@ def _lease() -> tuple[str, str]:
 PLAN = ("kso-system", "kso-plan")
 SCHEDULER_POD_NEEDS = [
     *[("", r, v, None, None) for r in ("nodes", "pods") for v in ("get", "list", "watch")],
-    ("", "pods/binding", "create", "team-a", "web-0"),
+    ("", "bindings", "create", "team-a", None), ("", "pods/binding", "create", "team-a", "web-0"),
     *[(g, "events", v, "team-a", None) for g in ("", "events.k8s.io") for v in ("create", "patch")],
     *[("", "configmaps", v, *PLAN) for v in ("get", "list", "watch")],
     # + the leader-election lease, named in the scheduler configuration (test below)
@@ -424,6 +426,49 @@ def test_rbac_scheduler_pod_gets_what_it_needs_and_no_more() -> None:
     assert not _allowed(g, "coordination.k8s.io", "leases", "create", "team-a")
     assert not _allowed(g, "", "configmaps", "get", "kso-system", "kso-settings")
     assert not _allowed(g, "", "configmaps", "get", "team-a", "kso-plan")
+
+
+def test_rbac_covers_the_binding_request_kso_actually_sends() -> None:
+    """kso's binder (kso.kube.ApiBinder, the real kubernetes client) binds a pod against a recording HTTP
+    server on 127.0.0.1; the RBAC resource of the URL it POSTs to must be granted to the scheduler pod
+    ("bindings" and "pods/binding" are different RBAC names for the same operation)."""
+    from kubernetes import client
+
+    from kso.kube import ApiBinder
+
+    paths: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            paths.append(urlparse(self.path).path)
+            body = b'{"kind":"Status","apiVersion":"v1","status":"Success","code":201}'
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{server.server_address[1]}"
+        ApiBinder(client.ApiClient(configuration=cfg), timeout_s=5).bind("team-a", "web-0", "uid-1", "node-1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    [path] = paths
+    m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/(\w+)(?:/([^/]+)/(\w+))?", path)
+    assert m, path
+    namespace, resource, name, sub = m.groups()
+    resource = f"{resource}/{sub}" if sub else resource
+    g = _grants(_deployment()["spec"]["template"]["spec"]["serviceAccountName"])
+    assert _allowed(g, "", resource, "create", namespace, name), (path, resource)
 
 
 def test_rbac_reoptimize_job_gets_what_it_needs_and_no_more() -> None:
