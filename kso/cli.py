@@ -4,9 +4,12 @@ lower layers never import this one."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
+
+COMMAND_MODULES = ("forecasting.cli", "optimizer.cli", "optimizer.reoptimize", "benchmarks.sim.cli")
 
 
 def _extender(args: argparse.Namespace) -> int:
@@ -52,12 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=_demo)
 
-    try:
-        from forecasting.cli import add_commands
-    except ImportError:
-        pass
-    else:
-        add_commands(sub)
+    # Each layer adds its own subcommands; a layer that is not installed is skipped.
+    for module in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):
+                raise
+            continue
+        mod.add_commands(sub)
 
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:

@@ -262,6 +262,15 @@ class ClusterState:
             self._account(pod, row, -1)
         self._touch()
 
+    def pending_pods(self) -> list[PodInfo]:
+        """Pods seen without a node (the scheduling queue as far as the watch shows it), oldest first."""
+        with self.lock:
+            return list(self._pending.values())
+
+    def bound_pods(self) -> list[PodInfo]:
+        with self.lock:
+            return list(self.pods.values())
+
     def remember_pending(self, pod: PodInfo) -> None:
         with self.lock:
             self._pending[pod.uid] = pod

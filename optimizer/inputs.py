@@ -1,0 +1,109 @@
+"""A PlacementProblem from what kso knows of a cluster: ClusterState (API server or snapshot) for nodes,
+bound and pending pods, and NodeForecasts (Prometheus or a trace) for the nodes' load."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from forecasting.types import NodeForecast
+from kso.cluster import STAT_SCALE, ClusterState
+from kso.objects import PodInfo
+from kso.resources import CPU, MEMORY
+from optimizer.problem import (
+    LOAD_RESOURCES,
+    NodeLoad,
+    PlacementProblem,
+    PlanNode,
+    UsageModel,
+    class_key,
+    group_classes,
+)
+
+log = logging.getLogger("kso.optimizer")
+FORECAST_NAMES = {CPU: "cpu", MEMORY: "memory"}
+DEFAULT_COST_KEY = "hightower.com/cost"
+
+
+def node_cost(labels: dict[str, str], annotations: dict[str, str], key: str) -> float:
+    """Per-node cost from an annotation (Hightower's toy scheduler: ``hightower.com/cost``) or a label of
+    that name; missing or unusable -> 1.0 (logged once per node and value)."""
+    raw = annotations.get(key, labels.get(key))
+    if raw is None:
+        return 1.0
+    try:
+        cost = float(raw)
+    except ValueError:
+        cost = math.nan
+    if not math.isfinite(cost) or cost < 0:
+        log.warning("node cost %s=%r is not a non-negative number; using 1.0", key, raw)
+        return 1.0
+    return cost
+
+
+def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, float]]) -> dict[str, UsageModel]:
+    """Per class, mean and std of its running pods' measured usage (``usage``: ``namespace/pod`` ->
+    resource -> absolute usage, e.g. from PrometheusSource.pod_series), for classes with 2+ samples."""
+    samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for pod in bound:
+        u = usage.get(pod.key)
+        if not u:
+            continue
+        for r in LOAD_RESOURCES:
+            v = u.get(FORECAST_NAMES[r])
+            if v is not None and math.isfinite(v):
+                samples[class_key(pod)][r].append(v)
+    out = {}
+    for key, per_r in samples.items():
+        if all(len(per_r.get(r, [])) >= 2 for r in LOAD_RESOURCES):
+            out[key] = UsageModel({r: float(np.mean(per_r[r])) for r in LOAD_RESOURCES},
+                                  {r: float(np.std(per_r[r])) for r in LOAD_RESOURCES}, "history")
+    return out
+
+
+def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float,
+                       eps: float, pending: list[PodInfo] | None = None, cost_key: str = DEFAULT_COST_KEY,
+                       class_usage: dict[str, UsageModel] | None = None, max_forecast_age_s: float = 900.0,
+                       now: float | None = None) -> PlacementProblem:
+    """Nodes (ready ones) with their forecast load, and the pending pods as classes. A node without a
+    fresh forecast is judged on kube-safe-scheduler's load annotations when it has them, else on its
+    bound pods' requests (no spread)."""
+    now = time.time() if now is None else now
+    forecasts = forecasts or {}
+    pods = pending if pending is not None else state.pending_pods()
+    nodes: list[PlanNode] = []
+    ages: list[float] = []
+    with state.lock:
+        for name in state.node_names():
+            info = state.node(name)
+            if info is None or not info.ready:
+                continue
+            on_node = state.pods_on(name)
+            requested: dict[str, float] = {}
+            for p in on_node:
+                for r, v in p.requests.items():
+                    requested[r] = requested.get(r, 0.0) + v
+            load = {}
+            view = state.view([name])
+            for ri, r in enumerate(LOAD_RESOURCES):
+                f = forecasts.get(name, {}).get(FORECAST_NAMES[r])
+                cap = info.allocatable.get(r, 0.0)
+                # kube-safe-scheduler's annotations are in millicores and MB; STAT_SCALE converts to them.
+                free_mean, free_std = view.mean_free[0, ri] / STAT_SCALE[ri], view.std_free[0, ri] / STAT_SCALE[ri]
+                if f is not None and not f.stale and f.age_s(now) <= max_forecast_age_s and math.isfinite(f.mean):
+                    load[r] = NodeLoad(f.mean * cap, f.std * cap if math.isfinite(f.std) else 0.0)
+                    ages.append(f.age_s(now))
+                elif math.isfinite(free_mean):  # no forecast: the node's annotations, as the safe agent does
+                    load[r] = NodeLoad(max(cap - free_mean, 0.0), free_std if math.isfinite(free_std) else 0.0)
+                else:
+                    load[r] = NodeLoad()
+            nodes.append(PlanNode(name, dict(info.allocatable), requested, load,
+                                  node_cost(info.labels, info.annotations, cost_key), info, bool(on_node)))
+        baseline = list(state.pods)
+    classes = group_classes([p for p in pods if not p.node_name and not p.terminal], class_usage)
+    input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": state.age_seconds()}
+    return PlacementProblem(nodes, classes, u_star, eps, input_ages, baseline)

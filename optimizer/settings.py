@@ -1,0 +1,41 @@
+"""The optimizer's settings, parsed from env / settings file in one place (kso.settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kso.settings import setting
+from optimizer.model import SolverOptions
+
+
+@dataclass
+class PlanSettings:
+    # U* and eps are the safe agent's settings (same variables), so plan and agent judge nodes alike.
+    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent", help="U*, percent")
+    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps, percent")
+    policy: str = setting("KSO_PLAN_POLICY", "BINPACK", kind="choice:BINPACK,LOAD-BALANCE,CONSOLIDATE,A-BINPACK,COST,NONE",
+                          help="NONE = the extender neither solves nor follows a plan")
+    plan_file: str = setting("KSO_PLAN_FILE", "", help="where the plan is written and read; empty = in memory only")
+    interval_s: float = setting("KSO_PLAN_INTERVAL_S", 180.0, lo=5, hi=86400, help="re-solve period")
+    max_age_s: float = setting("KSO_PLAN_MAX_AGE_S", 900.0, lo=1, help="older plans are ignored")
+    change_threshold: float = setting("KSO_PLAN_CHANGE_THRESHOLD", 0.05, lo=0, hi=1,
+                                      help="re-solve early when this share of nodes/pods changed")
+    time_limit_s: float = setting("KSO_SOLVER_TIME_LIMIT_S", 30.0, lo=1, hi=3600)
+    workers: int = setting("KSO_SOLVER_WORKERS", 2, lo=1, hi=64)
+    relative_gap: float = setting("KSO_SOLVER_GAP", 0.01, lo=0, hi=1)
+    cost_key: str = setting("KSO_PLAN_COST_KEY", "hightower.com/cost", help="node annotation or label with its cost")
+
+    @property
+    def u_star(self) -> float:
+        return self.utilization / 100.0
+
+    @property
+    def eps(self) -> float:
+        return self.percentile / 100.0
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy.lower()
+
+    def solver_options(self) -> SolverOptions:
+        return SolverOptions(self.policy_name, self.time_limit_s, self.workers, self.relative_gap)
