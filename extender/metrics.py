@@ -35,3 +35,13 @@ class ExtenderMetrics:
         age.set_function(cache_age)
         nodes = Gauge("kso_node_cache_nodes", "Nodes in the node cache", registry=r)
         nodes.set_function(cache_nodes)
+        self.plan_decisions = Counter("kso_plan_decisions_total",
+                                      "Prioritize calls by plan use: hit (plan nodes ranked first), miss (the pod's "
+                                      "class has no free slot among the call's nodes), none (no usable plan)",
+                                      ["result"], registry=r)
+        self.plan_events = Counter("kso_plan_events_total", "Plans installed, and plans rejected by reason "
+                                   "(corrupt, stale, unreadable)", ["event"], registry=r)
+        self.plan_solves = Counter("kso_plan_solves_total", "Background plan solves, by result", ["result"], registry=r)
+        self.plan_solve_seconds = Histogram("kso_plan_solve_seconds", "Wall time of a background plan solve",
+                                            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r)
+        self.plan_age = Gauge("kso_plan_age_seconds", "Age of the plan in use (NaN: none)", registry=r)

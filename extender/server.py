@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from extender.config import Config
+from extender.plan import PlanCache, PlanSolver
 from extender.service import Extender
 from kso.cluster import ClusterState
 from kso.settings import parse_log_level
 from kso.snapshot import load_snapshot
 from kso.stats import NodeStatsSource
+from optimizer.settings import PlanSettings
 
 log = logging.getLogger("kso.extender")
 
@@ -107,7 +109,58 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         if started is not None:
             stats, stop_forecasts = started
             stop.append(stop_forecasts)
-    return Running(Extender(config, state, binder, stats), stop)
+    plan = make_plan_cache(config, state)
+    extender = Extender(config, state, binder, stats, plan)
+    if plan is not None:
+        plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
+        plan.load_file()  # a restarted extender answers from the last plan at once
+    return Running(extender, stop)
+
+
+def make_plan_cache(config: Config, state: ClusterState) -> PlanCache | None:
+    from kso.settings import load_settings
+
+    settings = load_settings(PlanSettings, config.env)
+    if settings.policy_name == "none":
+        return None
+    return PlanCache(settings, state)
+
+
+def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: float = 2.0) -> None:
+    """Background plan work (APScheduler): reload the plan file when it changes, reconcile taken slots,
+    and re-solve in a separate process every KSO_PLAN_INTERVAL_S or when the cluster changed enough."""
+    from datetime import datetime, timedelta
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    extender = running.extender
+    cache = extender.plan
+    if cache is None:
+        return
+    scheduler = BackgroundScheduler(daemon=True)
+    scheduler.add_job(cache.load_file, "interval", seconds=10, id="plan-file", max_instances=1, coalesce=True)
+    scheduler.add_job(cache.reconcile, "interval", seconds=5, id="plan-reconcile", max_instances=1, coalesce=True)
+    if solve:
+        store = getattr(extender.agents.get("safe"), "stats", None)
+        store = getattr(store, "store", None)
+
+        def solved(result: str, seconds: float) -> None:
+            extender.metrics.plan_solves.labels(result).inc()
+            extender.metrics.plan_solve_seconds.observe(seconds)
+
+        solver = PlanSolver(cache, (lambda: store.snapshot()) if store is not None else None, solved)
+
+        def tick() -> None:
+            if extender.state.synced:  # never plan on a half-listed cluster
+                solver.maybe_solve()
+
+        scheduler.add_job(tick, "interval", seconds=15, id="plan-solve", max_instances=1, coalesce=True,
+                          next_run_time=datetime.now() + timedelta(seconds=first_solve_delay_s))
+        running.stop.append(solver.close)
+    scheduler.start()
+    running.stop.append(lambda: scheduler.shutdown(wait=False))
+    log.info("plan: policy %s, file %s, re-solve every %.0f s", cache.settings.policy_name,
+             cache.settings.plan_file or "(memory only)", cache.settings.interval_s)
 
 
 def uvicorn_level(level: int) -> str:
@@ -126,6 +179,7 @@ def serve(config: Config) -> None:
     level = parse_log_level(config.settings.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     running = build(config)
+    start_plan_jobs(running)
     app = create_app(running.extender)
     # The node cache is long-lived: move it out of the collector's reach and collect young objects
     # less often. Parsing one full-nodes body creates ~160k containers; with default thresholds that

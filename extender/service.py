@@ -18,6 +18,7 @@ from extender.agents.base import MAX_PRIORITY, Agent, Call, Predicate, Predicate
 from extender.agents.safe import SafeAgent
 from extender.config import Config
 from extender.metrics import ExtenderMetrics
+from extender.plan import PlanCache
 from extender.protocol import BindingArgs, ExtenderArgs, PreemptionArgs, ProtocolError
 from kso.cluster import ClusterState, NodeView
 from kso.kube import Binder
@@ -41,7 +42,7 @@ def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: s
 
 class Extender:
     def __init__(self, config: Config, state: ClusterState, binder: Binder,
-                 stats: NodeStatsSource | None = None) -> None:
+                 stats: NodeStatsSource | None = None, plan: PlanCache | None = None) -> None:
         self.config = config
         self.settings = config.settings
         self.state = state
@@ -63,6 +64,9 @@ class Extender:
         self.filters = [p for p in wanted if p in self.predicates]
         self.weights = {p: w for p, w in self.settings.weights.items() if p in self.priorities and w > 0}
         self.metrics = ExtenderMetrics(state.age_seconds, lambda: float(len(state)))
+        self.plan = plan
+        if plan is not None:
+            self.metrics.plan_age.set_function(plan.age_s)
         log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
 
     # ---- inputs ------------------------------------------------------------------------------
@@ -180,9 +184,30 @@ class Extender:
         combined = np.where(call.view.known, combined, 0)
         return combined.astype(int), per
 
+    def _plan_nodes(self, call: Call) -> np.ndarray | None:
+        """Nodes of the call with a free plan slot for the pod's class; None when the plan has nothing."""
+        if self.plan is None:
+            return None
+        slots = self.plan.slots_for(call.pod)
+        if slots is None:
+            self.metrics.plan_decisions.labels("none").inc()
+            return None
+        hit = np.fromiter((slots.get(n, 0) > 0 for n in call.view.names), dtype=bool, count=len(call.view))
+        self.metrics.plan_decisions.labels("hit" if hit.any() else "miss").inc()
+        return hit if hit.any() else None
+
+    # Plan first: nodes with a free slot of the pod's class get the top score, every other node at most
+    # one below; the heuristic agents rank within each group (and decide alone when the plan has no slot).
+    @staticmethod
+    def _apply_plan(combined: np.ndarray, hit: np.ndarray | None) -> np.ndarray:
+        if hit is None:
+            return combined
+        return np.where(hit, MAX_PRIORITY, np.minimum(combined, MAX_PRIORITY - 1))
+
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         call = Call(self.parse_pod(args.pod), self.resolve(args))
         combined, _ = self._scores(call, "prioritize")
+        combined = self._apply_plan(combined, self._plan_nodes(call))
         return [{"Host": h, "Score": int(s)} for h, s in zip(call.view.names, combined.tolist(), strict=True)]
 
     def priority(self, name: str, args: ExtenderArgs) -> list[dict[str, Any]]:
@@ -212,6 +237,8 @@ class Extender:
                      args.pod_namespace, args.pod_name, args.node)
         else:
             self.state.assume(pod, args.node)
+            if self.plan is not None:
+                self.plan.consume(pod, args.node)
         self.metrics.bindings.labels("ok").inc()
         return {"Error": ""}
 
@@ -256,6 +283,9 @@ class Extender:
         call = Call(pod, view)
         failed, unresolvable, notes = self._judge(call, self.filters, "explain")
         combined, per = self._scores(call, "explain")
+        slots = self.plan.slots_for(pod) if self.plan is not None else None
+        hit = np.array([bool(slots and slots.get(n, 0) > 0) for n in view.names], dtype=bool)
+        combined = self._apply_plan(combined, hit if hit.any() else None)
         weight_sum = sum(self.weights[p] for p in per) or 1
         details: dict[str, dict[str, Any]] = {}
         for name, agent in self.agents.items():
@@ -275,6 +305,7 @@ class Extender:
                 "scores": {p: int(s[i]) for p, s in per.items()},
                 "weighted_mean": round(weighted, 4),
                 "score": int(combined[i]),
+                "plan_slots": int(slots.get(node, 0)) if slots else 0,
                 "details": {a: {k: v[i] for k, v in d.items() if isinstance(v, list) and len(v) == len(view)}
                             for a, d in details.items()},
             })
@@ -287,6 +318,7 @@ class Extender:
             "weights": self.weights,
             "winner": rows[0]["node"] if rows and rows[0]["passed"] else None,
             "nodes": rows,
+            "plan": self.plan.describe() if self.plan is not None else None,
             "cache": {"source": self.state.source, "synced": self.state.synced,
                       "age_s": None if math.isinf(a := self.state.age_seconds()) else round(a, 3)},
             "at": time.time(),

@@ -1,0 +1,160 @@
+"""``kso plan``: solve once and write the plan file.
+
+Cluster from the API server (default), a snapshot file or the embedded demo; load from Prometheus, a
+trace (series given to nodes in name order: a synthetic join, said so in the output) or, without
+either, kube-safe-scheduler's node annotations. ``--openb NODES:PODS`` plans the real openb trace
+instead (usage: synthetic join with Bitbrains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from kso.cluster import ClusterState
+from kso.settings import load_settings, read_config_file
+
+log = logging.getLogger("kso.optimizer")
+
+
+def add_commands(subparsers: Any) -> None:
+    p = subparsers.add_parser("plan", help="solve a placement plan once (CP-SAT) and write the plan file")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--snapshot", metavar="PATH", help="cluster from a snapshot file (kubectl get nodes,pods -A -o json)")
+    where.add_argument("--demo", action="store_true", help="the embedded demo cluster")
+    where.add_argument("--openb", metavar="NODES:PODS", help="the openb trace: NODES nodes, PODS pending pods")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prometheus", metavar="URL", help="forecast node load from Prometheus")
+    src.add_argument("--trace", metavar="NAME|PATH", help="forecast node load from a trace (synthetic node mapping)")
+    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--policy", help="binpack, load-balance, consolidate, a-binpack, cost (default KSO_PLAN_POLICY)")
+    p.add_argument("--time-limit", type=float, help="solver seconds (default KSO_SOLVER_TIME_LIMIT_S)")
+    p.add_argument("--workers", type=int, help="solver workers (default KSO_SOLVER_WORKERS)")
+    p.add_argument("--out", metavar="PATH", help="plan file to write (default KSO_PLAN_FILE, else ./kso-plan.json)")
+    p.add_argument("--config", help="settings file (env wins)")
+    p.add_argument("--seed", type=int, default=0, help="--openb sampling seed")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_plan)
+
+
+def _state(args: argparse.Namespace) -> ClusterState:
+    from kso.snapshot import load_snapshot
+
+    if args.snapshot or args.demo:
+        return load_snapshot(args.snapshot or None)
+    from kso import kube
+
+    state = ClusterState()
+    watcher = kube.ClusterWatcher(state, kube.load_api_client(args.kubeconfig))
+    watcher.start()
+    try:
+        if not watcher.wait_synced(60):
+            raise SystemExit("kso plan: the API server did not list nodes and pods within 60 s")
+    finally:
+        watcher.stop()
+    return state
+
+
+def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any] | None, str]:
+    if not (args.prometheus or args.trace):
+        return None, "node annotations (kube-safe-scheduler) where present, else bound pods' requests"
+    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
+    from forecasting.store import ForecastStore
+
+    forecaster = get_forecaster(DEFAULT_FORECASTER)
+    store = ForecastStore()
+    if args.trace:
+        from forecasting.traces import TraceSource
+
+        names = sorted(state.node_names())
+        source = TraceSource(args.trace, n_series=len(names))
+        series = source.node_series()
+        # Synthetic join: the i-th trace series becomes the i-th node (by name).
+        mapped = {n: s for n, s in zip(names, series.values(), strict=False)}
+        now = source.now()
+
+        class _Mapped:
+            name = f"{source.name} (synthetic node mapping)"
+
+            def node_series(self, now: float | None = None) -> Any:
+                return mapped
+
+        store.refresh(_Mapped(), forecaster, now=now)
+        return store.snapshot(now), f"{_Mapped.name}, {forecaster.name}"
+    from forecasting.prometheus import PrometheusSource
+
+    store.refresh(PrometheusSource(url=args.prometheus), forecaster)
+    if store.last_error:
+        print(f"kso plan: forecasts failed ({store.last_error}); using annotations", file=sys.stderr)
+        return None, "node annotations (Prometheus failed)"
+    return store.snapshot(), f"prometheus {args.prometheus}, {forecaster.name}"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from optimizer.inputs import problem_from_state
+    from optimizer.model import POLICIES, compile_problem, solve
+    from optimizer.plan import plan_from_result, write_plan
+    from optimizer.settings import PlanSettings
+
+    settings = load_settings(PlanSettings, None, read_config_file(args.config))
+    options = settings.solver_options()
+    if args.policy:
+        if args.policy not in POLICIES:
+            print(f"kso plan: unknown policy {args.policy!r} (known: {', '.join(POLICIES)})", file=sys.stderr)
+            return 1
+        options.policy = args.policy
+    if options.policy == "none":
+        options.policy = "binpack"
+    if args.time_limit:
+        options.time_limit_s = args.time_limit
+    if args.workers:
+        options.workers = args.workers
+    if args.openb:
+        from optimizer.openb import SOURCES, USAGE_LABEL, openb_problem
+
+        try:
+            n_nodes, n_pods = (int(v) for v in args.openb.split(":"))
+        except ValueError:
+            print("kso plan: --openb wants NODES:PODS, e.g. 100:800", file=sys.stderr)
+            return 1
+        problem = openb_problem(n_nodes, n_pods, seed=args.seed, u_star=settings.u_star, eps=settings.eps)
+        load_from = f"{SOURCES}; {USAGE_LABEL}"
+    else:
+        state = _state(args)
+        forecasts, load_from = _forecasts(args, state)
+        problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key)
+    t0 = time.perf_counter()
+    comp = compile_problem(problem)
+    result = solve(problem, options, comp)
+    plan = plan_from_result(problem, comp, result, options.policy)
+    out = args.out or settings.plan_file or "kso-plan.json"
+    write_plan(plan, out)
+    summary = {**plan.summary(), "nodes_over_safe_bound": result.violations, "wall_s": round(time.perf_counter() - t0, 2),
+               "first_feasible_s": result.first_feasible_s, "load_from": load_from, "plan_file": out,
+               "u_star": problem.u_star, "eps": problem.eps, "notes": result.notes}
+    if args.json:
+        print(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+        return 0
+    print(f"kso plan: {options.policy}, {len(problem.nodes)} nodes, {len(problem.classes)} classes, "
+          f"{sum(c.count for c in problem.classes)} pods to place (U* {problem.u_star:.0%}, eps {problem.eps:.0%})")
+    print(f"load from: {load_from}")
+    print(f"status {result.status}, gap {result.gap:.4f}, wall {summary['wall_s']} s; planned {summary['pods_planned']}, "
+          f"unplaced {summary['pods_unplaced']}, nodes in use {summary['nodes_used']} of {summary['nodes']}, "
+          f"nodes over their safe bound: {result.violations}")
+    for note in result.notes:
+        print(f"  note: {note}")
+    rows = sorted(plan.classes.items(), key=lambda kv: -kv[1].count)[:15]
+    print(f"\n{'class':<58}{'pods':>6}{'unplaced':>10}  slots (node: pods)")
+    for key, c in rows:
+        slots = ", ".join(f"{n}: {k}" for n, k in sorted(c.slots.items(), key=lambda kv: -kv[1])[:4])
+        more = f" (+{len(c.slots) - 4} nodes)" if len(c.slots) > 4 else ""
+        print(f"{key[:57]:<58}{c.count:>6}{c.unplaced:>10}  {slots}{more}")
+    if len(plan.classes) > len(rows):
+        print(f"... {len(plan.classes) - len(rows)} more classes")
+    print(f"\nplan {plan.plan_id} written to {out}")
+    return 0
