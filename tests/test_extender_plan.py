@@ -1,0 +1,156 @@
+"""The extender following a PlacementPlan: real CP-SAT plans, real HTTP, real plan files."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from extender.app import create_app
+from extender.config import load_config
+from extender.demo import BackgroundServer, Client
+from extender.plan import PlanCache
+from extender.server import Running, start_plan_jobs
+from extender.service import Extender
+from kso.kube import RecordingBinder
+from kso.settings import load_settings
+from optimizer.inputs import problem_from_state
+from optimizer.model import SolverOptions
+from optimizer.plan import PlacementPlan, write_plan
+from optimizer.planner import make_plan
+from optimizer.settings import PlanSettings
+from tests.conftest import make_node, make_pod, make_state
+
+NODES = [make_node(f"n{i}", cpu="4", memory="8Gi") for i in range(1, 4)]
+PENDING = [make_pod(f"p{i}", cpu="1", memory="1Gi") for i in range(1, 4)]
+
+
+@contextmanager
+def plan_extender(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[tuple[Client, Extender, PlanCache]]:
+    env = {"KSO_PLAN_FILE": str(tmp_path / "plan.json"), **(env or {})}
+    config = load_config({"KSO_AGENTS": "safe,pigeon", **env})
+    state = make_state(NODES, PENDING)
+    cache = PlanCache(load_settings(PlanSettings, config.env), state)
+    ext = Extender(config, state, RecordingBinder(), plan=cache)
+    cache.on_event = lambda kind, detail: ext.metrics.plan_events.labels(kind).inc()
+    with BackgroundServer(create_app(ext)) as srv:
+        yield Client(srv.port), ext, cache
+
+
+def solved_plan(ext: Extender, policy: str = "binpack") -> PlacementPlan:
+    problem = problem_from_state(ext.state, None, 0.9, 0.3)
+    return make_plan(problem, SolverOptions(policy=policy, time_limit_s=5))
+
+
+def scores(client: Client, pod: dict[str, Any]) -> dict[str, int]:
+    status, body = client.post("/prioritize", {"Pod": pod, "NodeNames": ["n1", "n2", "n3"]})
+    assert status == 200
+    return {s["Host"]: s["Score"] for s in body}
+
+
+def metric(client: Client, name: str) -> float:
+    _, text = client.get("/metrics")
+    total = 0.0
+    for line in text.decode().splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_plan_nodes_rank_first_until_their_slots_are_taken(tmp_path: Path) -> None:
+    with plan_extender(tmp_path) as (client, ext, cache):
+        before = scores(client, PENDING[0])
+        plan = solved_plan(ext)
+        (key, planned), = plan.classes.items()  # three identical pods: one class
+        assert planned.count == 3 and planned.unplaced == 0
+        # binpack: 3 x 1 cpu fit on one 4-cpu node within U* = 90% (3.6 cpu)
+        assert list(planned.slots.values()) == [3]
+        target = next(iter(planned.slots))
+        write_plan(plan, cache.settings.plan_file)
+        cache.load_file()
+        with_plan = scores(client, PENDING[0])
+        assert with_plan[target] == 10
+        assert all(s <= 9 for n, s in with_plan.items() if n != target)
+        assert metric(client, 'kso_plan_decisions_total{result="hit"}') == 1
+        # Each bind takes a slot; after three, the plan has nothing left and the agents decide alone.
+        for pod in PENDING:
+            status, body = client.post("/bind", {"PodName": pod["metadata"]["name"], "PodNamespace": "default",
+                                                 "PodUID": pod["metadata"]["uid"], "Node": target})
+            assert status == 200 and body["Error"] == ""
+        assert cache.slots_for(ext.parse_pod(make_pod("p9", cpu="1", memory="1Gi"))) is None
+        after = scores(client, make_pod("p9", cpu="1", memory="1Gi"))
+        assert after != with_plan
+        # The reconcile from the node cache agrees with the binds' bookkeeping.
+        cache.reconcile()
+        assert cache.describe()["free_slots"] == 0
+        assert before  # the call without a plan answered too
+
+
+def test_corrupt_or_stale_plan_is_rejected_and_heuristics_answer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with plan_extender(tmp_path) as (client, ext, cache):
+        heuristic = scores(client, PENDING[0])
+        path = Path(cache.settings.plan_file)
+        good = solved_plan(ext).to_dict()
+        for i, broken in enumerate([b"{not json", orjson.dumps({**good, "format": "something/else"}),
+                                    orjson.dumps({**good, "classes": {"k": {"requests": {}, "count": 2, "unplaced": 0,
+                                                                            "slots": {"ghost-node": 2}}}}),
+                                    orjson.dumps({**good, "classes": {"k": {"requests": {}, "count": 1, "unplaced": 0,
+                                                                            "slots": {"n1": -1}}}})]):
+            path.write_bytes(broken)
+            cache._file_mtime = None  # same-second rewrites keep the mtime
+            cache.load_file()
+            assert cache.describe()["plan"] is None, f"broken plan {i} was installed"
+            assert scores(client, PENDING[0]) == heuristic
+        assert metric(client, 'kso_plan_events_total{event="rejected:corrupt"}') == 4
+        assert "plan rejected" in caplog.text
+        # A plan older than KSO_PLAN_MAX_AGE_S is refused at load ...
+        stale = {**good, "createdAt": time.time() - 10_000}
+        path.write_bytes(orjson.dumps(stale))
+        cache._file_mtime = None
+        cache.load_file()
+        assert cache.describe()["plan"] is None
+        assert metric(client, 'kso_plan_events_total{event="rejected:stale"}') == 1
+        # ... and a plan that ages past it in memory stops being used, with a metric.
+        plan = solved_plan(ext)
+        assert cache.install(plan, "test")
+        plan.created_at = time.time() - 10_000
+        assert scores(client, PENDING[0]) == heuristic
+        assert metric(client, 'kso_plan_events_total{event="stale"}') == 1
+        assert metric(client, 'kso_plan_decisions_total{result="none"}') >= 1
+
+
+def test_restarted_extender_answers_from_the_plan_file(tmp_path: Path) -> None:
+    with plan_extender(tmp_path) as (_, ext, cache):
+        plan = solved_plan(ext, "load-balance")
+        write_plan(plan, cache.settings.plan_file)
+    with plan_extender(tmp_path) as (client, _, cache2):
+        cache2.load_file()
+        assert cache2.describe()["plan"]["plan_id"] == plan.plan_id
+        _, explain = client.post("/debug/explain", {"Pod": PENDING[0], "NodeNames": ["n1", "n2", "n3"]})
+        assert explain["plan"]["plan"]["policy"] == "load-balance"
+        # load-balance spreads the three pods: one slot on each node, so every node ranks first.
+        assert sorted(n["plan_slots"] for n in explain["nodes"]) == [1, 1, 1]
+        assert all(n["score"] == 10 for n in explain["nodes"])
+
+
+def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
+    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5"}) as (client, ext, cache):
+        running = Running(ext, [])
+        start_plan_jobs(running, solve=True, first_solve_delay_s=0.1)
+        try:
+            deadline = time.time() + 90
+            while cache.describe()["plan"] is None and time.time() < deadline:
+                time.sleep(0.2)
+            described = cache.describe()
+            assert described["plan"] is not None, described
+            assert described["source"] == "solver"
+            assert Path(cache.settings.plan_file).exists()  # saved for the next restart
+            assert metric(client, 'kso_plan_solves_total{result="ok"}') == 1
+            assert max(scores(client, PENDING[1]).values()) == 10
+        finally:
+            running.close()
