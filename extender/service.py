@@ -196,13 +196,15 @@ class Extender:
         self.metrics.plan_decisions.labels("hit" if hit.any() else "miss").inc()
         return hit if hit.any() else None
 
-    # Plan first: nodes with a free slot of the pod's class get the top score, every other node at most
-    # one below; the heuristic agents rank within each group (and decide alone when the plan has no slot).
+    # Plan first: nodes with a free slot of the pod's class get the top score (10) and every other node
+    # half its heuristic score (0..5), so that, at the deployment's extender weight (5, x10 per point),
+    # the plan's 250-point lead outweighs the default profile's resource scores (at most 200 apart).
+    # The heuristic agents still rank the other nodes, and decide alone when the plan has no slot.
     @staticmethod
     def _apply_plan(combined: np.ndarray, hit: np.ndarray | None) -> np.ndarray:
         if hit is None:
             return combined
-        return np.where(hit, MAX_PRIORITY, np.minimum(combined, MAX_PRIORITY - 1))
+        return np.where(hit, MAX_PRIORITY, combined // 2)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         call = Call(self.parse_pod(args.pod), self.resolve(args))

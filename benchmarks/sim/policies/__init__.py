@@ -25,11 +25,12 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 try:  # the plan-driven policy lands with the optimizer
-    from benchmarks.sim.policies.kso_plan import KsoPlanPolicy  # type: ignore[import-not-found]
+    from benchmarks.sim.policies.kso_plan import KsoPlanLoadBalancePolicy, KsoPlanPolicy
 except ImportError:
     pass
 else:
     POLICIES["kso-plan"] = KsoPlanPolicy
+    POLICIES["kso-plan-lb"] = KsoPlanLoadBalancePolicy
 
 PEERS = ("trimaran-tlp", "trimaran-lvrb", "trimaran-lroc", "koordinator")
 
