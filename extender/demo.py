@@ -77,10 +77,13 @@ def _req(pod: dict[str, Any]) -> tuple[str, str]:
     return req["cpu"], req["memory"]
 
 
-def run_demo(port: int = 0) -> int:
+def run_demo(port: int = 0, plan_file: str | None = None) -> int:
     doc = orjson.loads(resources.files("kso.data").joinpath(DEMO_SNAPSHOT).read_bytes())
     pending = [o for o in doc["items"] if o.get("kind") == "Pod" and not o["spec"].get("nodeName")]
-    config = load_config({"KSO_CLUSTER_SOURCE": "DEMO", "LOG_LEVEL": "WARNING"})
+    env = {"KSO_CLUSTER_SOURCE": "DEMO", "LOG_LEVEL": "WARNING"}
+    if plan_file:
+        env["KSO_PLAN_FILE"] = plan_file  # build() loads it: prioritize ranks the plan's nodes first
+    config = load_config(env)
     running = build(config)
     names = running.extender.state.node_names()
     print("kso demo: the extender on the embedded demo cluster "
@@ -135,7 +138,8 @@ def run_demo(port: int = 0) -> int:
     print("\nmedian latency over loopback, client side (ms): "
           + ", ".join(f"{p} {v:.2f}" for p, v in lat.items()))
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()}")
-    failed_lines = [ln for ln in metrics.decode().splitlines() if ln.startswith("kso_extender_nodes_filtered_total")]
+    failed_lines = [ln for ln in metrics.decode().splitlines()
+                    if ln.startswith(("kso_extender_nodes_filtered_total", "kso_plan_decisions_total"))]
     print("metrics: " + "; ".join(failed_lines))
     print("\nbindings were recorded in kso's cache only (no API server in demo mode)")
     return 0

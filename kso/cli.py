@@ -32,9 +32,13 @@ def _extender(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from extender.demo import run_demo
+    try:
+        from benchmarks.demo import run_demo
+    except ModuleNotFoundError:  # installed without the benchmarks: the extender walk-through only
+        from extender.demo import run_demo as extender_demo
 
-    return run_demo(port=args.port)
+        return extender_demo(port=args.port)
+    return run_demo(out=args.out, port=args.port, hours=args.hours, verbose=args.verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="settings file (YAML/JSON mapping of setting names; env wins)")
     p.set_defaults(func=_extender)
 
-    p = sub.add_parser("demo", help="start the extender on the embedded demo cluster and schedule its pending pods "
-                                    "through it over HTTP")
-    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p = sub.add_parser("demo", help="the main job on embedded data: forecasts, a CP-SAT plan, the extender over HTTP, "
+                                    "and a trace replay against the default scheduler (no cluster, no Prometheus)")
+    p.add_argument("--port", type=int, default=0, help="extender port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--out", default="kso-demo-report", help="folder for the report, plots and plan")
+    p.add_argument("--hours", type=float, default=4.0, help="hours of trace to replay")
+    p.add_argument("--verbose", action="store_true", help="print the whole extender walk-through")
     p.set_defaults(func=_demo)
 
     # Each layer adds its own subcommands; a layer that is not installed is skipped.
