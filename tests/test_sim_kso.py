@@ -82,3 +82,24 @@ def test_report_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
     for name in ("heatmap.png", "overloads.png", "nodes_in_use.png"):
         assert (tmp_path / name).stat().st_size > 1000
         assert f"]({name})" in (tmp_path / "report.md").read_text()
+
+
+def test_kso_plan_replay_follows_cp_sat_plans_over_http() -> None:
+    """Four 10-core nodes, small pods arriving over time: the plan-driven policy solves plans, the HTTP
+    prioritize follows them (plan hits), every pod is placed, and binpack leaves nodes empty."""
+    steps = 9
+    cpu = np.array([10000.0] * 4)
+    pods = [(1000.0, s, steps) for s in range(0, 7) for _ in range(2)]
+    usage = np.full((len(pods), steps, 2), 0.3, dtype=np.float32)
+    s = Scenario("kso-plan-tiny", 300.0, steps, [f"n{i}" for i in range(4)], cpu, np.array([16 * GIB] * 4),
+                 [f"p{i}" for i in range(len(pods))], np.array([p[0] for p in pods]), np.full(len(pods), GIB / 4),
+                 np.array([p[1] for p in pods]), np.array([p[2] for p in pods]), usage)
+    policy = make_policy("kso-plan", 0, replan_steps=1, time_limit_s=2.0)
+    res = run(s, policy)
+    m = compute(res)
+    assert m.scheduled == len(pods) and m.pending_end == 0
+    assert policy.extra["solves"] >= 5
+    assert policy.extra["plan_hits"] > 0
+    # 14 one-core pods fit on two 10-core nodes (U* 90%: 9 cores each): binpack keeps the others empty
+    used = {p.node for p in res.pods if p.node >= 0}
+    assert len(used) <= 2, used
