@@ -147,6 +147,9 @@ def _fill_state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], where: 
         except ObjectError as exc:
             print(f"kso reoptimize: {where}: pod skipped (never moved): {exc}", file=sys.stderr)
             continue
+        if not pod.uid:
+            # ClusterState keys pods by uid; hand-written snapshots often have none.
+            pod.uid = f"no-uid:{pod.namespace}/{pod.name}"
         state.upsert_pod(pod)
         raw_pods[(pod.namespace, pod.name)] = obj
     return state, raw_pods
@@ -200,15 +203,20 @@ def read_snapshot(path: str | None) -> Cluster:
     return Cluster(state, raw_pods, replicas, where)
 
 
+def _body(resp: Any) -> bytes:
+    """Read a raw (``_preload_content=False``) response whole, then give its connection back to the pool
+    (an unread body left on a pooled connection would corrupt the next request on it)."""
+    try:
+        return bytes(resp.data)
+    finally:
+        resp.release_conn()
+
+
 def _list_raw(list_fn: Callable[..., Any], **kw: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False, "_request_timeout": REQUEST_TIMEOUT_S, **kw}
     while True:
-        resp = list_fn(**kwargs)
-        try:
-            body = orjson.loads(resp.data)
-        finally:
-            resp.release_conn()
+        body = orjson.loads(_body(list_fn(**kwargs)))
         items += [i for i in body.get("items") or [] if isinstance(i, dict)]
         token = (body.get("metadata") or {}).get("continue")
         if not token:
@@ -242,11 +250,8 @@ def read_api(api_client: Any) -> Cluster:
         key = (ns, kind, name)
         if key not in cache:
             try:
-                resp = readers[kind](name, ns, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-                try:
-                    obj = orjson.loads(resp.data)
-                finally:
-                    resp.release_conn()
+                obj = orjson.loads(_body(readers[kind](name, ns, _preload_content=False,
+                                                       _request_timeout=REQUEST_TIMEOUT_S)))
                 value = (obj.get("spec") or {}).get("replicas", 1)
                 cache[key] = (value, "") if isinstance(value, int) else (None, f"{kind} {name}: no spec.replicas")
             except ApiException as exc:
@@ -408,12 +413,8 @@ def _evict(core: Any, move: Any) -> tuple[bool, int | None, str]:
     )
     try:
         # Raw response: the API answers with a Status, not an Eviction.
-        resp = core.create_namespaced_pod_eviction(move.pod, move.namespace, body, _preload_content=False,
-                                                   _request_timeout=REQUEST_TIMEOUT_S)
-        try:
-            resp.data  # noqa: B018 - read the body so the connection goes back to the pool
-        finally:
-            resp.release_conn()
+        _body(core.create_namespaced_pod_eviction(move.pod, move.namespace, body, _preload_content=False,
+                                                  _request_timeout=REQUEST_TIMEOUT_S))
     except Exception as exc:  # noqa: BLE001 - every failure is reported and the move skipped
         status, detail = _eviction_failure(exc)
         return False, status, detail
@@ -436,8 +437,7 @@ def _event(core: Any, move: Any, reason: str, message: str, warning: bool) -> st
         action="Evict",
     )
     try:
-        resp = core.create_namespaced_event(move.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        resp.release_conn()
+        _body(core.create_namespaced_event(move.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S))
     except Exception as exc:  # noqa: BLE001 - an event that cannot be written is reported, not fatal
         _, detail = _eviction_failure(exc)
         return f"event {reason} on {move.namespace}/{move.pod}: {detail}"
@@ -522,24 +522,18 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
         data={PLAN_KEY: data})
     try:
         try:
-            resp = core.read_namespaced_config_map(PLAN_CONFIGMAP, namespace, _preload_content=False,
-                                                   _request_timeout=REQUEST_TIMEOUT_S)
-            try:
-                current = orjson.loads(resp.data)
-            finally:
-                resp.release_conn()
+            current = orjson.loads(_body(core.read_namespaced_config_map(
+                PLAN_CONFIGMAP, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)))
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            resp = core.create_namespaced_config_map(namespace, body, _preload_content=False,
-                                                     _request_timeout=REQUEST_TIMEOUT_S)
-            resp.release_conn()
+            _body(core.create_namespaced_config_map(namespace, body, _preload_content=False,
+                                                    _request_timeout=REQUEST_TIMEOUT_S))
             execution.published.append(f"{where} (created)")
             return
         body.metadata.resource_version = (current.get("metadata") or {}).get("resourceVersion")
-        resp = core.replace_namespaced_config_map(PLAN_CONFIGMAP, namespace, body, _preload_content=False,
-                                                  _request_timeout=REQUEST_TIMEOUT_S)
-        resp.release_conn()
+        _body(core.replace_namespaced_config_map(PLAN_CONFIGMAP, namespace, body, _preload_content=False,
+                                                 _request_timeout=REQUEST_TIMEOUT_S))
         execution.published.append(f"{where} (replaced)")
     except ApiException as exc:
         execution.publish_errors.append(f"{where}: HTTP {exc.status}: {_api_message(exc)}")
@@ -681,6 +675,8 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
                     execution)
     if args.json:
         sys.stdout.write(_json(result, skipped, load_from, cluster.source, execution).decode() + "\n")
+        if execution is not None:
+            _print_errors(execution)
     else:
         _print_text(args, result, skipped, load_from, cluster, execution)
     if execution is not None and execution.failed:
@@ -721,6 +717,10 @@ def _print_text(args: argparse.Namespace, result: Any, skipped: Counter[str], lo
         print("  none")
     for p in execution.published:
         print(f"plan {execution.plan_id} published: {p}")
+    _print_errors(execution)
+
+
+def _print_errors(execution: Execution) -> None:
     for e in execution.publish_errors:
         print(f"kso reoptimize: could not publish the plan: {e}", file=sys.stderr)
     for e in execution.event_errors:

@@ -18,6 +18,15 @@ client calls, with the semantics kso depends on, modelled on the real server:
   answer 201 with a ``Status``, not a Binding, exactly like the real server; 409 when the pod is
   already bound or the binding's uid precondition does not match; 404 for an unknown pod.
 * ``GET /api/v1/namespaces/{ns}/pods/{name}``.
+* ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (policy/v1 Eviction): 201 with a ``Status`` and
+  the pod deleted (DELETED on the watch); 429 ``TooManyRequests`` when a PodDisruptionBudget in the
+  stand-in's state (``add_pdb``: ``spec.selector.matchLabels`` against the pod's labels) has
+  ``status.disruptionsAllowed`` < 1, as the real server's message and cause; 404 for an unknown pod; 409
+  when ``deleteOptions.preconditions.uid`` does not match. ``fail_evictions`` forces a status per pod.
+* ``POST /api/v1/namespaces/{ns}/events`` (kept in ``objects("events")``); ConfigMaps: ``POST`` to create
+  (409 AlreadyExists), ``GET`` / ``PUT`` by name (404 when missing, 409 on a stale resourceVersion);
+  ``GET /apis/apps/v1/namespaces/{ns}/replicasets/{name}`` and ``.../statefulsets/{name}``. These kinds
+  have no watch and no history.
 
 Every change is kept in an in-memory history, so any past resourceVersion can be listed or watched
 from until :meth:`StandinApiServer.compact` declares it too old.
@@ -40,6 +49,14 @@ from urllib.parse import parse_qs, urlsplit
 NODES = "nodes"
 PODS = "pods"
 _KIND = {NODES: "Node", PODS: "Pod"}
+# Kinds kept without history or watch: resource -> (apiVersion, kind)
+EXTRA = {
+    "configmaps": ("v1", "ConfigMap"),
+    "events": ("v1", "Event"),
+    "replicasets": ("apps/v1", "ReplicaSet"),
+    "statefulsets": ("apps/v1", "StatefulSet"),
+    "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget"),
+}
 
 
 def make_node(
@@ -176,6 +193,9 @@ class StandinApiServer:
         self._watch_sockets: set[socket.socket] = set()
         self.requests: list[tuple[str, str]] = []  # (method, path?query), for assertions
         self.bindings: list[tuple[str, str, str]] = []  # (namespace, name, node) of successful bindings
+        self._extra: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in EXTRA}
+        self.evictions: list[tuple[str, str, int]] = []  # (namespace, name, HTTP status) of every eviction request
+        self.fail_evictions: dict[str, int] = {}  # "namespace/name" -> status every eviction of that pod gets
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.standin = self  # type: ignore[attr-defined]
@@ -281,6 +301,41 @@ class StandinApiServer:
             raise KeyError(key)
         pod.setdefault("status", {})["phase"] = phase
         return self.modify(PODS, pod)
+
+    # ---- test helpers: kinds without watch (configmaps, events, owners, PDBs) -----------------
+    def put_object(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or overwrite a namespaced object of one of the EXTRA kinds."""
+        with self._cond:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("namespace", "default")
+            meta.setdefault("uid", str(uuid.uuid4()))
+            self._rv += 1
+            meta["resourceVersion"] = str(self._rv)
+            obj["apiVersion"], obj["kind"] = EXTRA[resource]
+            self._extra[resource][f"{meta['namespace']}/{meta['name']}"] = obj
+            return copy.deepcopy(obj)
+
+    def get_object(self, resource: str, key: str) -> dict[str, Any] | None:
+        with self._cond:
+            obj = self._extra[resource].get(key)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(self, resource: str) -> list[dict[str, Any]]:
+        with self._cond:
+            return [copy.deepcopy(o) for o in self._extra[resource].values()]
+
+    def add_owner(self, kind: str, name: str, namespace: str = "default", replicas: int = 2) -> dict[str, Any]:
+        resource = {"ReplicaSet": "replicasets", "StatefulSet": "statefulsets"}[kind]
+        return self.put_object(resource, {"metadata": {"name": name, "namespace": namespace},
+                                          "spec": {"replicas": replicas}})
+
+    def add_pdb(self, name: str, match_labels: dict[str, str], disruptions_allowed: int,
+                namespace: str = "default") -> dict[str, Any]:
+        return self.put_object("poddisruptionbudgets", {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": dict(match_labels)}},
+            "status": {"disruptionsAllowed": disruptions_allowed}})
 
     # ---- test helpers: failures -------------------------------------------------------------
     def compact(self) -> None:
@@ -420,6 +475,73 @@ class StandinApiServer:
             self.bindings.append((namespace, name, node))
         return 201, _status(201, "", "")
 
+    def evict(self, namespace: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        code, answer = self._evict(namespace, name, body)
+        with self._cond:
+            self.evictions.append((namespace, name, code))
+        return code, answer
+
+    def _evict(self, namespace: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        key = f"{namespace}/{name}"
+        with self._cond:
+            forced = self.fail_evictions.get(key)
+            if forced is not None:
+                return forced, _status(forced, "InternalError" if forced >= 500 else "Forced", f"forced {forced} for {key}")
+            pod = self._objects[PODS].get(key)
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
+            uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            if uid and uid != pod["metadata"]["uid"]:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": Precondition failed: '
+                                    f"UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}")
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            pdbs = [p for p in self._extra["poddisruptionbudgets"].values()
+                    if p["metadata"]["namespace"] == namespace
+                    and all(labels.get(k) == v for k, v in ((p["spec"].get("selector") or {}).get("matchLabels") or {}).items())]
+            for pdb in pdbs:
+                if pdb["status"].get("disruptionsAllowed", 0) < 1:
+                    status = _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                                     causes=[{"reason": "DisruptionBudget", "message": f"The disruption budget "
+                                              f"{pdb['metadata']['name']} needs more healthy pods than it has currently"}])
+                    return 429, status
+            for pdb in pdbs:
+                pdb["status"]["disruptionsAllowed"] -= 1
+            self._write(PODS, copy.deepcopy(pod), "DELETED")
+        return 201, _status(201, "", "")
+
+    def create_object(self, resource: str, namespace: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = (body.get("metadata") or {}).get("name") or ""
+        if not name:
+            return 422, _status(422, "Invalid", "metadata.name: Required value")
+        if (body.get("metadata") or {}).get("namespace", namespace) != namespace:
+            return 400, _status(400, "BadRequest", "the namespace of the object does not match the namespace on the request")
+        kind = EXTRA[resource][1]
+        with self._cond:
+            if f"{namespace}/{name}" in self._extra[resource]:
+                return 409, _status(409, "AlreadyExists", f'{resource} "{name}" already exists', name=name, kind=resource)
+            body = copy.deepcopy(body)
+            body.setdefault("metadata", {})["namespace"] = namespace
+            body["metadata"].pop("resourceVersion", None)
+            body["kind"] = kind
+            return 201, self.put_object(resource, body)
+
+    def replace_object(self, resource: str, namespace: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._cond:
+            old = self._extra[resource].get(f"{namespace}/{name}")
+            if old is None:
+                return 404, _status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource)
+            meta = body.get("metadata") or {}
+            if meta.get("name") != name:
+                return 400, _status(400, "BadRequest", "the name of the object does not match the name on the URL")
+            rv = meta.get("resourceVersion")
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object '
+                                    "has been modified; please apply your changes to the latest version and try again")
+            body = copy.deepcopy(body)
+            body["metadata"]["namespace"] = namespace
+            body["metadata"]["uid"] = old["metadata"]["uid"]
+            return 200, self.put_object(resource, body)
+
     def watch_gone(self, rv: int) -> bool:
         with self._cond:
             if self._force_gone > 0:
@@ -488,7 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         self.standin.requests.append((self.command, self.path))
         if self.standin.partitioned:
-            if self.command == "POST":
+            if self.command in ("POST", "PUT"):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
             unavailable = "the server is currently unable to handle the request"
             self._send_json(503, _status(503, "ServiceUnavailable", unavailable))
@@ -501,10 +623,16 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             return
         path, query = route
+        if path[:3] == ["apis", "apps", "v1"] and len(path) == 7 and path[3] == "namespaces" and path[5] in EXTRA:
+            self._send_extra(path[5], path[4], path[6])
+            return
         if path[:2] != ["api", "v1"]:
             self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
             return
         rest = path[2:]
+        if len(rest) == 4 and rest[0] == "namespaces" and rest[2] == "configmaps":
+            self._send_extra("configmaps", rest[1], rest[3])
+            return
         if rest in ([NODES], [PODS]):
             if query.get("watch") in ("true", "1"):
                 self._watch(rest[0], query)
@@ -537,8 +665,36 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(*self.standin.bind(rest[1], name, body))
         elif len(rest) == 5 and rest[0] == "namespaces" and rest[2] == PODS and rest[4] == "binding":
             self._send_json(*self.standin.bind(rest[1], rest[3], body))
+        elif len(rest) == 5 and rest[0] == "namespaces" and rest[2] == PODS and rest[4] == "eviction":
+            self._send_json(*self.standin.evict(rest[1], rest[3], body))
+        elif len(rest) == 3 and rest[0] == "namespaces" and rest[2] in ("events", "configmaps"):
+            self._send_json(*self.standin.create_object(rest[2], rest[1], body))
         else:
             self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
+
+    def do_PUT(self) -> None:
+        route = self._route()
+        if route is None:
+            return
+        path = route[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._send_json(400, _status(400, "BadRequest", "invalid JSON body"))
+            return
+        rest = path[2:] if path[:2] == ["api", "v1"] else []
+        if len(rest) == 4 and rest[0] == "namespaces" and rest[2] == "configmaps":
+            self._send_json(*self.standin.replace_object("configmaps", rest[1], rest[3], body))
+        else:
+            self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
+
+    def _send_extra(self, resource: str, namespace: str, name: str) -> None:
+        obj = self.standin.get_object(resource, f"{namespace}/{name}")
+        if obj is None:
+            self._send_json(404, _status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource))
+        else:
+            self._send_json(200, obj)
 
     def _chunk(self, payload: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
