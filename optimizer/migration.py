@@ -336,10 +336,13 @@ def _solve(ctx: _Context, over_rn: np.ndarray, options: MigrationOptions) -> Non
             ctx.notes.append(f"{undone} moves undone: their targets would break the exact (Beta) safe rule")
             break
         load_cur = np.einsum("rcn,cn->rn", comp.a, x_cur)
+        load_new = np.einsum("rcn,cn->rn", comp.a, x)
         for ri, ni in zip(*np.nonzero(bad), strict=True):
+            # The node may hold what the model put there minus the mean load the exact rule finds too much.
             sigma = math.sqrt(max(var[ri, ni], 0.0)) / comp.cap[ri, ni]
             excess = mean[ri, ni] - beta_max_mean(sigma, u_star, eps) * comp.cap[ri, ni]
-            tighter = int(comp.budget[ri, ni]) - int(math.ceil(max(excess, 0.0) * SCALE.get(LOAD_RESOURCES[ri], 1.0))) - 1
+            tighter = int(load_new[ri, ni]) - int(math.ceil(max(excess, 0.0) * SCALE.get(LOAD_RESOURCES[ri], 1.0))) - 1
+            tighter = min(tighter, int(comp.budget[ri, ni]))
             # Never below what the node holds now: staying put must remain feasible.
             floor = int(load_cur[ri, ni]) if not over_rn[ri, ni] else tighter
             comp.budget[ri, ni] = max(tighter, floor)

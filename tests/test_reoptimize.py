@@ -417,3 +417,93 @@ def test_help_names_the_flags_the_cronjob_uses(capsys: pytest.CaptureFixture[str
     for flag in ("--execute", "--max-moves", "--max-per-node", "--max-per-namespace", "--exclude-namespaces",
                  "--snapshot", "--demo", "--prometheus", "--trace", "--plan-namespace", "kso.io/evict"):
         assert flag in text, flag
+
+
+# ---- the migration model on its own -----------------------------------------------------------------
+def _state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any:
+    from kso.cluster import ClusterState
+    from kso.objects import node_from_k8s
+
+    state = ClusterState()
+    for n in nodes:
+        state.upsert_node(node_from_k8s(n))
+    for i, p in enumerate(pods):
+        p["metadata"]["uid"] = f"uid-{i}"
+        state.upsert_pod(pod_from_k8s(p))
+    return state
+
+
+def _spread_cluster() -> Any:
+    """Four nodes each hosting one movable pod (no overloads): binpack may empty some, at a price."""
+    nodes = [node(f"m{i}", load_cpu=1200) for i in range(4)]
+    pods = [pod(f"w-{i}", f"m{i}", cpu="1") for i in range(4)]
+    return _state(nodes, pods)
+
+
+def test_move_cost_is_weighed_against_the_policy_gain() -> None:
+    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+
+    state = _spread_cluster()
+    movable = state.bound_pods()
+    cheap = plan_migration(state, None, U_STAR, EPS, movable, MigrationOptions("binpack", 0.2, MoveLimits(), workers=1))
+    assert cheap.moves and all(m.reason == "policy" for m in cheap.moves)
+    before, after = cheap.nodes_in_use()
+    assert (before, after) == (4, 1)  # three pods of 1 cpu join the fourth: three nodes emptied, 3 moves
+    # One move costs more than a node is worth: nothing moves.
+    dear = plan_migration(state, None, U_STAR, EPS, movable, MigrationOptions("binpack", 1.5, MoveLimits(), workers=1))
+    assert dear.moves == [] and dear.nodes_in_use() == (4, 4)
+    # "none": only risk moves, and there is no risk here.
+    assert plan_migration(state, None, U_STAR, EPS, movable, MigrationOptions("none", workers=1)).moves == []
+    # A total budget of 2 empties two nodes at most.
+    capped = plan_migration(state, None, U_STAR, EPS, movable, MigrationOptions("binpack", 0.2, MoveLimits(2), workers=1))
+    assert len(capped.moves) == 2 and capped.nodes_in_use()[1] == 2
+    # The plan of a subset of the moves has just those slots.
+    sub = capped.plan_for(capped.moves[:1])
+    assert sum(c.count for c in sub.classes.values()) == 1 and sub.plan_id != capped.plan.plan_id
+
+
+def test_exact_rule_safety_net(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the linear bound let too much onto a node, the exact (Beta) check must catch it: the budgets of
+    the idle nodes are inflated here, so the solver believes anything fits."""
+    from optimizer import migration
+    from optimizer.migration import MigrationOptions, plan_migration
+
+    real = migration.compile_problem
+
+    def loose(problem: Any) -> Any:
+        comp = real(problem)
+        comp.budget[:] = comp.budget + 10**6 * (comp.budget > 0)
+        return comp
+
+    monkeypatch.setattr(migration, "compile_problem", loose)
+    # n1 is over its bound with four 2-cpu pods; n2 is at 80 %, so it can take one pod at most (safely none).
+    nodes = [node("n1", load_cpu=7900), node("n2", load_cpu=6400, std_cpu=400)]
+    pods = [pod(f"web-{i}", "n1", cpu="1500m") for i in range(4)]
+    state = _state(nodes, pods)
+    # Re-solving with tightened budgets, and (no repair rounds) undoing the moves as the last resort.
+    for rounds, note in ((3, ""), (0, "moves undone")):
+        result = plan_migration(state, None, U_STAR, EPS, state.bound_pods(),
+                                MigrationOptions("none", workers=1, repair_rounds=rounds))
+        load = {"n1": 7900.0, "n2": 6400.0}
+        for m in result.moves:
+            load[m.from_node] -= 1500.0
+            load[m.to_node] += 1500.0
+        risk_n2 = safe_overload_risk(np.array([load["n2"] / CPU_M]), np.array([400 / CPU_M]), U_STAR)[0]
+        assert risk_n2 <= EPS, (result.moves, result.notes)
+        assert not next(n for n in result.nodes if n.name == "n2").over_after
+        assert "n1" in result.over_after  # n1 cannot be relieved safely: it stays over, honestly reported
+        assert note in " ".join(result.notes)
+
+
+def test_ownerless_classes_in_two_namespaces_keep_their_limits() -> None:
+    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+
+    nodes = [node("n1", load_cpu=7900), node("n2", load_cpu=300), node("n3", load_cpu=300)]
+    pods = [pod(f"a-{i}", "n1", namespace="ns-a", owner=None) for i in range(3)]
+    pods += [pod(f"b-{i}", "n1", namespace="ns-b", owner=None) for i in range(3)]
+    state = _state(nodes, pods)
+    result = plan_migration(state, None, U_STAR, EPS, state.bound_pods(),
+                            MigrationOptions("none", limits=MoveLimits(max_per_namespace=1), workers=1))
+    assert Counter(m.namespace for m in result.moves) == Counter({"ns-a": 1, "ns-b": 1})
+    # Both namespaces' pods share the extender's class key ("shape@..."): one plan class with both slots.
+    assert len(result.plan.classes) == 1 and next(iter(result.plan.classes.values())).count == 2
