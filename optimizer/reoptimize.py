@@ -391,6 +391,13 @@ def _eviction_failure(exc: Any) -> tuple[int | None, str]:
     if isinstance(exc, ApiException):
         status = exc.status
         message = _api_message(exc)
+        try:  # the PDB refusal names the budget in details.causes
+            causes = (orjson.loads(exc.body or b"{}").get("details") or {}).get("causes") or []
+        except (orjson.JSONDecodeError, AttributeError):
+            causes = []
+        extra = "; ".join(str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("message"))
+        if extra:
+            message = f"{message} ({extra})"
         if status == 429:
             return status, f"refused (429, PodDisruptionBudget): {message}"
         if status == 404:
@@ -428,7 +435,7 @@ def _event(core: Any, move: Any, reason: str, message: str, warning: bool) -> st
     now = dt.datetime.now(dt.UTC)
     body = client.CoreV1Event(
         api_version="v1", kind="Event",
-        metadata=client.V1ObjectMeta(name=f"{move.pod}.{uuid.uuid4().hex[:16]}", namespace=move.namespace),
+        metadata=client.V1ObjectMeta(name=f"{move.pod[:236]}.{uuid.uuid4().hex[:16]}", namespace=move.namespace),
         involved_object=client.V1ObjectReference(api_version="v1", kind="Pod", name=move.pod, namespace=move.namespace,
                                                  uid=move.uid or None),
         reason=reason, message=message[:1024], type="Warning" if warning else "Normal",

@@ -324,7 +324,8 @@ def test_pdb_refusal_is_reported_and_not_retried(server: StandinApiServer, kubec
     calls = Counter((ns, name) for ns, name, _ in server.evictions)
     assert set(calls.values()) == {1} and len(calls) == len(doc["moves"])  # one request per pod, no retry loop
     assert all(code == 429 for _, _, code in server.evictions)
-    assert all(not e["evicted"] and e["status"] == 429 and "disruption budget" in e["detail"] for e in doc["evictions"])
+    assert all(not e["evicted"] and e["status"] == 429 and "disruption budget web-pdb" in e["detail"]
+               for e in doc["evictions"])
     assert "429" in err
     events = server.objects("events")
     assert len(events) == len(doc["moves"])
