@@ -328,7 +328,7 @@ def _solve(ctx: _Context, over_rn: np.ndarray, options: MigrationOptions) -> Non
             return
         ctx.x_new = x
         risk, _, mean, var = evaluate(comp, x, u_star)
-        bad = _exact_violations(risk, risk_before, allowed_over, x, x_cur, eps)
+        bad = _exact_violations(risk, risk_before, allowed_over, x, x_cur, eps, comp.cap)
         if not bad.any():
             break
         if round_ == options.repair_rounds or time.perf_counter() > deadline:
@@ -350,12 +350,12 @@ def _solve(ctx: _Context, over_rn: np.ndarray, options: MigrationOptions) -> Non
 
 
 def _exact_violations(risk: np.ndarray, risk_before: np.ndarray, allowed_over: np.ndarray, x: np.ndarray,
-                      x_cur: np.ndarray, eps: float) -> np.ndarray:
+                      x_cur: np.ndarray, eps: float, cap: np.ndarray) -> np.ndarray:
     """(2, N): node-resources that gained pods and now break the exact rule where they did not (or got
     riskier where they already did)."""
     gained = (x > x_cur).any(axis=0)[None, :]
     worse = np.where(allowed_over[None, :], risk > risk_before + 1e-9, risk > eps + 1e-9)
-    return worse & gained
+    return worse & gained & (cap > 0)
 
 
 def _undo_into(ctx: _Context, bad: np.ndarray, risk_before: np.ndarray, allowed_over: np.ndarray) -> int:
@@ -364,7 +364,7 @@ def _undo_into(ctx: _Context, bad: np.ndarray, risk_before: np.ndarray, allowed_
     undone = 0
     for _ in range(int(x_cur.sum()) + 1):
         risk, _, _, _ = evaluate(comp, x, u_star)
-        bad = _exact_violations(risk, risk_before, allowed_over, x, x_cur, eps).any(axis=0)
+        bad = _exact_violations(risk, risk_before, allowed_over, x, x_cur, eps, comp.cap).any(axis=0)
         if not bad.any():
             break
         ni = int(np.nonzero(bad)[0][0])

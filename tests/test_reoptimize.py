@@ -508,3 +508,18 @@ def test_ownerless_classes_in_two_namespaces_keep_their_limits() -> None:
     assert Counter(m.namespace for m in result.moves) == Counter({"ns-a": 1, "ns-b": 1})
     # Both namespaces' pods share the extender's class key ("shape@..."): one plan class with both slots.
     assert len(result.plan.classes) == 1 and next(iter(result.plan.classes.values())).count == 2
+
+
+def test_trace_forecasts_are_used_not_dropped_as_old(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace's clock is its own: its forecasts must be judged fresh at the trace's "now", or the node
+    annotations would silently be used instead."""
+    monkeypatch.delenv("KSO_PLAN_POLICY", raising=False)
+    code, by_annotations, err = run_json(capsys, "--demo", "--policy", "none")
+    assert code == 0, err
+    code, by_trace, err = run_json(capsys, "--demo", "--policy", "none", "--trace", "embedded")
+    assert code == 0, err
+    assert "synthetic join" in by_trace["loadFrom"]
+    before = {n["name"]: n["meanBefore"]["cpu"] for n in by_annotations["nodes"]}
+    changed = [n["name"] for n in by_trace["nodes"] if abs(n["meanBefore"]["cpu"] - before[n["name"]]) > 1e-6]
+    assert len(changed) == len(before), changed
