@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from typing import Any
@@ -60,9 +61,10 @@ def _state(args: argparse.Namespace) -> ClusterState:
     return state
 
 
-def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any] | None, str]:
+def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any] | None, str, float | None]:
+    """(forecasts by node, where the load comes from, the forecasts' "now": a trace has its own clock)."""
     if not (args.prometheus or args.trace):
-        return None, "node annotations (kube-safe-scheduler) where present, else bound pods' requests"
+        return None, "node annotations (kube-safe-scheduler) where present, else bound pods' requests", None
     from forecasting.models import DEFAULT_FORECASTER, get_forecaster
     from forecasting.store import ForecastStore
 
@@ -85,14 +87,14 @@ def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str,
                 return mapped
 
         store.refresh(_Mapped(), forecaster, now=now)
-        return store.snapshot(now), f"{_Mapped.name}, {forecaster.name}"
+        return store.snapshot(now), f"{_Mapped.name}, {forecaster.name}", now
     from forecasting.prometheus import PrometheusSource
 
     store.refresh(PrometheusSource(url=args.prometheus), forecaster)
     if store.last_error:
         print(f"kso plan: forecasts failed ({store.last_error}); using annotations", file=sys.stderr)
-        return None, "node annotations (Prometheus failed)"
-    return store.snapshot(), f"prometheus {args.prometheus}, {forecaster.name}"
+        return None, "node annotations (Prometheus failed)", None
+    return store.snapshot(), f"prometheus {args.prometheus}, {forecaster.name}", None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -126,8 +128,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         load_from = f"{SOURCES}; {USAGE_LABEL}"
     else:
         state = _state(args)
-        forecasts, load_from = _forecasts(args, state)
-        problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key)
+        forecasts, load_from, now = _forecasts(args, state)
+        problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key, now=now)
+        if forecasts and not any(n.load and all(math.isfinite(v.mean) for v in n.load.values()) for n in problem.nodes):
+            load_from += " (no usable forecast: annotations/requests used)"
     t0 = time.perf_counter()
     comp = compile_problem(problem)
     result = solve(problem, options, comp)

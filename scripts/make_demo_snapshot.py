@@ -48,7 +48,7 @@ def main() -> None:
                                    "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"zone-{i % 3}"}},
                       "spec": {}, "status": {"allocatable": alloc, "capacity": alloc, "images": images}})
     for j, p in enumerate(pods_csv[:60]):
-        node = items[j % len(items)]["metadata"]["name"] if j < 48 else None
+        node = items[j % len(picks)]["metadata"]["name"] if j < 24 else None
         spec = {"containers": [{"name": "main", "image": IMAGES[j % 3][0],
                                 "resources": {"requests": {"cpu": f"{p['cpu_milli']}m", "memory": f"{p['memory_mib']}Mi"}}}]}
         if node:
