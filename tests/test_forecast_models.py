@@ -198,3 +198,67 @@ def test_no_input_yields_nan_or_crossing_quantiles(values: list[float], steps: l
     horizon = data.draw(st.sampled_from([60.0, 1800.0, 3600.0]))
     fc = get_forecaster(name).forecast(UtilisationSeries("n", "cpu", t, y), horizon)
     assert_sane(fc)
+
+
+def test_mm_quantile_regression_recovers_known_quantiles() -> None:
+    from forecasting.models.pooled_qr import mm_quantile_regression
+
+    rng = np.random.default_rng(21)
+    x = rng.uniform(0.0, 2.0, 4000)
+    X = np.column_stack([x, np.ones_like(x)])
+    # y = 1 + 2x + e, e ~ Exp(1): the q-quantile line is 1 + 2x - ln(1 - q)
+    Y = (1.0 + 2.0 * x)[:, None] + rng.exponential(1.0, (4000, 3))
+    Y[rng.random(Y.shape) < 0.05] = np.nan  # unobserved targets are skipped
+    for q in (0.5, 0.95):
+        slope, icpt = mm_quantile_regression(X, Y, q, iters=80)  # the production 30 stop short at q = 0.95
+        assert slope == pytest.approx(2.0, abs=0.15)
+        assert icpt == pytest.approx(1.0 - math.log(1.0 - q), abs=0.15)
+
+
+def test_pooled_qr_features_never_look_ahead() -> None:
+    from forecasting.models.pooled_qr import design
+
+    rng = np.random.default_rng(5)
+    v = rng.uniform(0.0, 1.0, (4, 3 * 288))
+    t = 2 * 288 + 7
+    w = v.copy()
+    w[:, t + 1 :] += rng.uniform(0.0, 0.5, (4, v.shape[1] - t - 1))  # change everything after origin t
+
+    def unscaled(vals: np.ndarray) -> np.ndarray:
+        # features in utilisation units at origin t: (f - y_t) / s_t * s_t + y_t, std / s_t * s_t
+        X, s = design(vals, 12)
+        return np.column_stack([X[:, t, :4] * s[:, t : t + 1] + vals[:, t : t + 1], X[:, t, 4] * s[:, t]])
+
+    assert np.allclose(unscaled(v), unscaled(w), atol=1e-9)
+    assert not np.allclose(unscaled(v), unscaled(np.roll(v, -1, axis=1)))  # the check does see changes
+
+
+def test_pooled_qr_covers_iid_noise_and_uses_prior_for_small_batches() -> None:
+    from forecasting.models.pooled_qr import MIN_POOL_SERIES
+
+    rng = np.random.default_rng(8)
+    n_series, hist, h = 150, 4 * 288, 12
+    y = 0.5 + 0.1 * rng.standard_normal((n_series, hist + h))
+    series = [grid_series(y[i, :hist], key=f"n{i}") for i in range(n_series)]
+    for name in ("pooled-qr", "pooled-qr+holt-winters"):
+        fcs = get_forecaster(name).forecast_many(series, h * STEP)
+        p95 = np.array([fc.p95 for fc in fcs])[:, None]
+        assert abs(float(np.mean(y[:, hist:] <= p95)) - 0.95) < 0.03, name
+    f = get_forecaster("pooled-qr")
+    small = series[: MIN_POOL_SERIES - 1]
+    batch = f.forecast_many(small, h * STEP)
+    one = f.forecast(small[0], h * STEP)
+    assert one.p95 == pytest.approx(batch[0].p95)  # built-in coefficients: batch-independent
+    pooled = f.forecast_many(series, h * STEP)[0]
+    assert pooled.p95 != pytest.approx(one.p95, abs=1e-9)  # a large batch fits its own
+
+
+def test_quantile_average_is_the_mean_of_its_members() -> None:
+    _, y = _daily_sine(4, 0.05, seed=9)
+    series = [grid_series(y * (1 + 0.05 * k), key=f"n{k}") for k in range(25)]
+    avg = get_forecaster("pooled-qr+holt-winters").forecast_many(series, 1800)
+    a = get_forecaster("pooled-qr").forecast_many(series, 1800)
+    b = get_forecaster("holt-winters+conformal").forecast_many(series, 1800)
+    for fa, fb, fm in zip(a, b, avg, strict=True):
+        assert quantiles(fm) == pytest.approx([(u + v) / 2 for u, v in zip(quantiles(fa), quantiles(fb), strict=True)])
+        assert fm.mean == pytest.approx((fa.mean + fb.mean) / 2)
