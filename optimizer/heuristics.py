@@ -36,6 +36,8 @@ def _node_order(comp: Compiled) -> np.ndarray:
 
 def _place(comp: Compiled, best_fit: bool) -> HeuristicResult:
     n_c, n_n = comp.n_classes, comp.n_nodes
+    if n_n == 0:  # nothing to place pods on: all of them stay unplaced
+        return HeuristicResult(np.zeros((n_c, 0), dtype=np.int64), comp.counts.copy(), 0)
     free = comp.free.astype(np.int64).copy()
     budget = comp.budget.astype(np.int64).copy()
     order = _node_order(comp)

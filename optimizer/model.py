@@ -480,7 +480,7 @@ def _add_hint(model: cp_model.CpModel, comp: Compiled, hint: np.ndarray, ub: np.
     load = np.einsum("rcn,cn->rn", comp.a, x) * T_MAX + np.ceil(T_MAX * np.minimum(np.maximum(comp.bound_const, 0.0),
                                                                                 50.0 * np.maximum(comp.bound_cap, 1.0)))
     index = np.ceil(load / np.maximum(comp.bound_cap, 1.0).astype(np.int64))
-    has_terms = np.array([bool(np.any(ub[:, ni])) for ni in range(comp.n_nodes)])
+    has_terms = np.array([bool(np.any(ub[:, ni])) for ni in range(comp.n_nodes)], dtype=bool)
     model.add_hint(t_max, int(min(index[:, has_terms].max(initial=0), T_CEIL)))
 
 

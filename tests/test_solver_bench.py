@@ -1,0 +1,68 @@
+"""The solver benchmark's main function on a tiny openb instance: every column printed, zero violations."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+
+from benchmarks import solver
+from forecasting.traces import DATA_DIR
+from optimizer.model import POLICIES
+from optimizer.openb import SOURCES, USAGE_LABEL
+
+pytestmark = pytest.mark.skipif(not (DATA_DIR / "openb-nodes.csv").exists(), reason=f"no openb trace in {DATA_DIR}")
+
+
+def _table(text: str, first_column: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the markdown table whose first column is ``first_column``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_column} |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return header, rows
+
+
+def test_tiny_benchmark_prints_every_column_and_no_violations() -> None:
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    rc = solver.main(["--cells", "20x100", "--policy-cell", "20x100", "--time-limit", "3", "--policy-time-limit", "1"], out)
+    wall = time.perf_counter() - t0
+    text = out.getvalue()
+    assert rc == 0
+    assert wall < 20, f"tiny benchmark took {wall:.1f} s"
+    assert USAGE_LABEL in text and SOURCES in text
+    for what in ("timestamp:", "machine:", "load average", "(before)", "(after)", "seed: 0"):
+        assert what in text
+
+    header, rows = _table(text, "nodes")
+    assert header == list(solver.BINPACK_COLUMNS)
+    assert len(rows) == 1
+    row = dict(zip(header, rows[0], strict=True))
+    assert (row["nodes"], row["pods"]) == ("20", "100")
+    assert row["violations"] == "0"
+    assert row["violations FFD/BFD"].count("/") == 1
+    assert all(row[c] not in ("", "-") for c in ("nodes plan", "nodes FFD", "nodes BFD", "LP bound", "gap vs LP", "wall s"))
+    assert int(row["nodes plan"]) <= int(row["nodes FFD"])
+    assert int(row["unplaced plan"]) == 0
+
+    header, rows = _table(text, "policy")
+    assert header == list(solver.POLICY_COLUMNS)
+    assert [r[0] for r in rows] == list(POLICIES)
+    for r in rows:
+        p = dict(zip(header, r, strict=True))
+        assert p["violations"] == "0", p
+        assert float(p["max risk"]) <= 0.3
+        assert p["status"] in ("OPTIMAL", "FEASIBLE")
+
+    header, rows = _table(text, "sigma")
+    assert header == ["sigma", "normal max mean", "Beta max mean", "Beta - normal"] and len(rows) == 6
+    assert text.count("| sigma |") == 2  # eps 0.3 and 0.05
+
+    assert "## Aims" in text
+    assert "zero nodes above their exact safe bound in every plan: **MET**" in text
