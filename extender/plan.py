@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from kso.cluster import ClusterState
 from kso.objects import PodInfo
 from optimizer.plan import PlacementPlan, PlanError, load_plan, write_plan
@@ -39,6 +41,10 @@ class PlanCache:
         self.settings = settings
         self.state = state
         self._active: _Active | None = None
+        # A plan published by `kso reoptimize --execute` (ConfigMap kso-plan): the targets of the pods it
+        # evicted. Its slots rank first next to the solver's own plan, and are not replaced by re-solves.
+        self._migration: _Active | None = None
+        self._configmap_plan_id: str | None = None
         self._lock = threading.Lock()  # writers only; readers take the reference
         self._file_mtime: float | None = None
         self._stale_logged: str | None = None
@@ -47,19 +53,28 @@ class PlanCache:
 
     # ---- request path ------------------------------------------------------------------------
     def slots_for(self, pod: PodInfo, now: float | None = None) -> dict[str, int] | None:
-        """Nodes with a free slot of the pod's class, or None when no usable plan covers the pod."""
-        active = self._active
-        if active is None:
-            return None
-        if active.plan.age_s(now) > self.settings.max_age_s:
-            if self._stale_logged != active.plan.plan_id:
-                self._stale_logged = active.plan.plan_id
-                log.warning("plan %s is %.0f s old (limit %.0f s): ignored until a new plan arrives; heuristic agents "
-                            "decide", active.plan.plan_id, active.plan.age_s(now), self.settings.max_age_s)
-                self.on_event("stale", active.plan.plan_id)
-            return None
-        free = active.free.get(class_key(pod))
-        return free or None
+        """Nodes with a free slot of the pod's class (the solver's plan and the re-optimisation's targets
+        together), or None when no usable plan covers the pod."""
+        key = class_key(pod)
+        merged: dict[str, int] | None = None
+        for active in (self._migration, self._active):
+            if active is None or not self._usable(active, now):
+                continue
+            free = active.free.get(key)
+            if free:
+                merged = dict(free) if merged is None else {n: merged.get(n, 0) + free.get(n, 0)
+                                                            for n in merged.keys() | free.keys()}
+        return merged or None
+
+    def _usable(self, active: _Active, now: float | None) -> bool:
+        if active.plan.age_s(now) <= self.settings.max_age_s:
+            return True
+        if self._stale_logged != active.plan.plan_id:
+            self._stale_logged = active.plan.plan_id
+            log.warning("plan %s is %.0f s old (limit %.0f s): ignored until a new plan arrives; heuristic agents "
+                        "decide", active.plan.plan_id, active.plan.age_s(now), self.settings.max_age_s)
+            self.on_event("stale", active.plan.plan_id)
+        return False
 
     # ---- updates (background) ----------------------------------------------------------------
     def install(self, plan: PlacementPlan, source: str) -> bool:
@@ -75,24 +90,67 @@ class PlanCache:
         return True
 
     def consume(self, pod: PodInfo, node: str) -> None:
-        """kso bound ``pod`` to ``node``: take the slot now (the next reconcile agrees)."""
+        """kso bound ``pod`` to ``node``: take the slot now (the re-optimisation's first; the next
+        reconcile agrees)."""
         with self._lock:
-            active = self._active
-            if active is None:
-                return
-            free = active.free.get(class_key(pod))
-            if free and free.get(node, 0) > 0:
-                free[node] -= 1
-                if not free[node]:
-                    del free[node]
+            for active in (self._migration, self._active):
+                if active is None:
+                    continue
+                free = active.free.get(class_key(pod))
+                if free and free.get(node, 0) > 0:
+                    free[node] -= 1
+                    if not free[node]:
+                        del free[node]
+                    return
 
     def reconcile(self) -> None:
         """Slots left = planned - pods of the class bound there since the plan was made."""
         with self._lock:
-            active = self._active
-            if active is None:
-                return
-            active.free = self._free_slots(active.plan, active.baseline)
+            for active in (self._active, self._migration):
+                if active is not None:
+                    active.free = self._free_slots(active.plan, active.baseline)
+
+    def install_migration(self, plan: PlacementPlan, source: str) -> bool:
+        if plan.age_s() > self.settings.max_age_s:
+            self._reject(f"{source}: plan {plan.plan_id} is already {plan.age_s():.0f} s old", "stale")
+            return False
+        with self._lock:
+            baseline = frozenset(plan.baseline_pods)
+            self._migration = _Active(plan, source, self._free_slots(plan, baseline), baseline)
+        log.info("re-optimisation plan %s from %s installed: %s", plan.plan_id, source, plan.summary())
+        self.on_event("installed", plan.plan_id)
+        return True
+
+    def poll_configmap(self, api_client: Any, namespace: str, name: str, key: str = "plan.json") -> None:
+        """Read the plan ``kso reoptimize --execute`` published (ConfigMap ``namespace/name``, key
+        ``plan.json``); a new one is installed, a missing one is normal, a corrupt one is reported."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        where = f"ConfigMap {namespace}/{name}"
+        try:
+            resp = client.CoreV1Api(api_client).read_namespaced_config_map(name, namespace, _preload_content=False,
+                                                                           _request_timeout=10)
+            doc = orjson.loads(resp.data)
+        except ApiException as exc:
+            if exc.status != 404:
+                self._reject(f"{where}: HTTP {exc.status}", "unreadable")
+            return
+        except Exception as exc:  # noqa: BLE001 - an unreachable API server must not stop the job
+            self._reject(f"{where}: {type(exc).__name__}: {exc}", "unreadable")
+            return
+        raw = (doc.get("data") or {}).get(key) if isinstance(doc, dict) else None
+        if raw is None:
+            self._reject(f"{where}: no {key!r} key", "corrupt")
+            return
+        try:
+            plan = PlacementPlan.from_json(raw, f"{where} {key}")
+        except PlanError as exc:
+            self._reject(str(exc), "corrupt")
+            return
+        if plan.plan_id != self._configmap_plan_id:
+            self._configmap_plan_id = plan.plan_id
+            self.install_migration(plan, where)
 
     def _free_slots(self, plan: PlacementPlan, baseline: frozenset[str]) -> dict[str, dict[str, int]]:
         taken: dict[tuple[str, str], int] = {}
@@ -150,12 +208,15 @@ class PlanCache:
         self.on_event("rejected:" + reason, why)
 
     def describe(self, now: float | None = None) -> dict[str, Any]:
-        active = self._active
-        if active is None:
-            return {"plan": None, "last_error": self.last_error}
-        return {"plan": active.plan.summary(), "source": active.source, "age_s": round(active.plan.age_s(now), 1),
-                "usable": active.plan.age_s(now) <= self.settings.max_age_s,
-                "free_slots": sum(sum(v.values()) for v in active.free.values()), "last_error": self.last_error}
+        out: dict[str, Any] = {"plan": None, "last_error": self.last_error}
+        for label, active in (("", self._active), ("migration_", self._migration)):
+            if active is None:
+                continue
+            out.update({f"{label}plan": active.plan.summary(), f"{label}source": active.source,
+                        f"{label}age_s": round(active.plan.age_s(now), 1),
+                        f"{label}usable": active.plan.age_s(now) <= self.settings.max_age_s,
+                        f"{label}free_slots": sum(sum(v.values()) for v in active.free.values())})
+        return out
 
     def age_s(self) -> float:
         active = self._active

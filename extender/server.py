@@ -26,6 +26,7 @@ log = logging.getLogger("kso.extender")
 class Running:
     extender: Extender
     stop: list[Callable[[], Any]] = field(default_factory=list)
+    api_client: Any = None  # the kubernetes ApiClient when the cluster source is the API server
 
     def close(self) -> None:
         for fn in self.stop:
@@ -91,6 +92,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     source = choose_source(config)
     stop: list[Callable[[], Any]] = []
     binder: Any
+    client: Any = None
     if source == "API":
         try:
             client = kube.load_api_client(config.settings.kubeconfig or None)
@@ -114,7 +116,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     if plan is not None:
         plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
         plan.load_file()  # a restarted extender answers from the last plan at once
-    return Running(extender, stop)
+    return Running(extender, stop, client)
 
 
 def make_plan_cache(config: Config, state: ClusterState) -> PlanCache | None:
@@ -140,6 +142,11 @@ def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: f
     scheduler = BackgroundScheduler(daemon=True)
     scheduler.add_job(cache.load_file, "interval", seconds=10, id="plan-file", max_instances=1, coalesce=True)
     scheduler.add_job(cache.reconcile, "interval", seconds=5, id="plan-reconcile", max_instances=1, coalesce=True)
+    ns, _, name = cache.settings.configmap.partition("/")
+    if running.api_client is not None and ns and name:
+        # kso reoptimize --execute publishes where the pods it evicted should land.
+        scheduler.add_job(cache.poll_configmap, "interval", seconds=15, args=(running.api_client, ns, name),
+                          id="plan-configmap", max_instances=1, coalesce=True, next_run_time=datetime.now())
     if solve:
         store = getattr(extender.agents.get("safe"), "stats", None)
         store = getattr(store, "store", None)

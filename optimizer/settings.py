@@ -23,6 +23,8 @@ class PlanSettings:
     time_limit_s: float = setting("KSO_SOLVER_TIME_LIMIT_S", 30.0, lo=1, hi=3600)
     workers: int = setting("KSO_SOLVER_WORKERS", 2, lo=1, hi=64)
     relative_gap: float = setting("KSO_SOLVER_GAP", 0.01, lo=0, hi=1)
+    configmap: str = setting("KSO_PLAN_CONFIGMAP", "kso-system/kso-plan",
+                             help="namespace/name of the ConfigMap kso reoptimize --execute publishes; empty = off")
     cost_key: str = setting("KSO_PLAN_COST_KEY", "hightower.com/cost", help="node annotation or label with its cost")
 
     @property

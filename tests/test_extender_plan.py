@@ -154,3 +154,50 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
             assert max(scores(client, PENDING[1]).values()) == 10
         finally:
             running.close()
+
+
+def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> None:
+    """``kso reoptimize --execute`` publishes its targets to ConfigMap kso-plan; the extender reads it
+    over the real kubernetes client and ranks those nodes first, next to (not instead of) its own plan."""
+    from kso.kube import load_api_client
+    from tests.kube_standin import StandinApiServer
+
+    with plan_extender(tmp_path) as (client, ext, cache), StandinApiServer() as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: s, cluster: {{server: "{server.url}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: c, context: {{cluster: s, user: u}}}}]
+current-context: c
+""")
+        api = load_api_client(str(kubeconfig))
+        cache.poll_configmap(api, "kso-system", "kso-plan")  # none yet: nothing happens, nothing is reported
+        assert cache.describe()["plan"] is None and cache.last_error is None
+        own = solved_plan(ext)  # the solver's plan: binpack puts all three on one node
+        cache.install(own, "solver")
+        target_own = next(iter(next(iter(own.classes.values())).slots))
+        migration = solved_plan(ext).to_dict()
+        other = next(n for n in ("n1", "n2", "n3") if n != target_own)
+        (key, cls), = migration["classes"].items()
+        cls["slots"], cls["unplaced"], cls["count"] = {other: 1}, 0, 1
+        migration["planId"] = "reopt-1"
+        server.put_object("configmaps", {"metadata": {"name": "kso-plan", "namespace": "kso-system"},
+                                         "data": {"plan.json": orjson.dumps(migration).decode()}})
+        cache.poll_configmap(api, "kso-system", "kso-plan")
+        described = cache.describe()
+        assert described["migration_plan"]["plan_id"] == "reopt-1" and described["plan"]["plan_id"] == own.plan_id
+        got = scores(client, PENDING[0])
+        assert got[other] == 10 and got[target_own] == 10
+        # Binding there takes the re-optimisation's slot first.
+        status, body = client.post("/bind", {"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-default-p1",
+                                             "Node": other})
+        assert status == 200 and body["Error"] == ""
+        assert cache.describe()["migration_free_slots"] == 0
+        # A corrupt ConfigMap is reported and the plans in use stay.
+        server.put_object("configmaps", {"metadata": {"name": "kso-plan", "namespace": "kso-system"},
+                                         "data": {"plan.json": "{broken"}})
+        cache.poll_configmap(api, "kso-system", "kso-plan")
+        assert "not valid JSON" in (cache.last_error or "")
+        assert cache.describe()["plan"]["plan_id"] == own.plan_id
