@@ -39,6 +39,8 @@ def linear_safe_bound(m: float, s: float, cap: float, mu: np.ndarray, var: np.nd
                       fill_mu: float, fill_var: float) -> tuple[np.ndarray, float]:
     """(a_c per class, budget) of the linearised bound for one node and resource."""
     headroom = max(u_star * cap - m, 0.0)
+    # Pods with (almost) no mean usage would make "pods that fit" unbounded: count at least 0.1% of cap each.
+    fill_mu = max(fill_mu, 1e-3 * cap)
     v0 = s * s + (headroom / fill_mu * fill_var if fill_mu > 0 else 0.0)
     if z <= 0 or v0 <= 0:
         return mu.astype(float), u_star * cap - m

@@ -176,8 +176,8 @@ def compile_problem(problem: PlacementProblem) -> Compiled:
                 m, s = n.requested.get(r, 0.0), 0.0
             coeff, bud = linear_safe_bound(m, s, c_n, mu[ri], var[ri], problem.u_star,
                                            _z_for(z, s, c_n, fill_mu, fill_var, problem), fill_mu, fill_var)
-            a[ri, :, ni] = np.ceil(coeff * scale - 1e-9).astype(np.int64)
-            budget[ri, ni] = int(math.floor(bud * scale + 1e-9)) if math.isfinite(bud) else -1
+            a[ri, :, ni] = np.ceil(np.clip(coeff * scale, 0.0, 2.0**40) - 1e-9).astype(np.int64)
+            budget[ri, ni] = int(math.floor(min(max(bud * scale, -2.0**52), 2.0**52) + 1e-9)) if math.isfinite(bud) else -1
             bound_cap[ri, ni] = problem.u_star * c_n * scale
             bound_const[ri, ni] = bound_cap[ri, ni] - budget[ri, ni]
             mean0[ri, ni], var0[ri, ni], cap[ri, ni] = m, s * s, c_n
@@ -192,6 +192,7 @@ def compile_problem(problem: PlacementProblem) -> Compiled:
 def _z_for(z: float, s: float, cap: float, fill_mu: float, fill_var: float, problem: PlacementProblem) -> float:
     if cap <= 0:
         return z
+    fill_mu = max(fill_mu, 1e-3 * cap)  # as in linear_safe_bound
     full_var = s * s + (problem.u_star * cap / fill_mu * fill_var if fill_mu > 0 else 0.0)
     sigma = math.sqrt(full_var) / cap
     if sigma <= 1e-6:
@@ -262,6 +263,13 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
         result = _solve_lns(comp, options, problem.u_star, hint, t0)
     else:
         result = _solve_once(comp, options, problem.u_star, hint, t0)
+        if hint is not None and int((comp.counts - hint.sum(axis=1)).sum()) < int(result.unplaced.sum()):
+            # CP-SAT stopped on a plan that places fewer pods than its own (feasible) hint: keep the hint.
+            risk, headroom, _, _ = evaluate(comp, hint, problem.u_star)
+            result = SolveResult(hint.copy(), comp.counts - hint.sum(axis=1), "FEASIBLE", math.nan, math.nan, math.nan,
+                                 0.0, result.first_feasible_s, None, 0, 0, 0, risk, headroom,
+                                 [f"CP-SAT's plan placed fewer pods than first-fit-decreasing ({result.status}); "
+                                  "the FFD placement is used"], result.progress)
         for rounds in range(1, options.repair_rounds + 1):
             over = _over(result, problem.eps)
             if not over.any() or time.perf_counter() - t0 > options.time_limit_s:
@@ -328,16 +336,23 @@ def _solve_lns(comp: Compiled, options: SolverOptions, u_star: float, start: np.
     progress: list[tuple[float, float, float]] = []
     cpu = comp.resources.index(CPU)
     while time.perf_counter() - t0 + options.lns_step_s < options.time_limit_s:
-        used = np.nonzero(x.sum(axis=0) > 0)[0]
-        unused = np.nonzero((x.sum(axis=0) == 0) & ~comp.has_pods)[0]
+        # "In use" includes nodes that already host pods but got none in the plan: load-balance must be
+        # able to move planned pods onto them.
+        in_use = (x.sum(axis=0) > 0) | comp.has_pods
+        used = np.nonzero(in_use)[0]
+        unused = np.nonzero(~in_use)[0]
+        if len(used) == 0 and len(unused) == 0:
+            break
         fill = (comp.req[:, cpu] @ x[:, used]) / np.maximum(comp.free[used, cpu], 1)
         k = min(options.lns_nodes, comp.n_nodes)
         emptiest = used[np.argsort(fill)[: k // 2]]
         rest = np.setdiff1d(used, emptiest)
-        pick = list(emptiest) + list(rng.choice(rest, size=min(k // 3, len(rest)), replace=False))
+        pick = list(emptiest) + (list(rng.choice(rest, size=min(k // 3, len(rest)), replace=False)) if len(rest) else [])
         if len(unused):
             pick += list(rng.choice(unused, size=min(k - len(pick), len(unused)), replace=False))
         nodes = np.unique(np.array(pick, dtype=np.int64))
+        if len(nodes) == 0:
+            break
         unplaced = comp.counts - x.sum(axis=1)
         counts = x[:, nodes].sum(axis=1) + unplaced
         sub = comp.subset(nodes, counts)
