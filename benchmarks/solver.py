@@ -33,13 +33,14 @@ import dataclasses
 import datetime as dt
 import importlib.metadata
 import math
+import multiprocessing as mp
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
@@ -58,6 +59,8 @@ AIM_SECONDS = 60.0
 AIM_GAP = 0.02
 AIM_LP = 0.03
 AIM_FFD = 0.05
+CRASH_RETRIES = 1  # OR-Tools 9.15 can abort the process in presolve, at random (google/or-tools#5288)
+T = TypeVar("T")
 
 BINPACK_COLUMNS = ("nodes", "pods", "classes", "req cpu", "mode", "compile s", "first feasible s", "2% gap s", "1% gap s",
                    "gap CP-SAT", "gap vs LP", "nodes plan", "LP bound", "nodes FFD", "nodes BFD", "unplaced plan",
@@ -119,6 +122,7 @@ class Report:
     policies: list[PolicyRow] = field(default_factory=list)
     policy_cell: tuple[int, int] | None = None
     aims: list[tuple[str, str, str]] = field(default_factory=list)  # (aim, met|missed|not run, why)
+    crashes: list[str] = field(default_factory=list)
 
 
 def ceil_lp(lp: float) -> int:
@@ -191,6 +195,50 @@ def late_gain(result: SolveResult) -> float:
     return (before[-1] - pts[-1][1]) / max(abs(before[-1]), 1e-9)
 
 
+class SolverCrash(RuntimeError):
+    """The process running a solve died (a C++ abort inside OR-Tools kills it whole)."""
+
+
+def isolated(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` in a forked child, so a solver crash is reported here instead of ending the run."""
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", fn(*args)))
+        except BaseException as exc:  # reported to the parent as text
+            send.send(("error", f"{type(exc).__name__}: {exc}"))
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    send.close()
+    try:
+        kind, value = recv.recv()
+    except EOFError:
+        kind, value = "crash", None
+    proc.join()
+    if kind == "ok":
+        return value  # type: ignore[no-any-return]
+    if kind == "error":
+        raise RuntimeError(value)
+    raise SolverCrash(f"the solver process died (exit code {proc.exitcode})")
+
+
+def with_retries(fn: Callable[..., T], *args: Any) -> tuple[T | None, list[str]]:
+    """``isolated(fn, *args)``, once more after a crash; (result or None, one note per crash)."""
+    notes: list[str] = []
+    for attempt in range(CRASH_RETRIES + 1):
+        try:
+            return isolated(fn, *args), notes
+        except SolverCrash as exc:
+            notes.append(f"attempt {attempt + 1}: {exc} (OR-Tools abort, see google/or-tools#5288); "
+                         + ("retried" if attempt < CRASH_RETRIES else "given up"))
+    return None, notes
+
+
 def fmt(v: float | int | None, spec: str = ".1f") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -229,14 +277,14 @@ def run_binpack_cell(prob: PlacementProblem, n_nodes: int, n_pods: int, opts: So
     bfd: HeuristicResult = best_fit_decreasing(base)
     lp = lp_bound_nodes(base, result.unplaced)
     lp_ffd = lp_bound_nodes(base, ffd.unplaced)
-    decomposed = any("decomposed" in n for n in result.notes)
+    mode = solve_mode(result)
     gap1, source = time_to_gap(result, lp, ffd.nodes_used, 0.01)
     gap2, _ = time_to_gap(result, lp, ffd.nodes_used, 0.02)
     u, e = prob.u_star, prob.eps
     return BinpackRow(
         nodes=n_nodes, pods=n_pods, classes=len(prob.classes), share=requested_share(prob),
-        mode="decomposed" if decomposed else "full", compile_s=compile_s, first_s=result.first_feasible_s,
-        gap1_s=gap1, gap2_s=gap2, gap_source=source, gap_cpsat=math.nan if decomposed else result.gap,
+        mode=mode, compile_s=compile_s, first_s=result.first_feasible_s,
+        gap1_s=gap1, gap2_s=gap2, gap_source=source, gap_cpsat=result.gap,
         gap_lp=gap_vs_lp(result.nodes_used, lp), plan_nodes=result.nodes_used, lp=lp, ffd_nodes=ffd.nodes_used,
         bfd_nodes=bfd.nodes_used, plan_unplaced=int(result.unplaced.sum()), ffd_unplaced=int(ffd.unplaced.sum()),
         bfd_unplaced=int(bfd.unplaced.sum()), violations=result.violations,
@@ -244,13 +292,22 @@ def run_binpack_cell(prob: PlacementProblem, n_nodes: int, n_pods: int, opts: So
         wall_s=result.wall_s, lp_ffd=lp_ffd, late_gain=late_gain(result), status=result.status, notes=list(result.notes))
 
 
+def solve_mode(result: SolveResult) -> str:
+    """How the plan was made: one CP-SAT model, LNS over neighbourhoods, or the FFD start kept because
+    CP-SAT's plan placed fewer pods."""
+    if any("decomposed" in n for n in result.notes):
+        return "decomposed"
+    if any("FFD placement is used" in n for n in result.notes):
+        return "full (FFD kept)"
+    return "full"
+
+
 def run_policy(prob: PlacementProblem, policy: str, opts: SolverOptions) -> PolicyRow:
     comp = compile_problem(prob)
     base = compile_problem(prob)
     result = solve(prob, dataclasses.replace(opts, policy=policy), comp)
     worst, risk, spread = load_stats(base, result.x, prob.u_star, prob.eps)
-    decomposed = any("decomposed" in n for n in result.notes)
-    return PolicyRow(policy, result.status, "decomposed" if decomposed else "full", result.nodes_used,
+    return PolicyRow(policy, result.status, solve_mode(result), result.nodes_used,
                      int(result.unplaced.sum()), worst, risk, spread, result.violations, result.wall_s, list(result.notes))
 
 
@@ -275,7 +332,7 @@ def check_aims(report: Report) -> list[tuple[str, str, str]]:
     cell = next((r for r in report.binpack if (r.nodes, r.pods) == AIM_CELL), None)
     name = f"{AIM_CELL[0]:,} x {AIM_CELL[1]:,} planned within {AIM_SECONDS:.0f} s at under {AIM_GAP:.0%} gap"
     if cell is None:
-        aims.append((name, "not run", "that cell is not in this run (--quick or --cells)"))
+        aims.append((name, "not run", "that cell is not in this run (--quick, --cells, or its solve crashed)"))
     else:
         gap = cell.gap_cpsat if math.isfinite(cell.gap_cpsat) else cell.gap_lp
         which = "CP-SAT's gap" if math.isfinite(cell.gap_cpsat) else "gap vs the LP bound (decomposed: no CP-SAT bound)"
@@ -376,6 +433,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     for eps in (0.3, 0.05):
         say()
         say(f"U* = 0.9, eps = {eps} (z = {z_value(eps):.3f}): normal form m + z s <= U* vs the exact Beta rule")
+        say()
         rows = [[f"{r['sigma']:.2f}", f"{r['normal_max_mean']:.3f}", f"{r['beta_max_mean']:.3f}",
                  f"{r['beta_max_mean'] - r['normal_max_mean']:+.3f}"] for r in bound_comparison(0.9, eps)]
         say(table(("sigma", "normal max mean", "Beta max mean", "Beta - normal"), rows))
@@ -404,7 +462,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if share > MAX_SHARE and (n, p) not in forced:
             report.skipped.append((n, p, share))
             continue
-        row = run_binpack_cell(prob, n, p, opts)
+        row, crashes = with_retries(run_binpack_cell, prob, n, p, opts)
+        report.crashes += [f"binpack {n} x {p}, {c}" for c in crashes]
+        if row is None:
+            rows.append([str(n), str(p), str(len(prob.classes)), pct(share, 0), "CRASHED"] + ["-"] * (len(BINPACK_COLUMNS) - 5))
+            continue
         report.binpack.append(row)
         rows.append(binpack_cells(row))
         print(f"  done {n}x{p}: {row.plan_nodes} nodes ({row.status}, {row.wall_s:.1f} s)", file=sys.stderr, flush=True)
@@ -435,10 +497,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         say(f"## Policies at {n} x {p} (requested {requested_share(prob):.0%} of cpu; time limit {p_limit:g} s each)")
         say()
         popts = SolverOptions(time_limit_s=p_limit, workers=args.workers, relative_gap=args.gap, seed=args.seed)
+        prow: list[list[str]] = []
         for policy in policy_list:
-            report.policies.append(run_policy(prob, policy, popts))
+            result, crashes = with_retries(run_policy, prob, policy, popts)
+            report.crashes += [f"{policy} {n} x {p}, {c}" for c in crashes]
+            if result is None:
+                prow.append([policy, "CRASHED"] + ["-"] * (len(POLICY_COLUMNS) - 2))
+                continue
+            report.policies.append(result)
+            prow.append(policy_cells(result))
             print(f"  done policy {policy}", file=sys.stderr, flush=True)
-        say(table(POLICY_COLUMNS, [policy_cells(r) for r in report.policies]))
+        say(table(POLICY_COLUMNS, prow))
         say()
         for r in report.policies:
             for note in r.notes:
@@ -450,6 +519,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             "openb nodes carry no cost, so every node costs 1 and `cost` is binpack by another name.")
         say()
 
+    if report.crashes:
+        say("## Solver crashes")
+        say()
+        for c in report.crashes:
+            say(f"- {c}")
+        say()
     report.aims = check_aims(report)
     say("## Aims")
     say()

@@ -66,3 +66,25 @@ def test_tiny_benchmark_prints_every_column_and_no_violations() -> None:
 
     assert "## Aims" in text
     assert "zero nodes above their exact safe bound in every plan: **MET**" in text
+
+
+def _abort() -> int:
+    import faulthandler
+    import os
+
+    faulthandler.disable()  # pytest's traceback dump would only add noise
+    os.abort()  # what an OR-Tools C++ abort does to the process
+    return 0
+
+
+def _fail() -> int:
+    raise ValueError("bad input")
+
+
+def test_a_crashing_solve_is_reported_not_fatal() -> None:
+    result, notes = solver.with_retries(_abort)
+    assert result is None and len(notes) == solver.CRASH_RETRIES + 1
+    assert "exit code -6" in notes[0] and "given up" in notes[-1]
+    assert solver.with_retries(pow, 2, 10) == (1024, [])
+    with pytest.raises(RuntimeError, match="ValueError: bad input"):
+        solver.isolated(_fail)
