@@ -264,7 +264,15 @@ class PlanSolver:
                 return None
             plan = self.worker.submit(problem, s.solver_options()).result(timeout=s.time_limit_s * 3 + 60)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
-            log.error("plan solve failed: %s; keeping the current plan", exc)
+            from concurrent.futures.process import BrokenProcessPool
+
+            if isinstance(exc, BrokenProcessPool):
+                # The solver process died (e.g. an OR-Tools abort, google/or-tools#5288): start a new one.
+                from optimizer.planner import PlanWorker
+
+                self.worker.close()
+                self.worker = PlanWorker()
+            log.error("plan solve failed: %s; keeping the current plan", exc or type(exc).__name__)
             self.on_solved("error", time.perf_counter() - t0)
             return None
         finally:
