@@ -71,10 +71,8 @@ def run_demo(out: str = "kso-demo-report", port: int = 0, hours: float = 4.0, ve
 
     bench = argparse.ArgumentParser()
     add_arguments(bench)
-    bargs = bench.parse_args(["--trace", "embedded", "--hours", str(hours), "--out", out,
-                              "--policies", "default,koordinator,kso,kso-plan"])
-    rc = run_bench(bargs, ["--trace", "embedded", "--hours", str(hours), "--policies", "default,koordinator,kso,kso-plan",
-                           "--out", out])
+    argv = ["--trace", "embedded", "--hours", str(hours), "--policies", "default,koordinator,kso,kso-plan", "--out", out]
+    rc = run_bench(bench.parse_args(argv), argv)
     print(f"({time.perf_counter() - t:.1f} s)")
     print(f"\nkso demo done in {time.perf_counter() - t_all:.0f} s; report: {Path(out) / 'report.md'}, plan: {plan_file}")
     return rc

@@ -78,14 +78,24 @@ class PlanCache:
 
     # ---- updates (background) ----------------------------------------------------------------
     def install(self, plan: PlacementPlan, source: str) -> bool:
+        """Use ``plan`` as the solver's plan (replacing the previous one)."""
+        if not self._install(plan, source, "_active", "plan"):
+            return False
+        self.last_error = None
+        return True
+
+    def install_migration(self, plan: PlacementPlan, source: str) -> bool:
+        """Use ``plan`` as the re-optimisation's targets, beside the solver's plan."""
+        return self._install(plan, source, "_migration", "re-optimisation plan")
+
+    def _install(self, plan: PlacementPlan, source: str, slot: str, what: str) -> bool:
         if plan.age_s() > self.settings.max_age_s:
             self._reject(f"{source}: plan {plan.plan_id} is already {plan.age_s():.0f} s old", "stale")
             return False
         with self._lock:
             baseline = frozenset(plan.baseline_pods)
-            self._active = _Active(plan, source, self._free_slots(plan, baseline), baseline)
-        self.last_error = None
-        log.info("plan %s from %s installed: %s", plan.plan_id, source, plan.summary())
+            setattr(self, slot, _Active(plan, source, self._free_slots(plan, baseline), baseline))
+        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, plan.summary())
         self.on_event("installed", plan.plan_id)
         return True
 
@@ -109,17 +119,6 @@ class PlanCache:
             for active in (self._active, self._migration):
                 if active is not None:
                     active.free = self._free_slots(active.plan, active.baseline)
-
-    def install_migration(self, plan: PlacementPlan, source: str) -> bool:
-        if plan.age_s() > self.settings.max_age_s:
-            self._reject(f"{source}: plan {plan.plan_id} is already {plan.age_s():.0f} s old", "stale")
-            return False
-        with self._lock:
-            baseline = frozenset(plan.baseline_pods)
-            self._migration = _Active(plan, source, self._free_slots(plan, baseline), baseline)
-        log.info("re-optimisation plan %s from %s installed: %s", plan.plan_id, source, plan.summary())
-        self.on_event("installed", plan.plan_id)
-        return True
 
     def poll_configmap(self, api_client: Any, namespace: str, name: str, key: str = "plan.json") -> None:
         """Read the plan ``kso reoptimize --execute`` published (ConfigMap ``namespace/name``, key

@@ -78,17 +78,19 @@ def parse_snapshot(text: str | bytes, where: str = "snapshot") -> tuple[list[Nod
     return nodes, pods
 
 
+def read_snapshot(path: str | Path | None) -> tuple[bytes, str]:
+    """The bytes of a snapshot file (None = the embedded demo) and a name for messages."""
+    if path is None:
+        return resources.files("kso.data").joinpath(DEMO_SNAPSHOT).read_bytes(), f"embedded {DEMO_SNAPSHOT}"
+    try:
+        return Path(path).read_bytes(), str(path)
+    except OSError as exc:
+        raise SnapshotError(f"snapshot {path}: {exc}") from None
+
+
 def load_snapshot(path: str | Path | None, state: ClusterState | None = None) -> ClusterState:
     """Fill ``state`` (or a new ClusterState) from a snapshot file; None means the embedded demo."""
-    if path is None:
-        text = resources.files("kso.data").joinpath(DEMO_SNAPSHOT).read_bytes()
-        where = f"embedded {DEMO_SNAPSHOT}"
-    else:
-        try:
-            text = Path(path).read_bytes()
-        except OSError as exc:
-            raise SnapshotError(f"snapshot {path}: {exc}") from None
-        where = str(path)
+    text, where = read_snapshot(path)
     nodes, pods = parse_snapshot(text, where)
     state = ClusterState() if state is None else state
     for node in nodes:

@@ -32,7 +32,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -160,17 +159,12 @@ def read_snapshot(path: str | None) -> Cluster:
     embedded demo. Without the owner object, an owner's replica count is its pods in the snapshot."""
     import yaml
 
-    from kso.snapshot import DEMO_SNAPSHOT, SnapshotError, _objects, parse_snapshot
+    from kso.snapshot import SnapshotError, _objects, parse_snapshot, read_snapshot
 
-    if path is None:
-        text = resources.files("kso.data").joinpath(DEMO_SNAPSHOT).read_bytes()
-        where = f"embedded {DEMO_SNAPSHOT}"
-    else:
-        try:
-            text = Path(path).read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"snapshot {path}: {exc.strerror or exc}") from None
-        where = str(path)
+    try:
+        text, where = read_snapshot(path)
+    except SnapshotError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         parse_snapshot(text, where)  # the same validation as every other snapshot reader
         try:

@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -206,6 +207,18 @@ class StandinApiServer:
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
+
+    def write_kubeconfig(self, path: Path | str, cluster: str = "standin", context: str = "ctx") -> str:
+        """A kubeconfig pointing at this server (token auth), written to ``path``; returns the path."""
+        Path(path).write_text(f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: {cluster}, cluster: {{server: "{self.url}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: {context}, context: {{cluster: {cluster}, user: u}}}}]
+current-context: {context}
+""")
+        return str(path)
 
     def start(self) -> StandinApiServer:
         self._thread = threading.Thread(

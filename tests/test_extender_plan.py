@@ -163,16 +163,7 @@ def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> Non
     from tests.kube_standin import StandinApiServer
 
     with plan_extender(tmp_path) as (client, ext, cache), StandinApiServer() as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(f"""
-apiVersion: v1
-kind: Config
-clusters: [{{name: s, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: c, context: {{cluster: s, user: u}}}}]
-current-context: c
-""")
-        api = load_api_client(str(kubeconfig))
+        api = load_api_client(server.write_kubeconfig(tmp_path / "kubeconfig"))
         cache.poll_configmap(api, "kso-system", "kso-plan")  # none yet: nothing happens, nothing is reported
         assert cache.describe()["plan"] is None and cache.last_error is None
         own = solved_plan(ext)  # the solver's plan: binpack puts all three on one node

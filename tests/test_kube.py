@@ -375,17 +375,7 @@ def test_recording_binder(caplog: pytest.LogCaptureFixture) -> None:
 # ---- configuration -------------------------------------------------------------------------------
 def test_load_api_client_from_kubeconfig(server: StandinApiServer, tmp_path: Path) -> None:
     server.add_node("n1")
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        f"""
-apiVersion: v1
-kind: Config
-clusters: [{{name: standin, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: ctx, context: {{cluster: standin, user: u}}}}]
-current-context: ctx
-"""
-    )
+    kubeconfig = server.write_kubeconfig(tmp_path / "config")
     api = load_api_client(str(kubeconfig))
     assert [n.metadata.name for n in client.CoreV1Api(api).list_node().items] == ["n1"]
     api = load_api_client(str(kubeconfig), context="ctx")

@@ -98,15 +98,7 @@ def server() -> Iterator[StandinApiServer]:
 
 @pytest.fixture
 def kubeconfig(server: StandinApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(f"""
-apiVersion: v1
-kind: Config
-clusters: [{{name: standin, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: ctx, context: {{cluster: standin, user: u}}}}]
-current-context: ctx
-""")
+    path = server.write_kubeconfig(tmp_path / "kubeconfig")
     monkeypatch.setattr(reoptimize, "SA_NAMESPACE_FILE", str(tmp_path / "no-such-namespace-file"))
     for var in ("KSO_PLAN_FILE", "KSO_PLAN_POLICY", "SAFEUTILIZATION", "SAFEPERCENTILE"):
         monkeypatch.delenv(var, raising=False)
