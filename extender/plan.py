@@ -257,7 +257,8 @@ class PlanSolver:
         try:
             s = self.cache.settings
             version = self.cache.state.version
-            problem = problem_from_state(self.cache.state, self.forecasts(), s.u_star, s.eps, cost_key=s.cost_key)
+            problem = problem_from_state(self.cache.state, self.forecasts(), s.u_star, s.eps, cost_key=s.cost_key,
+                                         scheduler_names=s.scheduler_names)
             if not problem.classes:
                 self._last_version, self._last_solve = version, time.time()
                 return None

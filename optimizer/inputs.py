@@ -7,6 +7,7 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from optimizer.problem import (
 log = logging.getLogger("kso.optimizer")
 FORECAST_NAMES = {CPU: "cpu", MEMORY: "memory"}
 DEFAULT_COST_KEY = "hightower.com/cost"
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server fills in for a pod without spec.schedulerName
 
 
 def node_cost(labels: dict[str, str], annotations: dict[str, str], key: str) -> float:
@@ -68,10 +70,12 @@ def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, fl
 def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float,
                        eps: float, pending: list[PodInfo] | None = None, cost_key: str = DEFAULT_COST_KEY,
                        class_usage: dict[str, UsageModel] | None = None, max_forecast_age_s: float = 900.0,
-                       now: float | None = None) -> PlacementProblem:
+                       now: float | None = None, scheduler_names: Sequence[str] = ()) -> PlacementProblem:
     """Nodes (ready ones) with their forecast load, and the pending pods as classes. A node without a
     fresh forecast is judged on kube-safe-scheduler's load annotations when it has them, else on its
-    bound pods' requests (no spread)."""
+    bound pods' requests (no spread). With ``scheduler_names``, only pending pods whose
+    spec.schedulerName is one of them are planned (no schedulerName = default-scheduler); bound pods of
+    every scheduler count as load either way."""
     now = time.time() if now is None else now
     forecasts = forecasts or {}
     pods = pending if pending is not None else state.pending_pods()
@@ -104,6 +108,8 @@ def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeF
             nodes.append(PlanNode(name, dict(info.allocatable), requested, load,
                                   node_cost(info.labels, info.annotations, cost_key), info, bool(on_node)))
         baseline = list(state.pods)
-    classes = group_classes([p for p in pods if not p.node_name and not p.terminal], class_usage)
+    names = set(scheduler_names)
+    ours = [p for p in pods if not names or (p.scheduler_name or DEFAULT_SCHEDULER) in names]
+    classes = group_classes([p for p in ours if not p.node_name and not p.terminal], class_usage)
     input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": state.age_seconds()}
     return PlacementProblem(nodes, classes, u_star, eps, input_ages, baseline)

@@ -26,6 +26,10 @@ class PlanSettings:
     configmap: str = setting("KSO_PLAN_CONFIGMAP", "kso-system/kso-plan",
                              help="namespace/name of the ConfigMap kso reoptimize --execute publishes; empty = off")
     cost_key: str = setting("KSO_PLAN_COST_KEY", "hightower.com/cost", help="node annotation or label with its cost")
+    # A plan that counts pods another scheduler will place reserves room for them that kso's own pods then
+    # cannot use; deploy/settings.yaml sets kso-scheduler.
+    scheduler_names: list[str] = setting("KSO_SCHEDULER_NAMES", [], kind="list",
+                                         help="plan only pending pods with one of these spec.schedulerName; empty = all")
 
     @property
     def u_star(self) -> float:

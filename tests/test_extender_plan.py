@@ -192,3 +192,28 @@ def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> Non
         cache.poll_configmap(api, "kso-system", "kso-plan")
         assert "not valid JSON" in (cache.last_error or "")
         assert cache.describe()["plan"]["plan_id"] == own.plan_id
+
+
+def test_plan_counts_only_pending_pods_of_the_named_schedulers() -> None:
+    ours = make_pod("ours", cpu="1", memory="1Gi")
+    ours["spec"]["schedulerName"] = "kso-scheduler"
+    unnamed = make_pod("unnamed", cpu="2", memory="1Gi")
+    del unnamed["spec"]["schedulerName"]  # the API server would default it to default-scheduler
+    other = make_pod("other", cpu="3", memory="1Gi")
+    other["spec"]["schedulerName"] = "volcano"
+    bound = make_pod("bound", cpu="1", memory="1Gi", node="n1")
+    bound["spec"]["schedulerName"] = "volcano"
+    state = make_state(NODES, [ours, unnamed, other, bound])
+
+    def planned(names: list[str]) -> dict[float, int]:
+        problem = problem_from_state(state, None, 0.9, 0.3, scheduler_names=names)
+        return {c.requests["cpu"] / 1000: c.count for c in problem.classes}  # millicores -> cores
+
+    assert planned([]) == {1.0: 1, 2.0: 1, 3.0: 1}
+    assert planned(["kso-scheduler"]) == {1.0: 1}
+    assert planned(["kso-scheduler", "default-scheduler"]) == {1.0: 1, 2.0: 1}
+    # a bound pod of another scheduler still loads its node
+    problem = problem_from_state(state, None, 0.9, 0.3, scheduler_names=["kso-scheduler"])
+    assert {n.name: n.requested.get("cpu", 0.0) for n in problem.nodes}["n1"] == 1000.0
+    assert load_settings(PlanSettings, {"KSO_SCHEDULER_NAMES": "kso-scheduler, default-scheduler"}).scheduler_names == [
+        "kso-scheduler", "default-scheduler"]
