@@ -99,8 +99,9 @@ def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str,
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from optimizer.inputs import problem_from_state
-    from optimizer.model import POLICIES, compile_problem, solve
+    from optimizer.model import POLICIES, compile_problem
     from optimizer.plan import plan_from_result, write_plan
+    from optimizer.planner import SolverDied, ffd_result, solve_in_child
     from optimizer.settings import PlanSettings
 
     settings = load_settings(PlanSettings, None, read_config_file(args.config))
@@ -134,7 +135,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             load_from += " (no usable forecast: annotations/requests used)"
     t0 = time.perf_counter()
     comp = compile_problem(problem)
-    result = solve(problem, options, comp)
+    # The solve runs in a child process: an OR-Tools abort (google/or-tools#5288) ends only that process.
+    def crashed(note: str) -> None:
+        print(f"kso plan: {note}", file=sys.stderr)
+
+    try:
+        result = solve_in_child(problem, options, comp, retries=1, on_crash=crashed)
+    except SolverDied as exc:
+        fallback = "the solver process died on every attempt; the plan is first-fit-decreasing's (no CP-SAT)"
+        print(f"kso plan: {fallback}", file=sys.stderr)
+        result = ffd_result(problem, comp, [*exc.notes, fallback])
     plan = plan_from_result(problem, comp, result, options.policy)
     out = args.out or settings.plan_file or "kso-plan.json"
     write_plan(plan, out)
