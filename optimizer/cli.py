@@ -130,7 +130,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         state = _state(args)
         forecasts, load_from, now = _forecasts(args, state)
-        problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key, now=now)
+        problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key, now=now,
+                                     scheduler_names=settings.scheduler_names)
         if forecasts and not any(n.load and all(math.isfinite(v.mean) for v in n.load.values()) for n in problem.nodes):
             load_from += " (no usable forecast: annotations/requests used)"
     t0 = time.perf_counter()
