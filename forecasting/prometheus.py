@@ -58,6 +58,9 @@ class PrometheusMappingError(PrometheusError):
     """Series came back but none could be mapped to a node name: the mapping settings are wrong."""
 
 
+MAX_POINTS_PER_SERIES = 11_000  # Prometheus's range-query resolution limit
+
+
 @dataclass(slots=True)
 class PrometheusSettings:
     url: str = setting("KSO_PROMETHEUS_URL", "http://127.0.0.1:9090", help="Prometheus base URL")
@@ -66,8 +69,12 @@ class PrometheusSettings:
     retries: int = setting("KSO_PROMETHEUS_RETRIES", 1, lo=0, hi=10,
                            help="retries of a failed connection or 502/503/504 before giving up")
     insecure: bool = setting("KSO_PROMETHEUS_INSECURE", False, help="skip TLS certificate verification")
-    step_s: int = setting("KSO_PROMETHEUS_STEP", 60, lo=1, hi=3600, help="range-query step, seconds")
-    history_s: int = setting("KSO_PROMETHEUS_HISTORY", 86400, lo=60, hi=30 * 86400,
+    # 5 minutes: the grid every model works on (forecasting.models._base.STEP_S), so a finer step only
+    # costs Prometheus work; 7 days: the history the models were measured with (Holt-Winters needs 2 days
+    # and falls back to EWMA below that).
+    step_s: int = setting("KSO_PROMETHEUS_STEP", 300, lo=1, hi=3600,
+                          help="range-query step, seconds (widened if history/step would exceed 11,000 points)")
+    history_s: int = setting("KSO_PROMETHEUS_HISTORY", 7 * 86400, lo=60, hi=30 * 86400,
                              help="history window queried, seconds")
     node_mapping: str = setting("KSO_PROMETHEUS_NODE_MAPPING", "UNAME", kind="choice:LABEL,UNAME,REGEX",
                                 help="how a series is mapped to a node name")
@@ -169,12 +176,18 @@ class PrometheusSource:
             raise PrometheusUnavailable(self.url, f"{what}: expected a list of series, got {type(result).__name__}")
         return result
 
+    # step = max(KSO_PROMETHEUS_STEP, ceil(history / 11,000)): Prometheus rejects a range query of more than
+    # 11,000 points per series (HTTP 400 "exceeded maximum resolution"), e.g. 8 days at a 60 s step
+    def step_s(self) -> int:
+        s = self.settings
+        return max(int(s.step_s), math.ceil(s.history_s / MAX_POINTS_PER_SERIES))
+
     def _range(self, query: str, start: float, end: float) -> list[dict[str, Any]]:
         q = self._render(query)
         return self._call(f"range query {q!r}", self.client.custom_query_range, q,
                           start_time=datetime.fromtimestamp(start, UTC),
                           end_time=datetime.fromtimestamp(end, UTC),
-                          step=str(self.settings.step_s),
+                          step=str(self.step_s()),
                           # Server-side limit too, so Prometheus abandons a query we gave up on.
                           params={"timeout": _duration(self.settings.timeout_s)})
 
@@ -222,7 +235,7 @@ class PrometheusSource:
 
     # ---- parsing ------------------------------------------------------------------------------
     def _grid(self, start: float, end: float) -> np.ndarray:
-        step = float(self.settings.step_s)
+        step = float(self.step_s())
         return start + step * np.arange(int(math.floor((end - start) / step)) + 1)
 
     def _to_grid(self, values: list[Any], grid: np.ndarray) -> np.ndarray:
@@ -232,7 +245,7 @@ class PrometheusSource:
             return y
         t = np.array([float(v[0]) for v in values])
         v = np.array([_finite(v[1]) for v in values])
-        idx = np.rint((t - grid[0]) / self.settings.step_s).astype(int)
+        idx = np.rint((t - grid[0]) / self.step_s()).astype(int)
         ok = (idx >= 0) & (idx < len(grid))
         y[idx[ok]] = v[ok]
         return y
@@ -288,7 +301,8 @@ class PrometheusSource:
         Raises PrometheusUnavailable, PrometheusQueryError or PrometheusMappingError."""
         s = self.settings
         self.notes, self.unmapped = [], []
-        end = math.floor((time.time() if now is None else now) / s.step_s) * s.step_s
+        step = self.step_s()
+        end = math.floor((time.time() if now is None else now) / step) * step
         start = end - s.history_s
         grid = self._grid(start, end)
         uname = self._uname_map(end) if s.node_mapping == "UNAME" else {}
@@ -316,7 +330,8 @@ class PrometheusSource:
         is the usage, as for node series."""
         s = self.settings
         self.notes, self.unmapped = [], []
-        end = math.floor((time.time() if now is None else now) / s.step_s) * s.step_s
+        step = self.step_s()
+        end = math.floor((time.time() if now is None else now) / step) * step
         start = end - s.history_s
         grid = self._grid(start, end)
         out: SeriesByNode = {}

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from forecasting.models._base import STALE_AFTER_S
 from forecasting.types import RESOURCES, NodeForecast, UtilisationSeries
 from kso.settings import load_settings, setting
 
@@ -43,7 +44,8 @@ class ForecasterLike(Protocol):
 
 @dataclass(slots=True)
 class StoreSettings:
-    stale_after_s: float = setting("KSO_FORECAST_STALE_AFTER", 600.0, lo=1.0, hi=7 * 86400.0,
+    # the same threshold as NodeForecast.stale (three 5-minute grid steps), so "stale" means one thing
+    stale_after_s: float = setting("KSO_FORECAST_STALE_AFTER", STALE_AFTER_S, lo=1.0, hi=7 * 86400.0,
                                    help="a forecast whose newest sample is older than this is not used")
     horizon_s: float = setting("KSO_FORECAST_HORIZON", 600.0, lo=1.0, hi=7 * 86400.0,
                                help="forecast horizon, seconds")

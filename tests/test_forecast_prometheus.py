@@ -36,7 +36,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ps.PromServer]:
 
 def _source(prom: ps.PromServer, **kw: object) -> PrometheusSource:
     # 13 h covers the 12 h slice even if the module runs a while after the backfill.
-    args: dict[str, object] = {"url": prom.url, "history_s": 13 * 3600, "timeout_s": 5.0, **kw}
+    # Step = the backfill's scrape interval, so values can be checked sample by sample.
+    args: dict[str, object] = {"url": prom.url, "history_s": 13 * 3600, "timeout_s": 5.0, "step_s": ps.STEP, **kw}
     return PrometheusSource(PrometheusSettings(**args))  # type: ignore[arg-type]
 
 
@@ -237,3 +238,24 @@ def test_prometheus_stopped_mid_run_keeps_last_forecasts(prom: ps.PromServer) ->
     assert store.refresh(src, forecaster)
     fresh = store.get("worker-0", "cpu")
     assert fresh is not None and not fresh.stale and store.last_error is None
+
+
+def test_long_history_widens_the_step_instead_of_failing(prom: ps.PromServer) -> None:
+    """8 days at a 60 s step is 11,520 points per series: Prometheus answers HTTP 400 ("exceeded maximum
+    resolution of 11,000 points"). The source widens the step to stay under the limit."""
+    src = _source(prom, history_s=8 * 86400, step_s=60)
+    assert src.step_s() == 63
+    out = src.node_series()
+    cpu = out[sorted(out)[0]]["cpu"]
+    assert np.all(np.diff(cpu.t) % 63 == 0)
+    assert np.isfinite(cpu.y).sum() > 100
+
+
+def test_default_history_is_long_enough_for_the_default_model() -> None:
+    from forecasting.models import DEFAULT_FORECASTER
+    from forecasting.models._base import STEP_S
+
+    model = get_forecaster(DEFAULT_FORECASTER)
+    settings = PrometheusSettings()
+    assert settings.history_s >= model.min_bins * STEP_S  # else every node silently falls back to EWMA
+    assert settings.history_s / settings.step_s <= 11_000
