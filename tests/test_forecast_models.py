@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -179,6 +180,9 @@ def test_registry_error_lists_names() -> None:
     with pytest.raises(ValueError, match="unknown forecaster 'nope'.*last-value"):
         get_forecaster("nope")
     assert DEFAULT_FORECASTER in FORECASTERS
+    for name in ("ewma", "pooled-qr+holt-winters", "holt-winters+conformal"):
+        with pytest.raises(ValueError, match=re.escape(f"forecaster '{name}' does not take ['bogus']")):
+            get_forecaster(name, bogus=1)
 
 
 values_st = st.lists(

@@ -103,7 +103,10 @@ def get_forecaster(name: str = DEFAULT_FORECASTER, **kwargs: object) -> Forecast
         factory = FORECASTERS[name]
     except KeyError:
         raise ValueError(f"unknown forecaster {name!r}; known: {', '.join(sorted(FORECASTERS))}") from None
-    return factory(**kwargs)
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:  # a parameter the model does not take: say which model, not a bare TypeError
+        raise ValueError(f"forecaster {name!r} does not take {sorted(kwargs)}: {exc}") from exc
 
 
 __all__ = ["DEFAULT_FORECASTER", "FORECASTERS", "Forecaster", "get_forecaster"]
