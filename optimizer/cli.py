@@ -97,6 +97,30 @@ def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str,
     return store.snapshot(), f"prometheus {args.prometheus}, {forecaster.name}", None
 
 
+POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour
+
+
+def _class_usage(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any], str]:
+    """Each workload class's usage (mean, spread) from its running pods' cAdvisor series in Prometheus, so
+    that new pods of a known class count at what their siblings use rather than at their requests."""
+    if not args.prometheus:
+        return {}, ""
+    from dataclasses import replace
+
+    from forecasting.prometheus import PrometheusError, PrometheusSettings, PrometheusSource
+    from optimizer.inputs import class_usage_from_history
+
+    settings = replace(load_settings(PrometheusSettings), url=args.prometheus, history_s=POD_USAGE_WINDOW_S)
+    try:
+        series = PrometheusSource(settings).pod_series()
+    except PrometheusError as exc:
+        print(f"kso plan: pod usage failed ({exc}); new pods count at their requests", file=sys.stderr)
+        return {}, "; pods at their requests (pod usage query failed)"
+    usage = {key: {r: s.y * s.capacity for r, s in per.items()} for key, per in series.items()}
+    out = class_usage_from_history(state.bound_pods(), usage)
+    return out, f"; {len(out)} classes at their pods' measured usage (last {POD_USAGE_WINDOW_S // 60} min)"
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from optimizer.inputs import problem_from_state
     from optimizer.model import POLICIES, compile_problem
@@ -130,8 +154,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         state = _state(args)
         forecasts, load_from, now = _forecasts(args, state)
+        # (a Prometheus that just failed is not asked again)
+        class_usage, usage_from = _class_usage(args, state) if forecasts is not None else ({}, "")
+        load_from += usage_from
         problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key, now=now,
-                                     scheduler_names=settings.scheduler_names)
+                                     scheduler_names=settings.scheduler_names, class_usage=class_usage)
         if forecasts and not any(n.load and all(math.isfinite(v.mean) for v in n.load.values()) for n in problem.nodes):
             load_from += " (no usable forecast: annotations/requests used)"
     t0 = time.perf_counter()

@@ -8,6 +8,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,23 +48,33 @@ def node_cost(labels: dict[str, str], annotations: dict[str, str], key: str) -> 
     return cost
 
 
-def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, float]]) -> dict[str, UsageModel]:
-    """Per class, mean and std of its running pods' measured usage (``usage``: ``namespace/pod`` ->
-    resource -> absolute usage, e.g. from PrometheusSource.pod_series), for classes with 2+ samples."""
-    samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+MIN_USAGE_SAMPLES = 6  # half an hour of 5-minute samples (or 6 pods' worth) before a class's usage is trusted
+
+
+# mean_c = mean of S_c, std_c = std of S_c, S_c = every finite usage sample of every running pod of class c
+def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, Any]]) -> dict[str, UsageModel]:
+    """Per class, the mean and spread of its running pods' measured usage. ``usage``: ``namespace/pod`` ->
+    resource name (``cpu``/``memory``) -> usage samples over time, absolute (cpu millicores, memory bytes;
+    e.g. ``PrometheusSource.pod_series``). Samples of all the class's pods are pooled, so the spread covers
+    both how one pod varies over time and how its replicas differ (total variance): what a new pod of the
+    class may use. Classes with fewer than MIN_USAGE_SAMPLES finite samples per resource are left out
+    (they count at their requests)."""
+    samples: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for pod in bound:
         u = usage.get(pod.key)
         if not u:
             continue
         for r in LOAD_RESOURCES:
-            v = u.get(FORECAST_NAMES[r])
-            if v is not None and math.isfinite(v):
+            v = np.asarray(u.get(FORECAST_NAMES[r], ()), dtype=float).ravel()
+            v = v[np.isfinite(v) & (v >= 0)]
+            if v.size:
                 samples[class_key(pod)][r].append(v)
     out = {}
     for key, per_r in samples.items():
-        if all(len(per_r.get(r, [])) >= 2 for r in LOAD_RESOURCES):
-            out[key] = UsageModel({r: float(np.mean(per_r[r])) for r in LOAD_RESOURCES},
-                                  {r: float(np.std(per_r[r])) for r in LOAD_RESOURCES}, "history")
+        pooled = {r: np.concatenate(per_r[r]) if per_r.get(r) else np.empty(0) for r in LOAD_RESOURCES}
+        if all(len(v) >= MIN_USAGE_SAMPLES for v in pooled.values()):
+            out[key] = UsageModel({r: float(v.mean()) for r, v in pooled.items()},
+                                  {r: float(v.std()) for r, v in pooled.items()}, "history")
     return out
 
 

@@ -259,3 +259,31 @@ def test_default_history_is_long_enough_for_the_default_model() -> None:
     settings = PrometheusSettings()
     assert settings.history_s >= model.min_bins * STEP_S  # else every node silently falls back to EWMA
     assert settings.history_s / settings.step_s <= 11_000
+
+
+def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None:
+    """kso plan --prometheus: a workload class's usage is its running pods' measured usage over the last hour
+    (pooled samples: mean and spread), read from the real server."""
+    from kso.objects import pod_from_k8s
+    from optimizer.inputs import MIN_USAGE_SAMPLES, class_usage_from_history
+    from optimizer.problem import class_key
+    from tests.conftest import make_pod
+
+    raw = make_pod(ps.POD[1], cpu="2", memory="4Gi", namespace=ps.POD[0], node="worker-0")
+    raw["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9",
+                                           "uid": "rs-1", "controller": True}]
+    pod = pod_from_k8s(raw)
+    end = float(prom.scrapes[-1])
+    series = _source(prom, history_s=3600).pod_series(now=end)
+    usage = {key: {r: s.y * s.capacity for r, s in per.items()} for key, per in series.items()}
+    model = class_usage_from_history([pod], usage)[class_key(pod)]
+    t = series[pod.key]["memory"].t
+    k = np.rint((t - prom.scrapes[0]) / ps.STEP).astype(int)
+    truth = prom.pod_mem_bytes[k]
+    assert len(truth) >= MIN_USAGE_SAMPLES
+    assert model.source == "history"
+    assert model.mean["memory"] == pytest.approx(truth.mean(), rel=1e-9)
+    assert model.std["memory"] == pytest.approx(truth.std(), rel=1e-9)
+    assert 0 < model.mean["cpu"] < 2000  # millicores, below the 2-core request this pod never reaches
+    # a pod without history gives nothing (its class counts at its requests)
+    assert class_usage_from_history([pod], {}) == {}
