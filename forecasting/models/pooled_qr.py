@@ -23,7 +23,7 @@ origins each, cov95 in brackets:
     held out (VMs 251-500, origins in days 18.5-30):          30 min  2.0 % (96.4 %), 60 min  5.5 % (96.1 %)
       holt-winters+conformal on the same:                     30 min  8.9 % (95.5 %), 60 min 13.2 % (95.0 %)
 (These comparisons predate the history cap and newest-value floor of ``forecasting.calibration``, which
-lifted holt-winters+conformal to 15-18 % on the full benchmark; pooled-qr has neither.)
+lifted holt-winters+conformal to 14-23 % on the full benchmark, README; pooled-qr has neither.)
 On Alibaba (32 series, 8 origins in the last 0.75 d) pooled-qr gained 12.2 % / 23.7 % (95.6 % / 93.4 %)
 against holt-winters+conformal's 7.8 % / 15.6 %. The pooled tail shape wins where a few bursty VMs
 dominate the loss and loses where the per-series calibration of the conformal model fits better; the
