@@ -182,6 +182,12 @@ class PrometheusSource:
         s = self.settings
         return max(int(s.step_s), math.ceil(s.history_s / MAX_POINTS_PER_SERIES))
 
+    # end = now rounded down to a whole minute (at most the step): the newest point is at most a minute old
+    # even with a 5-minute step, and repeated calls within a minute ask for the same grid
+    def _end(self, now: float | None) -> float:
+        align = min(self.step_s(), 60)
+        return math.floor((time.time() if now is None else now) / align) * align
+
     def _range(self, query: str, start: float, end: float) -> list[dict[str, Any]]:
         q = self._render(query)
         return self._call(f"range query {q!r}", self.client.custom_query_range, q,
@@ -301,8 +307,7 @@ class PrometheusSource:
         Raises PrometheusUnavailable, PrometheusQueryError or PrometheusMappingError."""
         s = self.settings
         self.notes, self.unmapped = [], []
-        step = self.step_s()
-        end = math.floor((time.time() if now is None else now) / step) * step
+        end = self._end(now)
         start = end - s.history_s
         grid = self._grid(start, end)
         uname = self._uname_map(end) if s.node_mapping == "UNAME" else {}
@@ -330,8 +335,7 @@ class PrometheusSource:
         is the usage, as for node series."""
         s = self.settings
         self.notes, self.unmapped = [], []
-        step = self.step_s()
-        end = math.floor((time.time() if now is None else now) / step) * step
+        end = self._end(now)
         start = end - s.history_s
         grid = self._grid(start, end)
         out: SeriesByNode = {}
