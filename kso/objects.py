@@ -138,6 +138,7 @@ def pod_from_k8s(pod: Any) -> PodInfo:
         nonzero_cpu = nonzero_mem = 0.0
         images: list[str] = []
         for i, c in enumerate(_list(spec.get("containers"), "Pod.spec.containers")):
+            c = _dict(c, f"Pod.spec.containers[{i}]")  # null decodes as an empty container, as in Go
             req = _container_requests(c, f"Pod.spec.containers[{i}]")
             add_into(total, req)
             nonzero_cpu += req.get(CPU) or DEFAULT_NONZERO_CPU_MILLI
