@@ -12,8 +12,9 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -30,6 +31,18 @@ ANNOTATION_CONGESTION = "congestion-factor"
 CORE_RESOURCES = (CPU, MEMORY, PODS, EPHEMERAL_STORAGE, GPU)
 # Statistics columns: cpu (millicores) and memory (MB), the safe agent's units.
 STAT_SCALE = np.array([1.0, 1.0 / MIB])
+# Image-size columns kept for the images pods asked about most recently (image-locality), each one
+# float64 per row: 256 x 8 bytes per node at most (10 MiB at 5,000 nodes).
+IMAGE_COLUMNS = 256
+
+
+def image_sizes_scan(nodes: Sequence[NodeInfo | None], images: Sequence[str]) -> np.ndarray:
+    """Bytes of each of ``images`` on each node, (n, k), by looking in every node (0 = absent or unknown
+    node). The reference for ClusterState's image columns, and their fallback."""
+    return np.array(
+        [[0 if node is None else node.images.get(img, 0) for img in images] for node in nodes],
+        dtype=float,
+    ).reshape(len(nodes), len(images))
 
 
 def _annotation_float(annotations: dict[str, str], key: str) -> float:
@@ -65,9 +78,17 @@ class NodeView:
     nodes: list[NodeInfo | None]
     image_node_count: dict[str, int]  # normalised image name -> number of nodes holding it
     total_nodes: int
+    rows: np.ndarray | None = None  # (n,) rows of the store (0 = unknown node)
+    state: ClusterState | None = None  # the store the rows index, for its image columns
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def image_sizes(self, images: Sequence[str]) -> np.ndarray:
+        """Bytes of each of ``images`` on each node of the view, (n, k); 0 where absent or unknown."""
+        if self.state is None or self.rows is None:
+            return image_sizes_scan(self.nodes, images)
+        return self.state.image_sizes(images, self.rows)
 
     def stat_capacity(self) -> np.ndarray:
         """Allocatable cpu (milli) and memory (MB), (n, 2)."""
@@ -93,6 +114,10 @@ class ClusterState:
         self._recent: deque[tuple[float, str, str, float, float]] = deque()  # (t, uid, node, cpu, MB)
         self.assumed: dict[str, float] = {}  # uid -> time kso bound it, until the watch confirms
         self.image_node_count: dict[str, int] = {}
+        # image name (any name a node lists, raw or normalised) -> size in bytes per row, for the images
+        # pods asked about recently; kept up to date by upsert_node / remove_node (least recently used
+        # dropped beyond IMAGE_COLUMNS).
+        self._image_columns: OrderedDict[str, np.ndarray] = OrderedDict()
         self.version = 0
         self.synced = False
         self.last_change = time.time()
@@ -117,6 +142,9 @@ class ClusterState:
         self.forecast_free = grow(getattr(self, "forecast_free", None), (capacity, 2), math.nan)
         self.recent = grow(getattr(self, "recent", None), (capacity, 2), 0.0)
         self.congestion = grow(getattr(self, "congestion", None), (capacity,), math.nan)
+        columns = getattr(self, "_image_columns", None)
+        for image, column in (columns or {}).items():
+            columns[image] = grow(column, (capacity,), 0.0)  # type: ignore[index]
         if old == 0:
             self._nodes = [None]
         self._capacity = capacity
@@ -157,6 +185,7 @@ class ClusterState:
                 self._count_images(old, -1)
             self._nodes[row] = node
             self._count_images(node, +1)
+            self._update_image_columns(row, old, node)
             for res in node.allocatable:
                 self._column(res)
             self.alloc[row, :] = 0.0
@@ -180,6 +209,7 @@ class ClusterState:
             node = self._nodes[row]
             if node is not None:
                 self._count_images(node, -1)
+                self._update_image_columns(row, node, None)
             self._nodes[row] = None
             self.alloc[row] = math.nan
             self.requested[row] = 0.0
@@ -197,6 +227,43 @@ class ClusterState:
                 self.image_node_count[name] = c
             else:
                 self.image_node_count.pop(name, None)
+
+    def _update_image_columns(self, row: int, old: NodeInfo | None, new: NodeInfo | None) -> None:
+        columns = self._image_columns
+        if not columns:
+            return
+        new_images = new.images if new is not None else {}
+        for image in (old.images.keys() | new_images.keys()) if old is not None else new_images.keys():
+            column = columns.get(image)
+            if column is not None:
+                column[row] = new_images.get(image, 0)
+
+    def _image_column(self, image: str) -> np.ndarray:
+        """Size of ``image`` per row (0 = absent, free or sentinel row); built on first use. Under the lock."""
+        columns = self._image_columns
+        column = columns.get(image)
+        if column is not None:
+            columns.move_to_end(image)
+            return column
+        column = np.zeros(self._capacity)
+        for row, node in enumerate(self._nodes):
+            if node is not None:
+                size = node.images.get(image)
+                if size:
+                    column[row] = size
+        columns[image] = column
+        while len(columns) > IMAGE_COLUMNS:
+            columns.popitem(last=False)
+        return column
+
+    def image_sizes(self, images: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Bytes of each of ``images`` on each of ``rows``, (n, k): a gather from one column per image,
+        instead of a look into every node of the call."""
+        out = np.zeros((len(rows), len(images)))
+        with self.lock:
+            for j, image in enumerate(images):
+                out[:, j] = self._image_column(image)[rows]
+        return out
 
     def _recount_node(self, name: str, row: int) -> None:
         self.requested[row] = 0.0
@@ -352,8 +419,8 @@ class ClusterState:
         names = list(names)
         with self.lock:
             self._expire_recent(time.time())
-            get = self._rows.get
-            row_list = [get(n, 0) for n in names]  # a list comprehension is ~3x faster than np.fromiter(genexpr)
+            # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
+            row_list = list(map(self._rows.get, names, repeat(0, len(names))))
             rows = np.array(row_list, dtype=np.intp)
             return NodeView(
                 names=names,
@@ -369,6 +436,8 @@ class ClusterState:
                 nodes=[self._nodes[r] for r in row_list],
                 image_node_count=self.image_node_count,
                 total_nodes=len(self._rows),
+                rows=rows,
+                state=self,
             )
 
     def mark_synced(self, source: str) -> None:

@@ -73,10 +73,7 @@ class ImageAgent(Agent):
     def _sizes(self, call: Call) -> tuple[np.ndarray, np.ndarray]:
         images = list(dict.fromkeys(call.pod.images))  # distinct, normalised
         view = call.view
-        sizes = np.array(
-            [[0 if node is None else node.images.get(img, 0) for img in images] for node in view.nodes],
-            dtype=float,
-        ).reshape(len(view), len(images))
+        sizes = view.image_sizes(images)  # one cached column per image in the node cache, gathered by row
         total = max(view.total_nodes, 1)
         spread = np.array([view.image_node_count.get(img, 0) / total for img in images])
         return sizes, np.minimum(spread, 1.0)
