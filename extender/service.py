@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,53 @@ from kso.resources import CPU, MEMORY
 from kso.stats import NodeStatsSource
 
 log = logging.getLogger("kso.extender")
+
+
+def _merge(per_predicate: list[dict[int, str]]) -> dict[int, list[str]]:
+    """index -> texts, in predicate order, from one index -> text map per predicate."""
+    out: dict[int, list[str]] = {}
+    for texts in per_predicate:
+        for i, text in texts.items():
+            out.setdefault(i, []).append(text)
+    return out
+
+
+@dataclass(slots=True)
+class Verdicts:
+    """What the predicates of one call said: per predicate (in order) failed index -> reason and
+    index -> note (known nodes only), and the nodes no predicate can judge (no capacity)."""
+
+    n: int
+    reasons: list[dict[int, str]]
+    unresolvable: dict[int, str]
+    notes: list[dict[int, str]]
+
+    def failed_lists(self) -> dict[int, list[str]]:
+        return _merge(self.reasons)
+
+    def failed_joined(self) -> dict[int, str]:
+        """index -> the reasons of every predicate that failed it, "; "-joined, in index order of the first
+        predicate that failed each node (the order a dict built predicate by predicate has)."""
+        if len(self.reasons) == 1:
+            return self.reasons[0]
+        return {i: "; ".join(r) for i, r in _merge(self.reasons).items()}
+
+    def passed(self) -> list[bool]:
+        """Per node: no predicate failed it and it is not unresolvable."""
+        if not self.reasons and not self.unresolvable:
+            return [True] * self.n
+        ok = np.ones(self.n, dtype=bool)
+        for texts in (*self.reasons, self.unresolvable):
+            if texts:
+                ok[list(texts)] = False
+        return ok.tolist()
+
+    def n_failed(self) -> int:
+        if not self.reasons:
+            return len(self.unresolvable)
+        if len(self.reasons) == 1 and not self.unresolvable:
+            return len(self.reasons[0])
+        return self.n - sum(self.passed())
 
 
 def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: str) -> Any:
@@ -111,58 +160,65 @@ class Extender:
         return view.known & ~(cap > 0).all(axis=1)
 
     # ---- filter ------------------------------------------------------------------------------
-    def _judge(self, call: Call, predicates: list[str], verb: str) -> tuple[dict[int, list[str]], dict[int, str],
-                                                                              dict[int, list[str]]]:
-        """Run predicates; return failed index -> reasons, unresolvable index -> reason, notes."""
+    def _verdicts(self, call: Call, predicates: list[str], verb: str) -> Verdicts:
+        """Run predicates over the call's nodes; unknown and unresolvable nodes are never failed by one."""
         view = call.view
-        failed: dict[int, list[str]] = {}
-        notes: dict[int, list[str]] = {}
         unresolvable: dict[int, str] = {}
         for i in np.flatnonzero(self._no_capacity(view)):
             unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
                                     f" memory {view.alloc[i, view.columns[MEMORY]]:g} bytes); kso cannot place pods there")
+        all_known = bool(view.known.all())
+        known: list[bool] | None = None
+        reasons: list[dict[int, str]] = []
+        notes: list[dict[int, str]] = []
         for name in predicates:
             res: PredicateResult | None = _safe_call(f"predicate {name}", self.predicates[name], call, self.metrics, verb)
             if res is None:
                 continue
-            known = view.known.tolist()
-            counted = 0
-            for i, reason in res.reasons.items():
-                if i in unresolvable or not known[i]:
-                    continue  # unknown nodes are passed, never judged on a sentinel row
-                failed.setdefault(i, []).append(reason)
-                counted += 1
-            if counted:
-                self.metrics.filtered.labels(name).inc(counted)
-            unjudged = 0
-            for i, note in res.notes.items():
-                if known[i]:
-                    notes.setdefault(i, []).append(note)
-                    unjudged += 1
-            if unjudged:
-                self.metrics.unjudged.labels(name).inc(unjudged)
+            failed, noted = res.reasons, res.notes
+            if not all_known or unresolvable:
+                if known is None:
+                    known = view.known.tolist()
+                # unknown nodes are passed, never judged on a sentinel row
+                failed = {i: r for i, r in failed.items() if known[i] and i not in unresolvable}
+                noted = {i: r for i, r in noted.items() if known[i]}
+            if failed:
+                self.metrics.filtered.labels(name).inc(len(failed))
+                reasons.append(failed)
+            if noted:
+                self.metrics.unjudged.labels(name).inc(len(noted))
+                notes.append(noted)
         if unresolvable:
             self.metrics.filtered.labels("no-capacity").inc(len(unresolvable))
-        return failed, unresolvable, notes
+        return Verdicts(len(view), reasons, unresolvable, notes)
+
+    def _judge(self, call: Call, predicates: list[str], verb: str) -> tuple[dict[int, list[str]], dict[int, str],
+                                                                              dict[int, list[str]]]:
+        """Run predicates; return failed index -> reasons, unresolvable index -> reason, notes."""
+        v = self._verdicts(call, predicates, verb)
+        return v.failed_lists(), v.unresolvable, _merge(v.notes)
 
     def filter(self, args: ExtenderArgs, predicates: list[str] | None = None) -> dict[str, Any]:
         pod = self.parse_pod(args.pod)
         view = self.resolve(args)
         call = Call(pod, view)
-        failed, unresolvable, _ = self._judge(call, self.filters if predicates is None else predicates, "filter")
-        keep = [i for i in range(len(view)) if i not in failed and i not in unresolvable]
+        v = self._verdicts(call, self.filters if predicates is None else predicates, "filter")
+        names = view.names
+        unresolvable = v.unresolvable
         reply: dict[str, Any] = {
-            "FailedNodes": {view.names[i]: "; ".join(r) for i, r in failed.items()},
-            "FailedAndUnresolvableNodes": {view.names[i]: r for i, r in unresolvable.items()},
+            "FailedNodes": {names[i]: r for i, r in v.failed_joined().items()},
+            "FailedAndUnresolvableNodes": {names[i]: r for i, r in unresolvable.items()},
             "Error": "",
         }
+        passed = v.passed()
         if args.nodes is not None:
-            reply["Nodes"] = {**(args.node_list or {}), "items": [args.nodes[i] for i in keep]}
+            reply["Nodes"] = {**(args.node_list or {}), "items": list(compress(args.nodes, passed))}
             reply["NodeNames"] = None
         else:
-            reply["NodeNames"] = [view.names[i] for i in keep]
-        if failed or unresolvable:
-            log.debug("filter %s: %d of %d nodes rejected", pod.key, len(failed) + len(unresolvable), len(view))
+            reply["NodeNames"] = list(compress(names, passed))
+        failed = v.n_failed()
+        if failed:
+            log.debug("filter %s: %d of %d nodes rejected", pod.key, failed, len(view))
         return reply
 
     # ---- prioritize --------------------------------------------------------------------------
@@ -192,7 +248,8 @@ class Extender:
         if slots is None:
             self.metrics.plan_decisions.labels("none").inc()
             return None
-        hit = np.fromiter((slots.get(n, 0) > 0 for n in call.view.names), dtype=bool, count=len(call.view))
+        free = {n for n, k in slots.items() if k > 0}
+        hit = np.fromiter(map(free.__contains__, call.view.names), dtype=bool, count=len(call.view))
         self.metrics.plan_decisions.labels("hit" if hit.any() else "miss").inc()
         return hit if hit.any() else None
 
@@ -210,7 +267,7 @@ class Extender:
         call = Call(self.parse_pod(args.pod), self.resolve(args))
         combined, _ = self._scores(call, "prioritize")
         combined = self._apply_plan(combined, self._plan_nodes(call))
-        return [{"Host": h, "Score": int(s)} for h, s in zip(call.view.names, combined.tolist(), strict=True)]
+        return [{"Host": h, "Score": s} for h, s in zip(call.view.names, combined.tolist(), strict=True)]
 
     def priority(self, name: str, args: ExtenderArgs) -> list[dict[str, Any]]:
         """One agent priority, raw (kube-safe-scheduler's /scheduler/priorities/<name>)."""
