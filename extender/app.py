@@ -142,7 +142,7 @@ def create_app(extender: Extender) -> FastAPI:
             try:
                 body = await read()
                 result = await run_in_threadpool(work, body) if threaded else work(body)
-                return dumps(result), 200
+                return (result if isinstance(result, bytes) else dumps(result)), 200  # bytes: encoded already
             except ProtocolError as exc:
                 metrics.errors.labels(verb, exc.kind).inc()
                 log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
@@ -195,7 +195,7 @@ def create_app(extender: Extender) -> FastAPI:
                                           for n, v in args.candidates.items()}}
 
     filter_ep = handler("filter", lambda b: extender.filter(parse_extender_args(b)), filter_all_pass)
-    prioritize_ep = handler("prioritize", lambda b: extender.prioritize(parse_extender_args(b)), prioritize_neutral)
+    prioritize_ep = handler("prioritize", lambda b: extender.prioritize_json(parse_extender_args(b)), prioritize_neutral)
     bind_ep = handler("bind", lambda b: extender.bind(parse_binding_args(b)), threaded=True)
     preempt_ep = handler("preempt", lambda b: extender.preempt(parse_preemption_args(b)), preempt_echo)
 

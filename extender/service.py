@@ -263,11 +263,21 @@ class Extender:
             return combined
         return np.where(hit, MAX_PRIORITY, combined // 2)
 
-    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+    def _prioritized(self, args: ExtenderArgs) -> tuple[NodeView, list[int]]:
         call = Call(self.parse_pod(args.pod), self.resolve(args))
         combined, _ = self._scores(call, "prioritize")
         combined = self._apply_plan(combined, self._plan_nodes(call))
-        return [{"Host": h, "Score": s} for h, s in zip(call.view.names, combined.tolist(), strict=True)]
+        return call.view, combined.tolist()
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        view, scores = self._prioritized(args)
+        return [{"Host": h, "Score": s} for h, s in zip(view.names, scores, strict=True)]
+
+    def prioritize_json(self, args: ExtenderArgs) -> bytes:
+        """prioritize's reply already encoded (the same bytes as dumps(prioritize(args))), from the node
+        cache's ready-made per-node entries."""
+        view, scores = self._prioritized(args)
+        return self.state.host_scores_json(view, scores)
 
     def priority(self, name: str, args: ExtenderArgs) -> list[dict[str, Any]]:
         """One agent priority, raw (kube-safe-scheduler's /scheduler/priorities/<name>)."""
