@@ -143,7 +143,9 @@ def demand_gamma(stats: DemandStats, cap: np.ndarray, unit: np.ndarray | float =
     # A resource no node has is left unnormalised, as in the original (cloudsystem_getaveragecapacity
     # returns 0 there and the normaliser skips it), i.e. in the original's unit, not in bytes. It
     # only shifts gamma_dem, equally for every node.
-    unit = np.broadcast_to(np.asarray(unit, dtype=float), total.shape)
+    unit = np.asarray(unit, dtype=float)
+    if unit.shape != total.shape:
+        unit = np.broadcast_to(unit, total.shape)
     avgcap = np.where(count > 0, total / np.maximum(count, 1), unit)
     mu = stats.mean / avgcap
     cov = stats.second / np.outer(avgcap, avgcap) - np.outer(mu, mu)
@@ -284,9 +286,9 @@ class PigeonAgent(Agent):
         if rows.size == 0:
             return PigeonResult(values, None, stats.count)
         cols = [view.columns[r] for r in self.resources]
-        cap = view.alloc[rows][:, cols]
+        cap = view.alloc.take(rows, axis=0)[:, cols]  # = alloc[rows][:, cols] (same values and layout), less overhead
         gamma_dem = demand_gamma(stats, cap, self.units) if self.policy == A_BINPACK else None
-        usage = call.requested()[rows][:, cols]
+        usage = call.requested().take(rows, axis=0)[:, cols]
         new_usage = usage + d
         # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the
         # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
