@@ -193,6 +193,7 @@ def test_view_without_a_state_scans_its_nodes() -> None:
     state = ClusterState()
     state.upsert_node(node_from_k8s(node_with("a", [(0, 10)])))
     view = state.view(["a", "b"])
+    assert [n and n.name for n in view.nodes] == ["a", None]  # taken from the store on first use
     view.state = None
     assert view.image_sizes(["docker.io/library/nginx:1.27.3"]).tolist() == [[10.0], [0.0]]
 
@@ -236,6 +237,27 @@ def test_image_columns_equal_a_scan_of_every_node(steps: list[tuple[str, int, li
             assert agent.image_locality(call).tolist() == reference_image_locality(call).tolist()
 
 
+# ---- prioritize replies from ready-made per-node JSON ----------------------------------------------------
+
+@SETTINGS
+@given(names=st.lists(st.text(min_size=1, max_size=6), min_size=0, max_size=8, unique=True),
+       asked=st.data(), churn=st.booleans())
+def test_host_scores_json_equals_orjson(names: list[str], asked: st.DataObject, churn: bool) -> None:
+    state = ClusterState()
+    for name in names:
+        state.upsert_node(node_from_k8s(make_node(name)))
+    pool = [*names, "not-in-cache", 'q"uote\\', "\u00e9\n"]
+    call_names = asked.draw(st.lists(st.sampled_from(pool), max_size=10))
+    scores = asked.draw(st.lists(st.integers(0, 10) | st.integers(-3, 30), min_size=len(call_names),
+                                 max_size=len(call_names)))
+    view = state.view(call_names)
+    if churn and names:  # a row changes hands after the view was taken: the reply must still name the view's nodes
+        state.remove_node(names[0])
+        state.upsert_node(node_from_k8s(make_node("newcomer")))
+    expected = orjson.dumps([{"Host": h, "Score": sc} for h, sc in zip(call_names, scores, strict=True)])
+    assert state.host_scores_json(view, scores) == expected
+
+
 # ---- the safe agent's reasons ---------------------------------------------------------------------------
 
 # Values that stress the formatting: ties at the last printed digit (0.0005, 0.00125, ...), both zeros,
@@ -255,22 +277,33 @@ tricky = st.one_of(
     data=st.data(),
     u_star=st.integers(1, 100),
     eps=st.integers(0, 100),
+    given_risk=st.booleans(),
 )
-def test_safe_reasons_equal_the_f_strings(n: int, data: st.DataObject, u_star: int, eps: int) -> None:
+def test_safe_filter_equals_the_full_computation(n: int, data: st.DataObject, u_star: int, eps: int,
+                                                 given_risk: bool) -> None:
+    """The filter's reasons against per-value f-strings, and its Cantelli shortcut against betainc
+    everywhere: with the risk given (tricky values for the text) or computed from mu and sigma."""
     agent = SafeAgent(SafeParams(utilization=u_star, percentile=eps))
-    arr = st.lists(st.tuples(tricky, tricky), min_size=n, max_size=n)
-    mu, sigma, risk = (np.array(data.draw(arr), dtype=float).reshape(n, 2) for _ in range(3))
+    pair = st.tuples(tricky, tricky)
+    small = st.one_of(tricky, st.sampled_from([1e-12, 1e-9, 1e-6, 1e-4, 0.001, 0.01, 0.02, 0.05]))
+    mu = np.array(data.draw(st.lists(pair, min_size=n, max_size=n)), dtype=float).reshape(n, 2)
+    sigma = np.array(data.draw(st.lists(st.tuples(small, small), min_size=n, max_size=n)), dtype=float).reshape(n, 2)
     valid = np.array(data.draw(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=n, max_size=n)),
                      dtype=bool).reshape(n, 2)
+    mu, sigma = np.where(valid, mu, 0.0), np.where(valid, sigma, 0.0)  # as SafeAgent._inputs leaves them
+    risk = None
+    if given_risk:
+        risk = np.array(data.draw(st.lists(pair, min_size=n, max_size=n)), dtype=float).reshape(n, 2)
+        risk = np.where(valid, risk, 0.0)
     source = data.draw(st.lists(st.sampled_from(["annotations", "none", "forecast:holt-winters", "100%"]),
                                 min_size=n, max_size=n))
     state = ClusterState()
     pod = pod_from_k8s(make_pod("p"))
-    inputs = SafeInputs(mu, sigma, risk, valid, np.ones((n, 2)), source)
 
     def call() -> Call:
         c = Call(pod, state.view([f"x{i}" for i in range(n)]))
-        c.memo[agent.name] = inputs
+        c.memo[agent.name] = SafeInputs(mu, sigma, valid, np.ones((n, 2)), source, agent.u_star,
+                                        None if risk is None else risk.copy())
         return c
 
     fast, slow = agent.filter_overload(call()), reference_filter_overload(agent, call())
