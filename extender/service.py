@@ -156,8 +156,9 @@ class Extender:
     @staticmethod
     def _no_capacity(view: NodeView) -> np.ndarray:
         """Known nodes with no allocatable cpu or memory: nothing can be judged or placed there."""
-        cap = view.alloc[:, [view.columns[CPU], view.columns[MEMORY]]]
-        return view.known & ~(cap > 0).all(axis=1)
+        # two columns combined explicitly: a reduction along a row of two is ~10x slower in numpy
+        alloc = view.alloc
+        return view.known & ~((alloc[:, view.columns[CPU]] > 0) & (alloc[:, view.columns[MEMORY]] > 0))
 
     # ---- filter ------------------------------------------------------------------------------
     def _verdicts(self, call: Call, predicates: list[str], verb: str) -> Verdicts:

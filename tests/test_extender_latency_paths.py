@@ -312,6 +312,17 @@ def test_safe_filter_equals_the_full_computation(n: int, data: st.DataObject, u_
     assert list(fast.notes.items()) == list(slow.notes.items())
 
 
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 10), st.integers(0, 10), st.booleans(), st.booleans()), max_size=12))
+def test_safe_combine_equals_row_reductions(rows: list[tuple[int, int, bool, bool]]) -> None:
+    scores = np.array([[a, b] for a, b, _, _ in rows], dtype=np.int64).reshape(len(rows), 2)
+    valid = np.array([[c, d] for _, _, c, d in rows], dtype=bool).reshape(len(rows), 2)
+    masked = np.where(valid, scores, np.iinfo(np.int64).max)
+    expected = np.where(valid.any(axis=1), masked.min(axis=1), 0).astype(int)
+    got = SafeAgent._combine(scores, valid)
+    assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+
+
 def test_safe_reason_text_is_unchanged() -> None:
     # seed-behaviours.md's second vector, through the real agent: the text kube-scheduler shows
     state = ClusterState()

@@ -293,7 +293,11 @@ class PigeonAgent(Agent):
         # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the
         # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
         # with 0 of a resource the pod does not ask for (gpu, typically) is fine, as in the original.
-        feasible = ~np.any(d > cap - usage, axis=1)
+        short = d > cap - usage
+        over = short[:, 0].copy()
+        for j in range(1, short.shape[1]):  # = short.any(axis=1), without numpy's slow short-row reduction
+            over |= short[:, j]
+        feasible = ~over
         if not feasible.any():
             return PigeonResult(values, gamma_dem, stats.count)
 
