@@ -10,6 +10,7 @@ loop; and the pure-ASGI front of the hot routes against FastAPI's routing of the
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from typing import Any
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from extender.agents.base import Call, PredicateResult
 from extender.agents.image import ImageAgent, ImageParams, image_locality_score
-from extender.agents.safe import RESOURCE_NAMES, SafeAgent, SafeInputs, SafeParams
+from extender.agents.safe import RESOURCE_NAMES, SafeAgent, SafeInputs, SafeParams, beta_risk
 from extender.app import create_app
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
@@ -30,6 +31,7 @@ from kso import cluster as cluster_module
 from kso.cluster import ClusterState, image_sizes_scan
 from kso.kube import RecordingBinder
 from kso.objects import node_from_k8s, pod_from_k8s
+from kso.safety import safe_overload_risk
 from tests.conftest import make_node, make_pod
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -310,6 +312,18 @@ def test_safe_filter_equals_the_full_computation(n: int, data: st.DataObject, u_
     assert fast.passed.tolist() == slow.passed.tolist()
     assert list(fast.reasons.items()) == list(slow.reasons.items())
     assert list(fast.notes.items()) == list(slow.notes.items())
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.one_of(tricky, st.just(math.nan)), st.one_of(tricky, st.just(math.nan))), max_size=16),
+       st.integers(1, 100))
+def test_beta_risk_equals_safe_overload_risk(pairs: list[tuple[float, float]], u_star: int) -> None:
+    mu = np.array([m for m, _ in pairs], dtype=float)
+    sigma = np.array([s for _, s in pairs], dtype=float)
+    expected = safe_overload_risk(mu, sigma, u_star / 100)
+    got = beta_risk(mu, sigma, u_star / 100)
+    assert np.array_equal(got, expected, equal_nan=True), (mu, sigma, got, expected)
+    assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in expected]
 
 
 @SETTINGS

@@ -27,6 +27,26 @@ class SafeParams:
     recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", 300.0, lo=0, hi=86400)
 
 
+def beta_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
+    """kso.safety.safe_overload_risk(mu, sigma, u_star), value for value, with the Beta CDF evaluated only
+    where the rule uses it: where mu = 0, sigma = 0 or no Beta fits (sigma^2 >= mu (1 - mu), e.g. a node
+    at 100%), the rule's special cases decide, and betainc (~0.2 us a value) is not run."""
+    var = sigma * sigma
+    fits = (mu != 0) & (sigma != 0) & (var < mu * (1.0 - mu))
+    if fits.all():
+        return safe_overload_risk(mu, sigma, u_star)
+    # The special cases in safe_overload_risk's order, starting from what its NaN rule makes of a
+    # value no case covers (1: NaN inputs); every finite entry outside ``fits`` meets one of them.
+    rank = np.ones(mu.shape)
+    rank = np.where(var >= mu * (1.0 - mu), 0.0, rank)
+    rank = np.where((sigma == 0) & (mu > u_star), 0.0, rank)
+    rank = np.where((mu == 0) | ((sigma == 0) & (mu <= u_star)), 1.0, rank)
+    risk = 1.0 - rank
+    if fits.any():
+        risk[fits] = safe_overload_risk(mu[fits], sigma[fits], u_star)
+    return risk
+
+
 # Relative margin under eps within which the Cantelli bound is not trusted to decide (see SafeInputs.over):
 # far above the error of betainc and of the bound's own arithmetic (~1e-15).
 BOUND_MARGIN = 1e-6
@@ -46,7 +66,7 @@ class SafeInputs:
     def risk(self) -> np.ndarray:
         """P(util > U*) per node and resource (0 where not valid), computed on first use."""
         if self.full_risk is None:
-            self.full_risk = np.where(self.valid, safe_overload_risk(self.mu, self.sigma, self.u_star), 0.0)
+            self.full_risk = np.where(self.valid, beta_risk(self.mu, self.sigma, self.u_star), 0.0)
         return self.full_risk
 
     def over(self, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +89,7 @@ class SafeInputs:
         sure = fits & (gap > 0) & (bound < eps * (1.0 - BOUND_MARGIN))
         need = self.valid & ~sure
         risk = np.full(mu.shape, np.nan)
-        risk[need] = safe_overload_risk(mu[need], sigma[need], self.u_star)
+        risk[need] = beta_risk(mu[need], sigma[need], self.u_star)
         over = np.zeros(mu.shape, dtype=bool)
         over[need] = risk[need] > eps
         return over, risk
