@@ -270,6 +270,8 @@ tricky = st.one_of(
                      0.015, 0.025, 1e-9, 8.5e-9, 5e-324, 0.1 + 0.2, 2 / 3]),
     st.integers(0, 100_000).map(lambda k: k / 100_000),
     st.integers(0, 2000).map(lambda k: (k + 0.5) / 2000),
+    st.integers(0, 1000).map(lambda k: (k + 0.5) / 1000),
+    st.integers(0, 1000).map(lambda k: math.nextafter((k + 0.5) / 1000, 2.0)),
 )
 
 
