@@ -50,7 +50,15 @@ class PlanWorker:
         return self._pool.submit(make_plan, problem, options)
 
     def close(self) -> None:
+        """Stop the worker now. shutdown(wait=False) alone left an idle worker running after the extender
+        exited on SIGTERM (its exit sentinel never arrived); a solve in flight is abandoned either way."""
+        processes = list(getattr(self._pool, "_processes", {}).values())  # CPython's executor keeps them here
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in processes:
+            proc.join(timeout=5)
 
 
 class SolverDied(RuntimeError):

@@ -217,3 +217,16 @@ def test_plan_counts_only_pending_pods_of_the_named_schedulers() -> None:
     assert {n.name: n.requested.get("cpu", 0.0) for n in problem.nodes}["n1"] == 1000.0
     assert load_settings(PlanSettings, {"KSO_SCHEDULER_NAMES": "kso-scheduler, default-scheduler"}).scheduler_names == [
         "kso-scheduler", "default-scheduler"]
+
+
+def test_plan_worker_close_ends_its_process() -> None:
+    """The extender's solver process must not outlive it (an idle worker stayed after SIGTERM)."""
+    from optimizer.openb import openb_problem
+    from optimizer.planner import PlanWorker
+
+    worker = PlanWorker()
+    worker.submit(openb_problem(6, 12, seed=0, u_star=0.9, eps=0.3), SolverOptions(time_limit_s=2)).result(timeout=120)
+    procs = list(worker._pool._processes.values())  # type: ignore[attr-defined]
+    assert procs and all(p.is_alive() for p in procs)
+    worker.close()
+    assert not any(p.is_alive() for p in procs)
