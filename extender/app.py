@@ -45,26 +45,13 @@ class BodyTooLarge(ProtocolError):
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise ProtocolError("invalid Content-Length header", "bad_request") from None
-        if size > limit:
-            raise BodyTooLarge(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    # The request's body has not been read by anyone else on these routes, so the ASGI reader serves both.
+    return await read_body_asgi(request.scope, request.receive, limit)
 
 
 async def read_body_asgi(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """read_body for a bare ASGI request: the same checks and messages (Starlette's Request.stream)."""
+    """The body of a bare ASGI request, at most ``limit`` bytes (Content-Length checked first, then the
+    bytes received), as Starlette's Request.stream reads it; a disconnect raises ClientDisconnect."""
     declared = None
     for key, value in scope["headers"]:
         if key == b"content-length":
