@@ -661,18 +661,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
 
-    def do_POST(self) -> None:
+    def _core_json_request(self) -> tuple[list[str], Any] | None:
+        """(path under /api/v1, JSON body) of a POST/PUT, or None once an error has been answered."""
         route = self._route()
         if route is None:
-            return
+            return None
         path = route[0]
         length = int(self.headers.get("Content-Length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
             self._send_json(400, _status(400, "BadRequest", "invalid JSON body"))
+            return None
+        return (path[2:] if path[:2] == ["api", "v1"] else []), body
+
+    def do_POST(self) -> None:
+        parsed = self._core_json_request()
+        if parsed is None:
             return
-        rest = path[2:] if path[:2] == ["api", "v1"] else []
+        rest, body = parsed
         if len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "bindings":
             name = (body.get("metadata") or {}).get("name") or ""
             self._send_json(*self.standin.bind(rest[1], name, body))
@@ -686,17 +693,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
 
     def do_PUT(self) -> None:
-        route = self._route()
-        if route is None:
+        parsed = self._core_json_request()
+        if parsed is None:
             return
-        path = route[0]
-        length = int(self.headers.get("Content-Length") or 0)
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
-            self._send_json(400, _status(400, "BadRequest", "invalid JSON body"))
-            return
-        rest = path[2:] if path[:2] == ["api", "v1"] else []
+        rest, body = parsed
         if len(rest) == 4 and rest[0] == "namespaces" and rest[2] == "configmaps":
             self._send_json(*self.standin.replace_object("configmaps", rest[1], rest[3], body))
         else:
