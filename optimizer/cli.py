@@ -108,7 +108,7 @@ def _class_usage(args: argparse.Namespace, state: ClusterState) -> tuple[dict[st
     from dataclasses import replace
 
     from forecasting.prometheus import PrometheusError, PrometheusSettings, PrometheusSource
-    from optimizer.inputs import class_usage_from_history
+    from optimizer.inputs import class_usage_from_history, pod_usage_samples
 
     settings = replace(load_settings(PrometheusSettings), url=args.prometheus, history_s=POD_USAGE_WINDOW_S)
     try:
@@ -116,8 +116,7 @@ def _class_usage(args: argparse.Namespace, state: ClusterState) -> tuple[dict[st
     except PrometheusError as exc:
         print(f"kso plan: pod usage failed ({exc}); new pods count at their requests", file=sys.stderr)
         return {}, "; pods at their requests (pod usage query failed)"
-    usage = {key: {r: s.y * s.capacity for r, s in per.items()} for key, per in series.items()}
-    out = class_usage_from_history(state.bound_pods(), usage)
+    out = class_usage_from_history(state.bound_pods(), pod_usage_samples(series))
     return out, f"; {len(out)} classes at their pods' measured usage (last {POD_USAGE_WINDOW_S // 60} min)"
 
 

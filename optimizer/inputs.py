@@ -51,6 +51,12 @@ def node_cost(labels: dict[str, str], annotations: dict[str, str], key: str) -> 
 MIN_USAGE_SAMPLES = 6  # half an hour of 5-minute samples (or 6 pods' worth) before a class's usage is trusted
 
 
+def pod_usage_samples(series: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """``PrometheusSource.pod_series`` output as class_usage_from_history's input: absolute usage samples
+    (y * capacity) per ``namespace/pod`` and resource."""
+    return {key: {r: s.y * s.capacity for r, s in per.items()} for key, per in series.items()}
+
+
 # mean_c = mean of S_c, std_c = std of S_c, S_c = every finite usage sample of every running pod of class c
 def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, Any]]) -> dict[str, UsageModel]:
     """Per class, the mean and spread of its running pods' measured usage. ``usage``: ``namespace/pod`` ->

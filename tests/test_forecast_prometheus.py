@@ -265,7 +265,7 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
     """kso plan --prometheus: a workload class's usage is its running pods' measured usage over the last hour
     (pooled samples: mean and spread), read from the real server."""
     from kso.objects import pod_from_k8s
-    from optimizer.inputs import MIN_USAGE_SAMPLES, class_usage_from_history
+    from optimizer.inputs import MIN_USAGE_SAMPLES, class_usage_from_history, pod_usage_samples
     from optimizer.problem import class_key
     from tests.conftest import make_pod
 
@@ -275,8 +275,7 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
     pod = pod_from_k8s(raw)
     end = float(prom.scrapes[-1])
     series = _source(prom, history_s=3600).pod_series(now=end)
-    usage = {key: {r: s.y * s.capacity for r, s in per.items()} for key, per in series.items()}
-    model = class_usage_from_history([pod], usage)[class_key(pod)]
+    model = class_usage_from_history([pod], pod_usage_samples(series))[class_key(pod)]
     t = series[pod.key]["memory"].t
     k = np.rint((t - prom.scrapes[0]) / ps.STEP).astype(int)
     truth = prom.pod_mem_bytes[k]
