@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-COMMAND_MODULES = ("forecasting.cli", "optimizer.cli", "optimizer.reoptimize", "benchmarks.sim.cli")
+COMMAND_MODULES = ("forecasting.cli", "optimizer.cli", "optimizer.reoptimize", "benchmarks.sim.cli", "scheduler.cli")
 
 
 def _extender(args: argparse.Namespace) -> int:

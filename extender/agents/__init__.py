@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from extender.agents.base import Agent
 from extender.agents.congestion import CongestionAgent
+from extender.agents.cost import CostAgent
 from extender.agents.foo import FooAgent
 from extender.agents.image import ImageAgent
 from extender.agents.pigeon import PigeonAgent
@@ -15,4 +16,5 @@ AGENTS: dict[str, type[Agent]] = {
     CongestionAgent.name: CongestionAgent,
     ImageAgent.name: ImageAgent,
     FooAgent.name: FooAgent,
+    CostAgent.name: CostAgent,
 }

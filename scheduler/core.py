@@ -1,0 +1,342 @@
+"""``kso scheduler``'s decisions and its queue: one pod per cycle, in QoS (or fifo / priority) order.
+
+A cycle: take the next pod of the queue, find the nodes that pass kube-scheduler's core filters (kso's
+rules) and the extender's predicates (the safe agent), score them with the extender's agents and
+weights (cost among them) and the cached plan, count the pod on the winner at once (ClusterState.assume)
+and bind it in the background. A pod that fits nowhere gets a FailedScheduling event and waits with
+backoff (1 s doubling to 10 s), and past that until room may have appeared (the informer's epoch) or
+30 s went by. ``seed_compatible`` replaces filters and scores by Hightower's toy scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from extender.agents.base import MAX_PRIORITY, Call
+from extender.service import Extender
+from kso.cluster import ClusterState
+from kso.kube import Binder
+from kso.objects import PodInfo
+from kso.settings import setting
+from scheduler.feasibility import (
+    failed_message,
+    hightower_choice,
+    hightower_fit,
+    resource_reasons,
+    rule_reasons,
+    rule_signature,
+)
+from scheduler.metrics import SchedulerMetrics
+from scheduler.qos import DEFAULT_SLO, ControllerQoS, PodClock, controller_table, sort_key
+
+log = logging.getLogger("kso.scheduler")
+
+
+@dataclass
+class SchedulerSettings:
+    order: str = setting("KSO_SCHEDULER_ORDER", "QOS", kind="choice:QOS,FIFO,PRIORITY", help="queue order")
+    controller_key: str = setting("KSO_QOS_CONTROLLER_KEY", "controller", help="pod annotation naming its controller")
+    slo_key: str = setting("KSO_QOS_SLO_KEY", "slo", help="pod annotation with its availability SLO")
+    default_slo: float = setting("KSO_QOS_DEFAULT_SLO", DEFAULT_SLO, lo=0.01, hi=1.0)
+    debug_address: str = setting("KSO_SCHEDULER_DEBUG_ADDRESS", "127.0.0.1:10000", help="host:port of the QoS table")
+    lease: str = setting("KSO_SCHEDULER_LEASE", "kube-system/kso-scheduler",
+                         help="namespace/name of the Lease; empty = no election")
+    lease_duration_s: int = setting("KSO_SCHEDULER_LEASE_DURATION_S", 15, lo=2, hi=600)
+    renew_deadline_s: int = setting("KSO_SCHEDULER_RENEW_DEADLINE_S", 10, lo=2, hi=600)
+    retry_period_s: int = setting("KSO_SCHEDULER_RETRY_PERIOD_S", 2, lo=1, hi=600)
+    cost_weight: int = setting("KSO_SCHEDULER_COST_WEIGHT", 10, lo=0, hi=1000,
+                               help="weight of the cost agent when KSO_WEIGHTS does not name it")
+    bind_workers: int = setting("KSO_SCHEDULER_BIND_WORKERS", 8, lo=1, hi=64)
+    relist_s: float = setting("KSO_SCHEDULER_RELIST_S", 30.0, lo=0, help="re-list unscheduled pods; 0 = never")
+    resort_s: float = setting("KSO_SCHEDULER_RESORT_S", 0.5, lo=0, hi=60, help="re-read the queue at least this often")
+    backoff_initial_s: float = setting("KSO_SCHEDULER_BACKOFF_S", 1.0, lo=0, hi=600)
+    backoff_max_s: float = setting("KSO_SCHEDULER_BACKOFF_MAX_S", 10.0, lo=0, hi=3600)
+    unschedulable_flush_s: float = setting("KSO_SCHEDULER_FLUSH_S", 30.0, lo=0, hi=3600,
+                                           help="retry a pod that fit nowhere after this long even if nothing changed")
+
+
+class ClockSource(Protocol):
+    """Where pods' QoS clocks come from (scheduler.informer.SchedulerWatcher, or StaticClocks offline)."""
+
+    epoch: int
+
+    def clock(self, uid: str) -> PodClock | None: ...
+
+    def all_clocks(self) -> list[PodClock]: ...
+
+
+@dataclass
+class StaticClocks:
+    """Clocks kept by hand: offline runs and tests without an API server."""
+
+    clocks: dict[str, PodClock] = field(default_factory=dict)
+    epoch: int = 0
+
+    def clock(self, uid: str) -> PodClock | None:
+        return self.clocks.get(uid)
+
+    def all_clocks(self) -> list[PodClock]:
+        return list(self.clocks.values())
+
+
+class EventSink(Protocol):
+    def scheduled(self, pod: PodInfo, node: str, message: str) -> None: ...
+
+    def failed(self, pod: PodInfo, message: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Backoff:
+    attempts: int
+    not_before: float
+    failed_at: float
+    epoch: int
+
+
+@dataclass(slots=True)
+class Decision:
+    """The outcome of one scheduling cycle."""
+
+    pod: PodInfo
+    node: str | None
+    message: str
+    seconds: float  # time to decide (the scheduling cycle, without the bind)
+
+
+class Scheduler:
+    def __init__(self, names: list[str], settings: SchedulerSettings, state: ClusterState, clocks: ClockSource,
+                 binder: Binder, events: EventSink, extender: Extender | None, *, seed_compatible: bool = False,
+                 metrics: SchedulerMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.names = set(names)
+        self.settings = settings
+        self.order = settings.order.lower()
+        self.state = state
+        self.clocks = clocks
+        self.binder = binder
+        self.events = events
+        self.extender = extender
+        self.seed_compatible = seed_compatible
+        self.metrics = metrics or SchedulerMetrics(self.qos_table)
+        self.now = clock
+        self.backoff: dict[str, Backoff] = {}
+        self.inflight: set[str] = set()
+        self.queue: list[PodInfo] = []
+        self._pos = 0
+        self._sorted_at = -math.inf
+        self._rules: dict[tuple[object, ...], tuple[int, tuple[str, ...], dict[int, str]]] = {}
+        self._node_names: tuple[int, int, list[str]] = (-1, -1, [])
+        self._pool = ThreadPoolExecutor(settings.bind_workers, thread_name_prefix="kso-bind")
+        self._lock = threading.Lock()
+        self.decisions = 0
+
+    # ---- the queue ---------------------------------------------------------------------------------
+    def qos_table(self) -> dict[str, ControllerQoS]:
+        return controller_table(self.clocks.all_clocks(), self.now(), self.settings.default_slo)
+
+    def _eligible(self, pod: PodInfo, now: float) -> bool:
+        if pod.uid in self.inflight or pod.uid in self.state.pods or pod.scheduler_name not in self.names:
+            return False
+        b = self.backoff.get(pod.uid)
+        if b is None:
+            return True
+        if now < b.not_before:
+            return False
+        return self.clocks.epoch != b.epoch or now - b.failed_at >= self.settings.unschedulable_flush_s
+
+    def _clock_of(self, pod: PodInfo, now: float) -> PodClock:
+        c = self.clocks.clock(pod.uid)
+        if c is not None:
+            return c
+        return PodClock(pod.uid, pod.namespace, pod.name, f"{pod.namespace}/Pod/{pod.name}", None, now, math.nan,
+                        math.nan, pod.priority)
+
+    def refill(self) -> None:
+        """Read the pending pods again and sort them (the QoS table is computed once for the whole batch)."""
+        now = self.now()
+        pending = [p for p in self.state.pending_pods() if self._eligible(p, now)]
+        table = self.qos_table() if self.order == "qos" else {}
+        keyed = [(sort_key(self.order, self._clock_of(p, now), table), p) for p in pending]
+        keyed.sort(key=lambda kp: kp[0])
+        self.queue = [p for _, p in keyed]
+        self._pos = 0
+        self._sorted_at = time.monotonic()
+        self.metrics.pending.set(len(self.queue))
+
+    def next_pod(self) -> PodInfo | None:
+        if self._pos >= len(self.queue) or time.monotonic() - self._sorted_at >= self.settings.resort_s:
+            self.refill()
+        now = self.now()
+        while self._pos < len(self.queue):
+            pod = self.queue[self._pos]
+            self._pos += 1
+            if self._eligible(pod, now) and self.state.pending_pod(pod.uid) is not None:
+                return pod
+        return None
+
+    # ---- one cycle ---------------------------------------------------------------------------------
+    def node_names(self) -> list[str]:
+        """The cache's node names in name order (the API's list order, which 'first' refers to)."""
+        key = (len(self.state), self.clocks.epoch)
+        if self._node_names[:2] != key:
+            self._node_names = (*key, sorted(self.state.node_names()))
+        return self._node_names[2]
+
+    def _rule_failures(self, pod: PodInfo, names: list[str], nodes: list[Any]) -> dict[int, str]:
+        """kso.placement's verdicts per node, memoised per rule signature until a node changes."""
+        sig = rule_signature(pod)
+        hit = self._rules.get(sig)
+        if hit is not None and hit[0] == self.clocks.epoch and hit[1] == tuple(names):
+            return hit[2]
+        reasons = rule_reasons(pod, nodes)
+        if len(self._rules) > 256:
+            self._rules.clear()
+        self._rules[sig] = (self.clocks.epoch, tuple(names), reasons)
+        return reasons
+
+    def decide(self, pod: PodInfo) -> Decision:
+        started = time.perf_counter()
+        names = self.node_names()
+        if not names:
+            return Decision(pod, None, "0/0 nodes are available.", time.perf_counter() - started)
+        view = self.state.view(names)
+        if self.seed_compatible:
+            fits, failures = hightower_fit(pod, view)
+            if not fits:
+                msg = f"pod ({pod.name}) failed to fit in any node\n" + "\n".join(failures.values())
+                return Decision(pod, None, msg, time.perf_counter() - started)
+            nodes = view.nodes
+            best = fits[hightower_choice([nodes[i] for i in fits])]
+            return Decision(pod, names[best], f"Successfully assigned {pod.name} to {names[best]}",
+                            time.perf_counter() - started)
+        reasons = dict(self._rule_failures(pod, names, view.nodes))
+        for i, why in resource_reasons(pod, view).items():
+            reasons.setdefault(i, why)  # kube-scheduler reports the first failing plugin per node
+        candidates = [names[i] for i in range(len(names)) if i not in reasons]
+        if candidates and self.extender is not None and self.extender.filters:
+            sub = self.state.view(candidates)
+            verdicts = self.extender._verdicts(Call(pod, sub), self.extender.filters, "filter")
+            index = {n: i for i, n in enumerate(names)}
+            for j, why in {**verdicts.failed_joined(), **verdicts.unresolvable}.items():
+                reasons[index[candidates[j]]] = why
+            candidates = [n for n, ok in zip(candidates, verdicts.passed(), strict=True) if ok]
+        if not candidates:
+            return Decision(pod, None, failed_message(len(names), reasons), time.perf_counter() - started)
+        node = candidates[0] if len(candidates) == 1 else self._best(pod, candidates)
+        return Decision(pod, node, f"Successfully assigned {pod.key} to {node}", time.perf_counter() - started)
+
+    # Rank: nodes with a free plan slot for the pod's class first, then the weighted mean of the agents'
+    # scores (unrounded, so cost breaks what rounding would tie), then name order.
+    def _best(self, pod: PodInfo, candidates: list[str]) -> str:
+        ext = self.extender
+        if ext is None:
+            return candidates[0]
+        call = Call(pod, self.state.view(candidates))
+        _, per = ext._scores(call, "prioritize")
+        weight = sum(ext.weights[p] for p in per)
+        mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(candidates))
+        hit = ext._plan_nodes(call)
+        if hit is not None:
+            mean = np.where(hit, mean + MAX_PRIORITY + 1, mean)
+        return candidates[int(np.argmax(mean))]  # argmax: the first of equals
+
+    def schedule_one(self) -> Decision | None:
+        """Decide for the next pod of the queue and start binding it; None when the queue is empty."""
+        pod = self.next_pod()
+        if pod is None:
+            return None
+        decision = self.decide(pod)
+        self.decisions += 1
+        self.metrics.cycle_seconds.observe(decision.seconds)
+        if decision.node is None:
+            self._unschedulable(pod, decision.message)
+            return decision
+        self.backoff.pop(pod.uid, None)
+        self.state.assume(pod, decision.node)
+        with self._lock:
+            self.inflight.add(pod.uid)
+        self._pool.submit(self._bind, pod, decision.node, decision.message, time.perf_counter())
+        return decision
+
+    def _unschedulable(self, pod: PodInfo, message: str) -> None:
+        self.metrics.attempts.labels("unschedulable").inc()
+        log.info("pod %s is unschedulable: %s", pod.key, message)
+        self._back_off(pod)
+        try:
+            self.events.failed(pod, message)
+        except Exception as exc:  # noqa: BLE001 - an event is a courtesy; scheduling goes on
+            log.warning("FailedScheduling event for %s not posted: %s", pod.key, exc)
+
+    def _back_off(self, pod: PodInfo) -> None:
+        old = self.backoff.get(pod.uid)
+        attempts = 1 if old is None else old.attempts + 1
+        s = self.settings
+        delay = min(s.backoff_max_s, s.backoff_initial_s * 2 ** (attempts - 1))
+        now = self.now()
+        self.backoff[pod.uid] = Backoff(attempts, now + delay, now, self.clocks.epoch)
+
+    def _bind(self, pod: PodInfo, node: str, message: str, started: float) -> None:
+        try:
+            self.binder.bind(pod.namespace, pod.name, pod.uid, node)
+        except Exception as exc:  # noqa: BLE001 - BindError or a transport error: the pod goes back to the queue
+            self.metrics.attempts.labels("error").inc()
+            log.warning("binding %s to %s failed: %s", pod.key, node, exc)
+            with self.state.lock:
+                if self.state.pods.get(pod.uid) is not None and pod.uid in self.state.assumed:
+                    self.state.remove_pod(pod.uid)
+                    self.state.upsert_pod(pod)  # pending again, with its original (node-less) spec
+            self._back_off(pod)
+            with self._lock:
+                self.inflight.discard(pod.uid)
+            self._post(self.events.failed, pod, f"Binding rejected: {exc}")
+            return
+        self.metrics.bind_seconds.observe(time.perf_counter() - started)
+        self.metrics.attempts.labels("scheduled").inc()
+        ext = self.extender
+        if ext is not None and ext.plan is not None:
+            ext.plan.consume(pod, node)
+        with self._lock:
+            self.inflight.discard(pod.uid)
+        self._post(self.events.scheduled, pod, node, message)
+
+    @staticmethod
+    def _post(fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - an event is a courtesy; scheduling goes on
+            log.warning("event not posted: %s", exc)
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, idle_wait_s: float = 0.05) -> None:
+        log.info("scheduling pods of %s (order %s%s)", sorted(self.names), self.order,
+                 ", seed-compatible" if self.seed_compatible else "")
+        while not stop.is_set():
+            try:
+                decision = self.schedule_one()
+            except Exception:  # noqa: BLE001 - one bad pod must not stop the scheduler
+                log.exception("scheduling cycle failed")
+                decision = None
+                stop.wait(idle_wait_s)
+            if decision is None:
+                stop.wait(idle_wait_s)
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until no bind is in flight (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self.inflight:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)
