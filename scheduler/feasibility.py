@@ -82,9 +82,10 @@ def resource_reasons(pod: PodInfo, view: NodeView) -> dict[int, str]:
 
 
 def failed_message(total: int, reasons: dict[int, str]) -> str:
-    """kube-scheduler's FitError text: reasons counted per distinct text, sorted by text."""
+    """kube-scheduler's FitError text: reasons counted per distinct text, the "count reason" strings sorted
+    bytewise (Go's sort.Strings over them, so "1 ..." comes before "2 ...")."""
     counts = Counter(reasons.values())
-    parts = ", ".join(f"{n} {text}" for text, n in sorted(counts.items()))
+    parts = ", ".join(sorted(f"{n} {text}" for text, n in counts.items()))
     return f"0/{total} nodes are available: {parts}." if parts else f"0/{total} nodes are available."
 
 
