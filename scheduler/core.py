@@ -270,10 +270,7 @@ class Scheduler:
         self.metrics.attempts.labels("unschedulable").inc()
         log.info("pod %s is unschedulable: %s", pod.key, message)
         self._back_off(pod)
-        try:
-            self.events.failed(pod, message)
-        except Exception as exc:  # noqa: BLE001 - an event is a courtesy; scheduling goes on
-            log.warning("FailedScheduling event for %s not posted: %s", pod.key, exc)
+        self._pool.submit(self._post, self.events.failed, pod, message)
 
     def _back_off(self, pod: PodInfo) -> None:
         old = self.backoff.get(pod.uid)

@@ -47,7 +47,10 @@ class ApiEvents:
     def _create(self, pod: PodInfo, body: dict[str, Any]) -> None:
         resp = self._core.create_namespaced_event(pod.namespace, body, _preload_content=False,
                                                   _request_timeout=self.timeout_s)
-        resp.release_conn()
+        try:
+            resp.data  # noqa: B018 - read the body, or the pooled connection carries it into the next request
+        finally:
+            resp.release_conn()
 
     def scheduled(self, pod: PodInfo, node: str, message: str) -> None:
         with self._lock:
@@ -63,7 +66,10 @@ class ApiEvents:
             try:
                 resp = self._core.patch_namespaced_event(last[1], pod.namespace, patch, _preload_content=False,
                                                          _request_timeout=self.timeout_s)
-                resp.release_conn()
+                try:
+                    resp.data  # noqa: B018 - see _create
+                finally:
+                    resp.release_conn()
                 with self._lock:
                     self._last[pod.uid] = (message, last[1], count)
                 return
