@@ -50,6 +50,12 @@ def add_commands(subparsers: Any) -> None:
     an.add_argument("--assign-traces", action="store_true",
                     help="with --trace: give the trace's series to the cluster's nodes in name order "
                          "(a synthetic join, recorded in the kso.io/forecast-source annotation)")
+    an.add_argument("--cost", metavar="FILE", help="write node costs instead: prices from FILE (YAML/JSON key: price, or CSV "
+                    "key,price), keyed by node name or by --cost-label's value (kso.node_costs)")
+    an.add_argument("--cost-label", action="append", metavar="LABEL",
+                    help="node label whose value keys the price file (repeatable; default the instance-type labels)")
+    an.add_argument("--random", action="store_true", help="demo only: random costs from the seed annotator's price list")
+    an.add_argument("--seed", type=int, default=None, help="with --random: random seed")
     an.set_defaults(func=cmd_annotate)
 
 
@@ -185,7 +191,48 @@ def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
     return nodes, api
 
 
+def cmd_annotate_cost(args: argparse.Namespace) -> int:
+    """``kso annotate --cost FILE | --random``: the cost annotation (KSO_PLAN_COST_KEY) per node."""
+    from kso import node_costs
+
+    if args.cost and args.random:
+        print("error: --cost and --random are alternatives", file=sys.stderr)
+        return 2
+    try:
+        prices = node_costs.load_prices(args.cost) if args.cost else {}
+    except node_costs.PriceFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    nodes, api = _cluster_nodes(args)
+    if args.random:
+        per_node, missing = node_costs.random_prices(nodes, args.seed), []
+    else:
+        per_node, missing = node_costs.node_prices(nodes, prices, args.cost_label or node_costs.INSTANCE_TYPE_LABELS)
+    for line in missing:
+        print(f"# {line}; annotation left unchanged", file=sys.stderr)
+    key = load_settings(node_costs.CostKeySettings).cost_key
+    return _apply_patches(node_costs.cost_patches(per_node, key), api, args.dry_run, len(nodes))
+
+
+def _apply_patches(patches: dict[str, dict[str, Any]], api: Any, dry_run: bool, total: int) -> int:
+    if dry_run or api is None:
+        for name, patch in patches.items():
+            print(orjson.dumps({"node": name, "patch": patch}).decode())
+        return 0
+    failed = 0
+    for name, patch in patches.items():
+        try:
+            api.patch_node(name, patch, _request_timeout=30)
+        except Exception as exc:  # noqa: BLE001 - report every node, keep patching the others
+            failed += 1
+            print(f"error: patch {name}: {exc}", file=sys.stderr)
+    print(f"annotated {len(patches) - failed} of {total} nodes")
+    return 1 if failed else 0
+
+
 def cmd_annotate(args: argparse.Namespace) -> int:
+    if getattr(args, "cost", None) or getattr(args, "random", False):
+        return cmd_annotate_cost(args)
     if args.assign_traces and not args.trace:
         print("error: --assign-traces needs --trace", file=sys.stderr)
         return 2
@@ -212,19 +259,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
         ann = annotations_for(node, fresh, src)
         if ann:
             patches[node.name] = {"metadata": {"annotations": ann}}
-    if args.dry_run or api is None:
-        for name, patch in patches.items():
-            print(orjson.dumps({"node": name, "patch": patch}).decode())
-        return 0
-    failed = 0
-    for name, patch in patches.items():
-        try:
-            api.patch_node(name, patch, _request_timeout=30)
-        except Exception as exc:  # noqa: BLE001 - report every node, keep patching the others
-            failed += 1
-            print(f"error: patch {name}: {exc}", file=sys.stderr)
-    print(f"annotated {len(patches) - failed} of {len(nodes)} nodes")
-    return 1 if failed else 0
+    return _apply_patches(patches, api, args.dry_run, len(nodes))
 
 
 def main(argv: list[str] | None = None) -> int:

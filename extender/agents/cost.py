@@ -3,19 +3,13 @@ label named by KSO_PLAN_COST_KEY, Hightower's ``hightower.com/cost`` by default;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from extender.agents.base import MAX_PRIORITY, Agent, Call
-from kso.settings import setting
-from optimizer.inputs import DEFAULT_COST_KEY, node_cost
-
-
-@dataclass
-class CostParams:
-    cost_key: str = setting("KSO_PLAN_COST_KEY", DEFAULT_COST_KEY, help="node annotation or label with its cost")
+from kso.node_costs import CostKeySettings as CostParams  # KSO_PLAN_COST_KEY, the one cost key of kso
+from optimizer.inputs import node_cost
 
 
 # score_n = round-half-up(10 (max - c_n) / (max - min)) over the call's known nodes; all equal -> 10;
