@@ -73,7 +73,9 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 
 def _manifest_files() -> list[str]:
-    return sorted(str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml")
+    # deploy/scheduler-standalone/ is its own optional set, checked by tests/test_deploy_scheduler_standalone.py
+    return sorted(str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml")
+                  if p.name != "kustomization.yaml" and p.relative_to(DEPLOY).parts[0] != "scheduler-standalone")
 
 
 def _docs(include_optional: bool = False) -> list[dict[str, Any]]:
