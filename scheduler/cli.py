@@ -79,8 +79,8 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
     state = ClusterState(pending_pod_memory=1_000_000)
-    watcher = SchedulerWatcher(state, client, controller_key=settings.controller_key, slo_key=settings.slo_key,
-                               relist_s=settings.relist_s)
+    watcher = SchedulerWatcher(state, client, names=tuple(names), controller_key=settings.controller_key,
+                               slo_key=settings.slo_key, relist_s=settings.relist_s)
     stops: list[Callable[[], Any]] = [watcher.stop]
     watcher.start()
     if not watcher.wait_synced(sync_timeout_s):
@@ -147,10 +147,16 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     names = args.name or [n for n in os.environ.get("KSO_SCHEDULER_NAMES", "").split(",") if n.strip()] or [DEFAULT_NAME]
     done = threading.Event()
+    lost: list[bool] = []
+
+    def on_lost() -> None:  # kube-scheduler exits when it loses its lease; the Deployment restarts it
+        lost.append(True)
+        done.set()
+
     try:
         running = start(names, config_file=args.config, kubeconfig=args.kubeconfig, seed_compatible=args.seed_compatible,
                         order=args.order, debug_address=args.debug_address, leader_elect=not args.no_leader_elect,
-                        identity=args.identity or "", on_lost=done.set)
+                        identity=args.identity or "", on_lost=on_lost)
     except Exception as exc:  # KubeConfigError, a bad lease name or debug address: one line, exit 1
         if isinstance(exc, SystemExit):
             raise
@@ -161,9 +167,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     if running.debug is not None:
         log.info("QoS table on http://%s:%d/ (/json, /metrics)", *running.debug.server_address[:2])
     done.wait()
-    lost = running.elector is not None and not running.stop_event.is_set() and not running.elector.leading.is_set()
     running.close()
-    return 1 if lost and running.scheduler.decisions else 0
+    return 1 if lost else 0
 
 
 def add_commands(sub: Any) -> None:

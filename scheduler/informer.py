@@ -25,13 +25,14 @@ from scheduler.qos import PodClock, clock_from_k8s
 
 log = logging.getLogger("kso.scheduler")
 
-UNSCHEDULED_SELECTOR = "spec.nodeName=,status.phase!=Succeeded,status.phase!=Failed"
+UNSCHEDULED_SELECTOR = "spec.nodeName=,status.phase!=Succeeded,status.phase!=Failed"  # + spec.schedulerName=<name>
 
 
 class SchedulerWatcher(ClusterWatcher):
-    def __init__(self, state: ClusterState, api_client: client.ApiClient, *, controller_key: str = "controller",
-                 slo_key: str = "slo", relist_s: float = 30.0, **kwargs: Any) -> None:
+    def __init__(self, state: ClusterState, api_client: client.ApiClient, *, names: tuple[str, ...] = (),
+                 controller_key: str = "controller", slo_key: str = "slo", relist_s: float = 30.0, **kwargs: Any) -> None:
         super().__init__(state, api_client, **kwargs)
+        self.names = names  # scheduler names whose unscheduled pods the periodic re-list fetches
         self.controller_key = controller_key
         self.slo_key = slo_key
         self.relist_s = relist_s
@@ -120,15 +121,18 @@ class SchedulerWatcher(ClusterWatcher):
         """List pods without a node; add those the cache lacks, drop pending ones the list no longer has
         (created before the list, so not a watch event racing it). Returns how many were added."""
         started = time.time()
-        resp = self._core.list_pod_for_all_namespaces(field_selector=UNSCHEDULED_SELECTOR, _preload_content=False,
-                                                      _request_timeout=self.request_timeout_s)
-        try:
-            body = orjson.loads(resp.data)
-        finally:
-            resp.release_conn()
-        items = body.get("items") if isinstance(body, dict) else None
-        if not isinstance(items, list):
-            raise ValueError("list of unscheduled pods: no items array")
+        items: list[Any] = []
+        for name in self.names:
+            resp = self._core.list_pod_for_all_namespaces(field_selector=f"{UNSCHEDULED_SELECTOR},spec.schedulerName={name}",
+                                                          _preload_content=False, _request_timeout=self.request_timeout_s)
+            try:
+                body = orjson.loads(resp.data)
+            finally:
+                resp.release_conn()
+            page = body.get("items") if isinstance(body, dict) else None
+            if not isinstance(page, list):
+                raise ValueError("list of unscheduled pods: no items array")
+            items += page
         listed: set[str] = set()
         added = 0
         for item in items:
@@ -147,7 +151,8 @@ class SchedulerWatcher(ClusterWatcher):
                 self.clocks.setdefault(pod.uid, self._clock(item))
         for pod in self.state.pending_pods():
             clock = self.clock(pod.uid)
-            if pod.uid not in listed and clock is not None and clock.created < started - 1.0:
+            if (pod.scheduler_name in self.names and pod.uid not in listed and clock is not None
+                    and clock.created < started - 1.0):
                 self.state.remove_pod(pod.uid)
         self.unscheduled_relists += 1
         if added:

@@ -5,6 +5,7 @@ re-queue on node changes and leader election."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import threading
@@ -19,7 +20,9 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
+from kso.objects import pod_from_k8s
 from scheduler.cli import RunningScheduler, start
+from scheduler.qos import PodClock
 from tests.conftest import make_node, make_pod
 
 QUIET_ENV = {"KSO_PLAN_POLICY": "NONE", "KSO_FORECAST_SOURCE": "NONE", "KSO_SCHEDULER_RELIST_S": "0"}
@@ -266,6 +269,22 @@ def test_default_mode_filters_cost_events_requeue_and_debug_table(control_plane:
         metrics = _get(sched.debug_port, "/metrics").decode()
         assert 'kso_scheduler_controller_slo{controller="web"} 0.9' in metrics
         assert 'kso_scheduler_schedule_attempts_total{result="scheduled"} 2.0' in metrics
+
+        # the seed's re-list of unscheduled pods: puts back a pending pod the cache lost (a missed watch event)
+        # and forgets one the API no longer has
+        core.create_namespaced_pod(ns, _pod("stuck", ns, name, "64", "app", selector=sel))
+        uid = _wait(lambda: next((p.uid for p in sched.scheduler.state.pending_pods() if p.name == "stuck"), None), 10,
+                    "the watch to deliver the pending pod")
+        sched.scheduler.state.remove_pod(uid)
+        ghost = pod_from_k8s(make_pod("ghost", namespace=ns))
+        ghost.scheduler_name = name
+        sched.scheduler.state.upsert_pod(ghost)
+        with sched.watcher.clock_lock:
+            sched.watcher.clocks[ghost.uid] = PodClock(ghost.uid, ns, "ghost", "app", None, time.time() - 60, math.nan,
+                                                       math.nan)
+        assert sched.watcher.relist_unscheduled() == 1
+        pending = {p.name for p in sched.scheduler.state.pending_pods() if p.scheduler_name == name}
+        assert "stuck" in pending and "ghost" not in pending
     finally:
         sched.close()
 
