@@ -10,8 +10,8 @@ so process start and cache sync are left out. Rounds alternate kube-scheduler an
 drifts; compare the two only side by side). Per-cycle latency is each scheduler's own histogram of one
 scheduling cycle (decide: filters and scores, without the bind): kube-scheduler's
 scheduler_scheduling_algorithm_duration_seconds, kso's kso_scheduler_scheduling_cycle_seconds; beside it
-kube-scheduler's whole attempt (scheduler_scheduling_attempt_duration_seconds) and kso's Binding request
-(kso_scheduler_binding_seconds). p50/p99 are interpolated inside the buckets.
+kube-scheduler's whole attempt (scheduler_scheduling_attempt_duration_seconds) and kso's decision-to-bound
+time (kso_scheduler_binding_seconds, waiting for a bind worker included). p50/p99 are interpolated inside the buckets.
 """
 
 from __future__ import annotations

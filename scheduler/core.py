@@ -132,6 +132,7 @@ class Scheduler:
         self.queue: list[PodInfo] = []
         self._pos = 0
         self._sorted_at = -math.inf
+        self._sorted_version = -1  # ClusterState.version at the last refill
         self._rules: dict[tuple[object, ...], tuple[int, tuple[str, ...], dict[int, str]]] = {}
         self._node_names: tuple[int, int, list[str]] = (-1, -1, [])
         self._pool = ThreadPoolExecutor(settings.bind_workers, thread_name_prefix="kso-bind")
@@ -169,10 +170,14 @@ class Scheduler:
         self.queue = [p for _, p in keyed]
         self._pos = 0
         self._sorted_at = time.monotonic()
+        self._sorted_version = self.state.version
         self.metrics.pending.set(len(self.queue))
 
     def next_pod(self) -> PodInfo | None:
-        if self._pos >= len(self.queue) or time.monotonic() - self._sorted_at >= self.settings.resort_s:
+        # Re-read the queue every resort_s (QoS drifts with time), and at once when it ran dry and the cache
+        # changed; an idle scheduler (nothing new, everything backing off) re-reads only every resort_s.
+        stale = time.monotonic() - self._sorted_at >= self.settings.resort_s
+        if stale or (self._pos >= len(self.queue) and self.state.version != self._sorted_version):
             self.refill()
         now = self.now()
         while self._pos < len(self.queue):

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from scheduler.qos import ControllerQoS
 
 CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+BIND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class _QoSCollector(Collector):
@@ -45,8 +46,9 @@ class SchedulerMetrics:
         self.cycle_seconds = Histogram("kso_scheduler_scheduling_cycle_seconds",
                                        "Time to decide one pod (filters and scores, without the bind)",
                                        buckets=CYCLE_BUCKETS, registry=r)
-        self.bind_seconds = Histogram("kso_scheduler_binding_seconds", "Time of one Binding request",
-                                      buckets=CYCLE_BUCKETS, registry=r)
+        self.bind_seconds = Histogram("kso_scheduler_binding_seconds",
+                                      "From the decision to the Binding's answer (waiting for a bind worker included)",
+                                      buckets=BIND_BUCKETS, registry=r)
         self.pending = Gauge("kso_scheduler_pending_pods", "Pods in the queue at its last read", registry=r)
         self.leader = Gauge("kso_scheduler_leader", "1 while this replica holds the lease", registry=r)
         r.register(_QoSCollector(table))

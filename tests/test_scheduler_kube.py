@@ -289,6 +289,24 @@ def test_default_mode_filters_cost_events_requeue_and_debug_table(control_plane:
         sched.close()
 
 
+def test_failed_scheduling_repeats_update_one_event(control_plane: Any, kube_namespace: str) -> None:
+    """Like client-go's event correlator: the same message again raises the count of the event already posted;
+    a different message is a new event."""
+    from scheduler.events import ApiEvents
+
+    core = client.CoreV1Api(control_plane.api_client())
+    created = core.create_namespaced_pod(kube_namespace, _pod("p", kube_namespace, "kso-ev", "100m"))
+    pod = pod_from_k8s(client.ApiClient().sanitize_for_serialization(created))
+    events = ApiEvents(control_plane.api_client(), "kso-ev", "test")
+    for message in ("0/1 nodes are available: 1 Insufficient cpu.",) * 3 + ("0/2 nodes are available: 2 Too many pods.",):
+        events.failed(pod, message)
+    got = sorted((e.message, e.count, e.type) for e in core.list_namespaced_event(kube_namespace).items)
+    assert got == [("0/1 nodes are available: 1 Insufficient cpu.", 3, "Warning"),
+                   ("0/2 nodes are available: 2 Too many pods.", 1, "Warning")]
+    events.scheduled(pod, "n1", "Successfully assigned x to n1")
+    assert {e.reason for e in core.list_namespaced_event(kube_namespace).items} == {"FailedScheduling", "Scheduled"}
+
+
 def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_namespace: str, nodes: Any) -> None:
     core = client.CoreV1Api(control_plane.api_client())
     ns, tag = kube_namespace, os.urandom(3).hex()
