@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -164,6 +165,11 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    # As `kso extender` does (extender.server.serve): the cache is long-lived, so keep it out of the
+    # collector's reach and collect young objects less often (full collections stall the scheduling loop).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     if running.debug is not None:
         log.info("QoS table on http://%s:%d/ (/json, /metrics)", *running.debug.server_address[:2])
     done.wait()

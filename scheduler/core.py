@@ -225,33 +225,39 @@ class Scheduler:
         reasons = dict(self._rule_failures(pod, names, view.nodes))
         for i, why in resource_reasons(pod, view).items():
             reasons.setdefault(i, why)  # kube-scheduler reports the first failing plugin per node
-        candidates = [names[i] for i in range(len(names)) if i not in reasons]
-        if candidates and self.extender is not None and self.extender.filters:
-            sub = self.state.view(candidates)
-            verdicts = self.extender._verdicts(Call(pod, sub), self.extender.filters, "filter")
-            index = {n: i for i, n in enumerate(names)}
-            for j, why in {**verdicts.failed_joined(), **verdicts.unresolvable}.items():
-                reasons[index[candidates[j]]] = why
-            candidates = [n for n, ok in zip(candidates, verdicts.passed(), strict=True) if ok]
-        if not candidates:
+        if len(reasons) == len(names):
             return Decision(pod, None, failed_message(len(names), reasons), time.perf_counter() - started)
-        node = candidates[0] if len(candidates) == 1 else self._best(pod, candidates)
+        rows = [i for i in range(len(names)) if i not in reasons]
+        # One call for the agents' predicates and priorities, so what they share (the safe agent's inputs) is
+        # computed once: the whole view when every node fits, else the fitting nodes' rows.
+        call = Call(pod, view if len(rows) == len(names) else self.state.view([names[i] for i in rows]))
+        ok = np.ones(len(rows), dtype=bool)
+        ext = self.extender
+        if ext is not None and ext.filters:
+            verdicts = ext._verdicts(call, ext.filters, "filter")
+            for j, why in {**verdicts.failed_joined(), **verdicts.unresolvable}.items():
+                reasons[rows[j]] = why
+            ok = np.array(verdicts.passed(), dtype=bool)
+        if not ok.any():
+            return Decision(pod, None, failed_message(len(names), reasons), time.perf_counter() - started)
+        node = names[rows[self._best(call, ok)]]
         return Decision(pod, node, f"Successfully assigned {pod.key} to {node}", time.perf_counter() - started)
 
-    # Rank: nodes with a free plan slot for the pod's class first, then the weighted mean of the agents'
-    # scores (unrounded, so cost breaks what rounding would tie), then name order.
-    def _best(self, pod: PodInfo, candidates: list[str]) -> str:
+    # Rank the call's nodes that passed (``ok``): a free plan slot for the pod's class first, then the weighted
+    # mean of the agents' scores (unrounded, so cost breaks what rounding would tie), then name order. Nodes
+    # an agent's predicate rejected are scored with the others and then masked: only pigeon's cluster-wide
+    # objective can tell, and it then sees every fitting node rather than the safe ones only.
+    def _best(self, call: Call, ok: np.ndarray) -> int:
         ext = self.extender
-        if ext is None:
-            return candidates[0]
-        call = Call(pod, self.state.view(candidates))
+        if ext is None or ok.sum() == 1:
+            return int(np.argmax(ok))
         _, per = ext._scores(call, "prioritize")
         weight = sum(ext.weights[p] for p in per)
-        mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(candidates))
+        mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(ok))
         hit = ext._plan_nodes(call)
         if hit is not None:
             mean = np.where(hit, mean + MAX_PRIORITY + 1, mean)
-        return candidates[int(np.argmax(mean))]  # argmax: the first of equals
+        return int(np.argmax(np.where(ok, mean, -np.inf)))  # argmax: the first of equals
 
     def schedule_one(self) -> Decision | None:
         """Decide for the next pod of the queue and start binding it; None when the queue is empty."""
