@@ -136,6 +136,10 @@ class Scheduler:
         self._rules: dict[tuple[object, ...], tuple[int, tuple[str, ...], dict[int, str]]] = {}
         self._node_names: tuple[int, int, list[str]] = (-1, -1, [])
         self._pool = ThreadPoolExecutor(settings.bind_workers, thread_name_prefix="kso-bind")
+        # Events on their own workers (as kube-scheduler's event broadcaster): a backlog of events must not
+        # delay the next bindings. Two workers keep a repeated FailedScheduling's count update in order enough.
+        self._event_pool = ThreadPoolExecutor(2, thread_name_prefix="kso-events")
+        self._events_pending = 0
         self._lock = threading.Lock()
         self.decisions = 0
 
@@ -281,7 +285,7 @@ class Scheduler:
         self.metrics.attempts.labels("unschedulable").inc()
         log.info("pod %s is unschedulable: %s", pod.key, message)
         self._back_off(pod)
-        self._pool.submit(self._post, self.events.failed, pod, message)
+        self._event(self.events.failed, pod, message)
 
     def _back_off(self, pod: PodInfo) -> None:
         old = self.backoff.get(pod.uid)
@@ -304,7 +308,7 @@ class Scheduler:
             self._back_off(pod)
             with self._lock:
                 self.inflight.discard(pod.uid)
-            self._post(self.events.failed, pod, f"Binding rejected: {exc}")
+            self._event(self.events.failed, pod, f"Binding rejected: {exc}")
             return
         self.metrics.bind_seconds.observe(time.perf_counter() - started)
         self.metrics.attempts.labels("scheduled").inc()
@@ -313,14 +317,21 @@ class Scheduler:
             ext.plan.consume(pod, node)
         with self._lock:
             self.inflight.discard(pod.uid)
-        self._post(self.events.scheduled, pod, node, message)
+        self._event(self.events.scheduled, pod, node, message)
 
-    @staticmethod
-    def _post(fn: Callable[..., None], *args: Any) -> None:
+    def _event(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            self._events_pending += 1
+        self._event_pool.submit(self._post, fn, *args)
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - an event is a courtesy; scheduling goes on
             log.warning("event not posted: %s", exc)
+        finally:
+            with self._lock:
+                self._events_pending -= 1
 
     # ---- the loop ----------------------------------------------------------------------------------
     def run(self, stop: threading.Event, idle_wait_s: float = 0.05) -> None:
@@ -337,14 +348,15 @@ class Scheduler:
                 stop.wait(idle_wait_s)
 
     def drain(self, timeout: float = 10.0) -> bool:
-        """Wait until no bind is in flight (tests, shutdown)."""
+        """Wait until no bind and no event is in flight (tests, shutdown)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not self.inflight:
+                if not self.inflight and not self._events_pending:
                     return True
             time.sleep(0.01)
         return False
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
+        self._event_pool.shutdown(wait=True, cancel_futures=False)
