@@ -167,7 +167,12 @@ class Scheduler:
     def refill(self) -> None:
         """Read the pending pods again and sort them (the QoS table is computed once for the whole batch)."""
         now = self.now()
-        pending = [p for p in self.state.pending_pods() if self._eligible(p, now)]
+        every = self.state.pending_pods()
+        if self.backoff:  # forget pods that were deleted or bound elsewhere while backing off
+            live = {p.uid for p in every}
+            for uid in [u for u in self.backoff if u not in live]:
+                self.backoff.pop(uid, None)
+        pending = [p for p in every if self._eligible(p, now)]
         table = self.qos_table() if self.order == "qos" else {}
         keyed = [(sort_key(self.order, self._clock_of(p, now), table), p) for p in pending]
         keyed.sort(key=lambda kp: kp[0])
