@@ -67,6 +67,7 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     from extender.server import Running, make_plan_cache, start_forecasts, start_plan_jobs
     from extender.service import Extender
     from kso import kube
+    from scheduler.binding import PodBindingBinder
     from scheduler.debug import debug_server
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher
@@ -86,7 +87,7 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     watcher.start()
     if not watcher.wait_synced(sync_timeout_s):
         log.warning("cache not synced after %.0f s; scheduling from what is listed so far", sync_timeout_s)
-    binder = kube.ApiBinder(client)
+    binder = PodBindingBinder(client)
     extender = None
     if not seed_compatible:
         config = with_cost_agent(config, settings.cost_weight)

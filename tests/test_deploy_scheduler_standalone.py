@@ -126,6 +126,14 @@ def test_rbac_is_enough_on_the_real_api_server(control_plane: Any, kube_namespac
             time.sleep(0.2)
         assert any(e.reason == "Scheduled" for e in core.list_namespaced_event(kube_namespace).items)
         assert running.watcher.stats()["errors"] == 0  # list/watch of nodes and pods allowed
+        # it bound through pods/<name>/binding: the namespace's bindings collection is not granted
+        core.create_namespaced_pod(kube_namespace, {**pod, "metadata": {"name": "q"}, "spec": {**pod["spec"],
+                                                                                             "schedulerName": "nobody"}})
+        binding = client.V1Binding(metadata=client.V1ObjectMeta(name="q"),
+                                   target=client.V1ObjectReference(kind="Node", name=f"standalone-{tag}"))
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(as_sa).create_namespaced_binding(kube_namespace, binding, _preload_content=False)
+        assert refused.value.status == 403
     finally:
         running.close()
         core.delete_node(f"standalone-{tag}")
