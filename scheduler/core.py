@@ -150,6 +150,9 @@ class Scheduler:
     def _eligible(self, pod: PodInfo, now: float) -> bool:
         if pod.uid in self.inflight or pod.uid in self.state.pods or pod.scheduler_name not in self.names:
             return False
+        clock = self.clocks.clock(pod.uid)
+        if clock is not None and clock.held:  # gated or being deleted: kube-scheduler leaves it alone too
+            return False
         b = self.backoff.get(pod.uid)
         if b is None:
             return True

@@ -67,6 +67,7 @@ class PodClock:
     scheduled: float  # NaN: not scheduled (yet)
     ready: float  # NaN: not Ready
     priority: int = 0
+    held: str = ""  # why kube-scheduler would not schedule it now (scheduling gates, being deleted); "" = free
 
     def times(self, now: float) -> tuple[float, float, float]:
         """(R, W, B) in seconds at ``now``."""
@@ -112,6 +113,7 @@ def clock_from_k8s(pod: dict[str, Any], controller_key: str, slo_key: str, seen_
     if math.isnan(scheduled) and spec.get("nodeName"):
         scheduled = seen_bound_at
     priority = spec.get("priority")
+    held = "scheduling gates" if spec.get("schedulingGates") else "being deleted" if meta.get("deletionTimestamp") else ""
     return PodClock(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or "default"),
@@ -122,6 +124,7 @@ def clock_from_k8s(pod: dict[str, Any], controller_key: str, slo_key: str, seen_
         scheduled=scheduled,
         ready=_condition_time(status, "Ready"),
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        held=held,
     )
 
 

@@ -108,6 +108,23 @@ def test_clock_from_a_pod_object_groups_by_annotation_then_owner() -> None:
     assert math.isnan(clock_from_k8s(bad, "controller", "slo").created)  # unusable -> unknown, no exception
 
 
+def test_gated_and_deleting_pods_are_held() -> None:
+    gated = make_pod("g")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    deleting = make_pod("d")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-23T06:00:00Z"
+    assert clock_from_k8s(gated, "controller", "slo").held == "scheduling gates"
+    assert clock_from_k8s(deleting, "controller", "slo").held == "being deleted"
+    assert clock_from_k8s(make_pod("f"), "controller", "slo").held == ""
+    pods = [_kso_pod("g", "100m", "c", "0.8"), _kso_pod("f", "100m", "c", "0.8")]
+    pods[0]["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    state = make_state([make_node("n")], pods)
+    clocks = StaticClocks({c.uid: c for c in (clock_from_k8s(p, "controller", "slo") for p in pods)})
+    sched = Scheduler(["kso"], SchedulerSettings(), state, clocks, RecordingBinder(), Recorded(), None)
+    first = sched.schedule_one()
+    assert first is not None and first.pod.name == "f" and sched.schedule_one() is None
+
+
 def test_qos_order_system_first_then_lower_ttv_then_priority_age_name() -> None:
     now = T0 + 100
     clocks = [clock("late", "urgent", slo=0.99, created=T0 + 50, scheduled=math.nan),
