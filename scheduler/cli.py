@@ -68,7 +68,7 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     from extender.service import Extender
     from kso import kube
     from scheduler.binding import PodBindingBinder
-    from scheduler.debug import debug_server
+    from scheduler.debug import debug_server, parse_address
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher
     from scheduler.leader import LeaderElector
@@ -79,6 +79,12 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     if order:
         settings.order = order.upper()
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    address = settings.debug_address if debug_address is None else debug_address
+    # Bad settings fail here, before any thread starts.
+    if address:
+        parse_address(address)
+    if leader_elect and settings.lease and not all(settings.lease.partition("/")[::2]):
+        raise ValueError(f"KSO_SCHEDULER_LEASE={settings.lease!r} is not namespace/name")
     client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
     state = ClusterState(pending_pod_memory=1_000_000)
     watcher = SchedulerWatcher(state, client, names=tuple(names), controller_key=settings.controller_key,
@@ -110,7 +116,6 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     events = ApiEvents(client, component=names[0], instance=identity)
     scheduler = Scheduler(names, settings, state, watcher, binder, events, extender, seed_compatible=seed_compatible)
     out = RunningScheduler(scheduler, watcher, stops=stops)
-    address = settings.debug_address if debug_address is None else debug_address
     if address:
         out.debug = debug_server(address, scheduler.qos_table, scheduler.metrics, lambda: status(out, identity))
         stops.append(out.debug.shutdown)

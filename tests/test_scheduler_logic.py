@@ -276,3 +276,19 @@ def test_scheduler_default_mode_prefers_cheaper_node(monkeypatch: pytest.MonkeyP
     sched = Scheduler(["kso"], SchedulerSettings(), state, StaticClocks(), RecordingBinder(), Recorded(), ext)
     d = sched.schedule_one()
     assert d is not None and d.node == "n1"
+
+
+@pytest.mark.parametrize("env, argv, message", [
+    ({"KSO_SCHEDULER_LEASE": "bad"}, [], "KSO_SCHEDULER_LEASE='bad' is not namespace/name"),
+    ({}, ["--debug-address", "127.0.0.1:x"], "port 'x' is not a number"),
+    ({}, ["--debug-address", "127.0.0.1:70000"], "port out of range"),
+])
+def test_bad_settings_fail_with_a_message_before_anything_starts(env: dict[str, str], argv: list[str], message: str,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from kso.cli import main as kso_main
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert kso_main(["scheduler", "--kubeconfig", "/nonexistent", *argv]) == 1
+    assert message in capsys.readouterr().out
