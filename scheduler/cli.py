@@ -151,7 +151,8 @@ def status(running: RunningScheduler, identity: str) -> dict[str, Any]:
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
     level = parse_log_level(os.environ.get("LOG_LEVEL"))
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)  # kso.cli configured WARNING already; LOG_LEVEL decides here
     names = args.name or [n for n in os.environ.get("KSO_SCHEDULER_NAMES", "").split(",") if n.strip()] or [DEFAULT_NAME]
     done = threading.Event()
     lost: list[bool] = []
