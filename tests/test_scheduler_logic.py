@@ -286,8 +286,11 @@ def test_scheduler_default_mode_prefers_cheaper_node(monkeypatch: pytest.MonkeyP
 def test_bad_settings_fail_with_a_message_before_anything_starts(env: dict[str, str], argv: list[str], message: str,
                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
     from kso.cli import main as kso_main
 
+    monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)  # the command sets LOG_LEVEL's
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert kso_main(["scheduler", "--kubeconfig", "/nonexistent", *argv]) == 1
