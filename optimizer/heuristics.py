@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from optimizer.model import Compiled
+from optimizer.compiled import Compiled
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from kso.resources import CPU, MEMORY
-from optimizer.model import POLICIES, Compiled, SolveResult
+from optimizer.compiled import POLICIES, Compiled, SolveResult
 from optimizer.problem import PlacementProblem
 
 PLAN_FORMAT = "kso.io/placement-plan/v1"
