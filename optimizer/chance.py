@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from kso.safety import safe_overload_risk
 
@@ -21,7 +21,7 @@ from kso.safety import safe_overload_risk
 # For eps >= 0.5, z <= 0 and the spread would *loosen* the bound; the model then drops it (z = 0), which
 # is conservative.
 def z_value(eps: float) -> float:
-    return max(float(norm.ppf(1.0 - eps)), 0.0)
+    return max(float(ndtri(1.0 - eps)), 0.0)
 
 
 # The chance constraint as the solver gets it. With the normal form

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from optimizer.compiled import Compiled
 
@@ -85,6 +83,10 @@ def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
 # Identical nodes are merged into one type t with multiplicity m_t (0 <= y_t <= m_t): for an LP this is
 # exact (split any solution evenly), and it turns 1,500 nodes into a few dozen types (seconds, not minutes).
 def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None) -> float:
+    # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
     groups: dict[bytes, list[int]] = {}
     for n in range(comp.n_nodes):
         sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),

@@ -130,3 +130,23 @@ def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeF
     classes = group_classes([p for p in ours if not p.node_name and not p.terminal], class_usage)
     input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": state.age_seconds()}
     return PlacementProblem(nodes, classes, u_star, eps, input_ages, baseline)
+
+
+POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour
+
+
+def class_usage_from_prometheus(settings: Any, bound: list[PodInfo]) -> tuple[dict[str, UsageModel], str]:
+    """(class key -> usage model, a note saying where usage came from) from the running pods' cAdvisor
+    series in Prometheus (``settings``: forecasting.prometheus.PrometheusSettings), so that new pods of a
+    known class count at what their siblings use rather than at their requests. A failed query is said
+    in the note and leaves every class at its requests."""
+    from dataclasses import replace
+
+    from forecasting.prometheus import PrometheusError, PrometheusSource
+
+    try:
+        series = PrometheusSource(replace(settings, history_s=POD_USAGE_WINDOW_S)).pod_series()
+    except PrometheusError as exc:
+        return {}, f"pod usage failed ({exc}); new pods count at their requests"
+    out = class_usage_from_history(bound, pod_usage_samples(series))
+    return out, f"{len(out)} classes at their pods' measured usage (last {POD_USAGE_WINDOW_S // 60} min)"

@@ -71,7 +71,8 @@ from optimizer.compiled import (
 from optimizer.cpsat import PlacementModel
 from optimizer.inputs import DEFAULT_COST_KEY, problem_from_state
 from optimizer.plan import PlacementPlan, PlanClass, PlanNodeInfo
-from optimizer.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key
+from optimizer.planner import ProtectedSolver, SolverDied
+from optimizer.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key, request_usage
 
 log = logging.getLogger("kso.optimizer.migration")
 
@@ -195,8 +196,10 @@ class _Context:
 def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float, eps: float,
                    movable: list[PodInfo], options: MigrationOptions | None = None, *,
                    class_usage: dict[str, UsageModel] | None = None, cost_key: str = DEFAULT_COST_KEY,
-                   now: float | None = None) -> MigrationResult:
-    """Solve the re-optimisation. ``movable``: the bound pods that may be evicted (others stay)."""
+                   now: float | None = None, solver: ProtectedSolver | None = None) -> MigrationResult:
+    """Solve the re-optimisation. ``movable``: the bound pods that may be evicted (others stay). With
+    ``solver`` the CP-SAT part runs in its protected child process (``kso reoptimize``); a solve that
+    never returns moves nothing and says so."""
     options = options or MigrationOptions()
     if options.policy not in MIGRATION_POLICIES:
         raise ValueError(f"unknown policy {options.policy!r} (known: {', '.join(MIGRATION_POLICIES)})")
@@ -231,8 +234,7 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
     seen_keys: set[str] = set()
     for (key, ns), pods in sorted(by_class.items()):
         ex = pods[0]
-        model = class_usage.get(key) or UsageModel({r: ex.requests.get(r, 0.0) for r in LOAD_RESOURCES},
-                                                   {r: 0.0 for r in LOAD_RESOURCES}, "request")
+        model = class_usage.get(key) or request_usage(ex.requests)
         internal = key if key not in seen_keys else f"{key}~{ns}"
         seen_keys.add(internal)
         classes.append(WorkloadClass(internal, dict(ex.requests), len(pods), model, ex, [p.uid for p in pods]))
@@ -278,7 +280,16 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
     over_rn = (risk_before > eps + 1e-9) & (comp.cap > 0)
     if comp.n_classes:
         _align_budgets(comp, x_cur, over_rn, u_star, eps)
-        _solve(ctx, over_rn, options)
+        if solver is None:
+            _solve(ctx, over_rn, options)
+        else:
+            try:
+                ctx, crash_notes = solver.call(_solved, options, ctx, over_rn)
+                ctx.notes[:0] = crash_notes
+            except SolverDied as exc:
+                ctx.notes += [*exc.notes, "no solver process returned a re-optimisation; nothing moves"]
+                ctx.status = "SOLVER_DIED"
+        comp, notes = ctx.comp, ctx.notes  # the child's copies (budgets tightened there)
     ctx.risk_after, ctx.headroom_after, mean_after, _ = evaluate(comp, ctx.x_new, u_star)
     unfixable = [comp.node_names[ni] for ni in np.nonzero(over_rn.any(axis=0))[0]
                  if not x_cur[:, ni].any()]
@@ -322,6 +333,12 @@ def _rules_ok(problem: PlacementProblem) -> np.ndarray:
             if n.info is not None and rule_violation(c.example, n.info):
                 ok[ci, ni] = False
     return ok
+
+
+def _solved(options: MigrationOptions, ctx: _Context, over_rn: np.ndarray) -> _Context:
+    """_solve as the protected solver's child runs it: the context comes back with the result."""
+    _solve(ctx, over_rn, options)
+    return ctx
 
 
 def _solve(ctx: _Context, over_rn: np.ndarray, options: MigrationOptions) -> None:
