@@ -76,21 +76,23 @@ def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
 
 
 # LP relaxation of binpack (x >= 0 and 0 <= y <= 1 continuous), the same constraints as the model:
-#     min sum_n y_n   s.t.  sum_n x[c, n] = count[c] - unplaced[c],
+#     min sum_n w_n y_n   s.t.  sum_n x[c, n] = count[c] - unplaced[c],
 #                           sum_c req[c, r] x[c, n] <= free[n, r] y[n],   sum_c a[c, n] x[c, n] <= budget[n] y[n]
 # with y fixed to 1 on nodes that already host pods. unplaced is fixed to the plan's, so the bound is for
 # placing the same pods. Its optimum is a lower bound on the nodes any placement of those pods uses.
 # Identical nodes are merged into one type t with multiplicity m_t (0 <= y_t <= m_t): for an LP this is
 # exact (split any solution evenly), and it turns 1,500 nodes into a few dozen types (seconds, not minutes).
-def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None) -> float:
+# w_n = 1 (binpack) or the node weights of consolidate / cost (optimizer.compiled.node_weights).
+def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None) -> float:
     # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
     import scipy.sparse as sp
     from scipy.optimize import linprog
 
+    w = np.ones(comp.n_nodes) if weights is None else np.asarray(weights, dtype=float)
     groups: dict[bytes, list[int]] = {}
     for n in range(comp.n_nodes):
         sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),
-                        comp.a[:, :, n].tobytes(), bytes([int(comp.has_pods[n])])))
+                        comp.a[:, :, n].tobytes(), bytes([int(comp.has_pods[n])]), w[n:n + 1].tobytes()))
         groups.setdefault(sig, []).append(n)
     reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
     mult = np.array([len(g) for g in groups.values()], dtype=float)
@@ -111,7 +113,7 @@ def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None) -> float:
         vals += [coef, -np.maximum(cap, 0.0)]
         row += n_t
     a_ub = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, n_var))
-    cost = np.concatenate([np.zeros(n_x), np.ones(n_t)])
+    cost = np.concatenate([np.zeros(n_x), w[reps]])
     bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need.astype(float), bounds=bounds, method="highs")
     if res.status != 0:

@@ -24,6 +24,7 @@ from optimizer.problem import (
     UsageModel,
     class_key,
     group_classes,
+    owner_key,
 )
 
 log = logging.getLogger("kso.optimizer")
@@ -64,7 +65,7 @@ def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, An
     e.g. ``PrometheusSource.pod_series``). Samples of all the class's pods are pooled, so the spread covers
     both how one pod varies over time and how its replicas differ (total variance): what a new pod of the
     class may use. Classes with fewer than MIN_USAGE_SAMPLES finite samples per resource are left out
-    (they count at their requests)."""
+    (they count at their requests). Samples are also pooled per owner (optimizer.problem.owner_key)."""
     samples: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for pod in bound:
         u = usage.get(pod.key)
@@ -74,7 +75,8 @@ def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, An
             v = np.asarray(u.get(FORECAST_NAMES[r], ()), dtype=float).ravel()
             v = v[np.isfinite(v) & (v >= 0)]
             if v.size:
-                samples[class_key(pod)][r].append(v)
+                for key in {class_key(pod), owner_key(pod)} - {""}:
+                    samples[key][r].append(v)
     out = {}
     for key, per_r in samples.items():
         pooled = {r: np.concatenate(per_r[r]) if per_r.get(r) else np.empty(0) for r in LOAD_RESOURCES}

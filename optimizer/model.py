@@ -46,7 +46,7 @@ from optimizer.compiled import (
 )
 from optimizer.cpsat import PlacementModel
 from optimizer.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
-from optimizer.heuristics import first_fit_decreasing
+from optimizer.heuristics import first_fit_decreasing, lp_bound_nodes
 from optimizer.problem import PlacementProblem
 
 # The types and the compiler live in optimizer.compiled; they are named here too because this is where
@@ -117,11 +117,33 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
                             "(held to the same exact rule): the FFD placement is used")
         result.x = floor_x.copy()
         result.unplaced = comp.counts - floor_x.sum(axis=1)
+        result.objective = result.bound = result.gap = math.nan
+    if math.isnan(result.bound):
+        _lp_bound(comp, result, policy)
     result.risk, result.headroom, _, _ = evaluate(comp, result.x, problem.u_star)
     result.violations = int(over_bound(comp, result.x, problem.u_star, problem.eps).any(axis=0).sum())
     result.nodes_used = int(((result.x.sum(axis=0) > 0) | comp.has_pods).sum())
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _lp_bound(comp: Compiled, result: SolveResult, policy: str) -> None:
+    """Objective, bound and gap of a plan CP-SAT gave no bound for (decomposed, or first-fit's): the node
+    measure of the node-counting policies against the LP relaxation for placing the same pods (cheap:
+    identical nodes merged). Load-balance and a-binpack have no such bound; the notes say so."""
+    if policy not in ("binpack", "consolidate", "cost"):
+        result.notes.append(f"no lower bound: the LP relaxation bounds node counts, not {policy}'s objective")
+        return
+    weights = node_weights(comp, policy, unit=1 if policy == "binpack" else 100) / (1 if policy == "binpack" else 100)
+    lp = lp_bound_nodes(comp, result.unplaced, weights)
+    if not math.isfinite(lp):
+        return
+    used = (result.x.sum(axis=0) > 0) | comp.has_pods
+    result.objective = float(weights[used].sum())
+    result.bound = float(math.ceil(lp - 1e-6)) if policy == "binpack" else lp
+    result.gap = (result.objective - result.bound) / result.objective if result.objective > 0 else 0.0
+    result.notes.append(f"bound and gap: {'nodes in use' if policy == 'binpack' else 'weighted nodes in use'} against "
+                        "the LP relaxation for placing the same pods (no CP-SAT bound for this plan)")
 
 
 def _repair(comp: Compiled, options: SolverOptions, problem: PlacementProblem, result: SolveResult,

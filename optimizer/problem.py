@@ -62,6 +62,7 @@ class WorkloadClass:
     usage: UsageModel
     example: PodInfo | None = None  # placement rules (selector, tolerations, affinity) of the class
     members: list[str] = field(default_factory=list)  # uids of the pods this count stands for, if known
+    pods: list[str] = field(default_factory=list)  # their namespace/name, same order
 
 
 @dataclass(slots=True)
@@ -116,6 +117,15 @@ def class_key(pod: PodInfo) -> str:
     return f"shape@{shape}{_rules_digest(pod)}"
 
 
+def owner_key(pod: PodInfo) -> str:
+    """The class key without the placement rules: "<namespace>/<OwnerKind>/<owner>@<shape>" ("" without an
+    owner). Measured usage is also pooled under it, so a class whose own pods have no history (e.g. a
+    DaemonSet pod for a new node) counts at its owner's."""
+    if pod.owner_kind and pod.owner_name:
+        return f"{pod.namespace}/{pod.owner_kind}/{pod.owner_name}@{_shape(pod.requests)}"
+    return ""
+
+
 # A pod that requests nothing of a load resource (BestEffort) still uses some of it: counted at zero, the
 # safe bound would let any number of them onto a node already over its bound. Without measured usage of
 # its class it counts at kube-scheduler's own stand-in for a missing request (schedutil
@@ -131,16 +141,17 @@ def request_usage(requests: dict[str, float]) -> UsageModel:
 
 
 def group_classes(pods: list[PodInfo], usage: dict[str, UsageModel] | None = None) -> list[WorkloadClass]:
-    """Pods to place, grouped into classes; ``usage`` maps class key -> usage model from history."""
+    """Pods to place, grouped into classes; ``usage`` maps class key (or owner_key) -> usage model from history."""
     usage = usage or {}
     classes: dict[str, WorkloadClass] = {}
     for pod in pods:
         key = class_key(pod)
         wc = classes.get(key)
         if wc is None:
-            model = usage.get(key) or request_usage(pod.requests)
+            model = usage.get(key) or usage.get(owner_key(pod) or key) or request_usage(pod.requests)
             wc = classes[key] = WorkloadClass(key, dict(pod.requests), 0, model, pod)
         wc.count += 1
         if pod.uid:
             wc.members.append(pod.uid)
+        wc.pods.append(pod.key)
     return list(classes.values())

@@ -6,6 +6,7 @@ limit is stopped, and when no attempt returns the plan is first-fit-decreasing's
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -82,7 +83,8 @@ def test_every_attempt_dead_falls_back_to_ffd(tmp_path: Path) -> None:
     assert summary["nodes_over_safe_bound"] == 0
     plan = load_plan(out)
     assert plan.status == FFD_STATUS
-    assert plan.notes[-1] == err[-1].removeprefix("kso plan: ")
+    assert err[-1].removeprefix("kso plan: ") in plan.notes
+    assert math.isfinite(plan.bound) and math.isfinite(plan.gap)  # the LP bound of a plan CP-SAT did not bound
     assert sum(sum(c.slots.values()) for c in plan.classes.values()) > 0
     assert_within_safe_bounds(plan)
     assert not list(tmp_path.glob("core*"))
