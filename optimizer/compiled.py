@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -116,17 +117,26 @@ def compile_problem(problem: PlacementProblem) -> Compiled:
 
     reasons: dict[str, int] = {}
     eligible = np.ones((n_c, n_n), dtype=bool)
+    # Classes with the same placement rules (most have none) share one pass over the nodes.
+    by_rules: dict[tuple[Any, ...], tuple[np.ndarray, dict[str, int]]] = {}
     for ci, c in enumerate(classes):
         if c.example is None:
             continue
-        for ni, n in enumerate(nodes):
-            if n.info is None:
-                continue
-            why = rule_violation(c.example, n.info)
-            if why:
-                eligible[ci, ni] = False
-                reason = why.split(" ")[0]
-                reasons[reason] = reasons.get(reason, 0) + 1
+        pod = c.example
+        rules = (tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_terms)
+        if rules not in by_rules:
+            column = np.ones(n_n, dtype=bool)
+            why_counts: dict[str, int] = {}
+            for ni, n in enumerate(nodes):
+                why = rule_violation(pod, n.info) if n.info is not None else None
+                if why:
+                    column[ni] = False
+                    why_counts[why.split(" ")[0]] = why_counts.get(why.split(" ")[0], 0) + 1
+            by_rules[rules] = column, why_counts
+        column, why_counts = by_rules[rules]
+        eligible[ci] = column
+        for reason, k in why_counts.items():
+            reasons[reason] = reasons.get(reason, 0) + k
     fits = (req[:, None, :] <= free[None, :, :]).all(axis=2)
     reasons["requests-do-not-fit"] = int((eligible & ~fits).sum())
     eligible &= fits
@@ -150,19 +160,20 @@ def compile_problem(problem: PlacementProblem) -> Compiled:
         fill_mu = float(np.average(mu[ri], weights=weights)) if weights.sum() else 0.0
         fill_var = float(np.average(var[ri], weights=weights)) if weights.sum() else 0.0
         for ni, n in enumerate(nodes):
-            c_n = n.allocatable.get(r, 0.0)
             load = n.load.get(r)
             if load is not None and math.isfinite(load.mean):
-                m, s = load.mean, (load.std if math.isfinite(load.std) else 0.0)
+                mean0[ri, ni], sd0 = load.mean, (load.std if math.isfinite(load.std) else 0.0)
             else:
-                m, s = n.requested.get(r, 0.0), 0.0
-            coeff, bud = linear_safe_bound(m, s, c_n, mu[ri], var[ri], problem.u_star,
-                                           _z_for(z, s, c_n, fill_mu, fill_var, problem), fill_mu, fill_var)
+                mean0[ri, ni], sd0 = n.requested.get(r, 0.0), 0.0
+            var0[ri, ni], cap[ri, ni] = sd0 * sd0, n.allocatable.get(r, 0.0)
+        z_nodes = _z_per_node(z, np.sqrt(var0[ri]), cap[ri], fill_mu, fill_var, problem)
+        for ni in range(n_n):
+            m, s, c_n = float(mean0[ri, ni]), math.sqrt(var0[ri, ni]), float(cap[ri, ni])
+            coeff, bud = linear_safe_bound(m, s, c_n, mu[ri], var[ri], problem.u_star, float(z_nodes[ni]), fill_mu, fill_var)
             a[ri, :, ni] = np.ceil(np.clip(coeff * scale, 0.0, 2.0**40) - 1e-9).astype(np.int64)
             budget[ri, ni] = int(math.floor(min(max(bud * scale, -2.0**52), 2.0**52) + 1e-9)) if math.isfinite(bud) else -1
             bound_cap[ri, ni] = problem.u_star * c_n * scale
             bound_const[ri, ni] = bound_cap[ri, ni] - budget[ri, ni]
-            mean0[ri, ni], var0[ri, ni], cap[ri, ni] = m, s * s, c_n
     return Compiled(resources, [n.name for n in nodes], [c.key for c in classes], counts, req, free, eligible,
                     a, budget, bound_cap, bound_const, mean0, var0, cap, mu, var,
                     np.array([n.has_pods for n in nodes], dtype=bool), np.array([n.cost for n in nodes]), reasons)
@@ -170,16 +181,16 @@ def compile_problem(problem: PlacementProblem) -> Compiled:
 
 # The normal z can be looser than the Beta rule (at eps = 0.3 the Beta is skewed towards U*), so each
 # node gets the larger of the two, the Beta one read at the spread the node would have when full:
-#     z_beta = (U* - beta_max_mean(sigma_full)) / sigma_full.
-def _z_for(z: float, s: float, cap: float, fill_mu: float, fill_var: float, problem: PlacementProblem) -> float:
-    if cap <= 0:
-        return z
-    fill_mu = max(fill_mu, 1e-3 * cap)  # as in linear_safe_bound
-    full_var = s * s + (problem.u_star * cap / fill_mu * fill_var if fill_mu > 0 else 0.0)
-    sigma = math.sqrt(full_var) / cap
-    if sigma <= 1e-6:
-        return z
-    return max(z, (problem.u_star - beta_max_mean(sigma, problem.u_star, problem.eps)) / sigma)
+#     z_beta = (U* - beta_max_mean(sigma_full)) / sigma_full,
+#     sigma_full = sqrt(s^2 + U* cap / fill_mu * fill_var) / cap.
+def _z_per_node(z: float, s: np.ndarray, cap: np.ndarray, fill_mu: float, fill_var: float,
+                problem: PlacementProblem) -> np.ndarray:
+    fill = np.maximum(fill_mu, 1e-3 * cap)  # as in linear_safe_bound
+    with np.errstate(divide="ignore", invalid="ignore"):
+        full_var = s * s + np.where(fill > 0, problem.u_star * cap / fill * fill_var, 0.0)
+        sigma = np.where(cap > 0, np.sqrt(full_var) / cap, 0.0)
+        z_beta = (problem.u_star - beta_max_mean(sigma, problem.u_star, problem.eps)) / sigma
+    return np.where((cap > 0) & (sigma > 1e-6), np.maximum(z, z_beta), z)
 
 
 @dataclass

@@ -75,13 +75,41 @@ def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
     return _place(comp, best_fit=True)
 
 
+def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
+    """Nodes merged into types for the LP (the problem restricted to one node per type, its cost = the
+    type's weight; multiplicities). Empty nodes merge when identical. Nodes that already host pods are
+    open whatever the plan does (y = 1), so those with the same eligibility are merged into one node with
+    their summed free resources and budgets and the smallest per-pod safe-bound term: a relaxation (any
+    placement on the members is one on the merged node), so the optimum stays a lower bound, and a
+    cluster with 1,500 differently loaded nodes becomes a few dozen types."""
+    groups: dict[bytes, list[int]] = {}
+    for n in range(comp.n_nodes):
+        if comp.has_pods[n]:
+            sig = b"busy" + comp.eligible[:, n].tobytes()
+        else:
+            sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),
+                            comp.a[:, :, n].tobytes(), w[n:n + 1].tobytes()))
+        groups.setdefault(sig, []).append(n)
+    members = list(groups.values())
+    reps = np.array([g[0] for g in members], dtype=np.int64)
+    sub = comp.subset(reps, comp.counts)
+    sub.cost = np.array([w[g].sum() if comp.has_pods[g[0]] else w[g[0]] for g in members])
+    mult = np.array([1.0 if comp.has_pods[g[0]] else float(len(g)) for g in members])
+    for t, g in enumerate(members):
+        if comp.has_pods[g[0]] and len(g) > 1:
+            sub.free[t] = comp.free[g].sum(axis=0)
+            sub.budget[:, t] = np.maximum(comp.budget[:, g], 0).sum(axis=1)
+            sub.a[:, :, t] = comp.a[:, :, g].min(axis=2)
+    return sub, mult
+
+
 # LP relaxation of binpack (x >= 0 and 0 <= y <= 1 continuous), the same constraints as the model:
 #     min sum_n w_n y_n   s.t.  sum_n x[c, n] = count[c] - unplaced[c],
 #                           sum_c req[c, r] x[c, n] <= free[n, r] y[n],   sum_c a[c, n] x[c, n] <= budget[n] y[n]
 # with y fixed to 1 on nodes that already host pods. unplaced is fixed to the plan's, so the bound is for
 # placing the same pods. Its optimum is a lower bound on the nodes any placement of those pods uses.
 # Identical nodes are merged into one type t with multiplicity m_t (0 <= y_t <= m_t): for an LP this is
-# exact (split any solution evenly), and it turns 1,500 nodes into a few dozen types (seconds, not minutes).
+# exact (split any solution evenly); nodes already in use are merged further (see _node_types).
 # w_n = 1 (binpack) or the node weights of consolidate / cost (optimizer.compiled.node_weights).
 def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None) -> float:
     # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
@@ -89,17 +117,10 @@ def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: 
     from scipy.optimize import linprog
 
     w = np.ones(comp.n_nodes) if weights is None else np.asarray(weights, dtype=float)
-    groups: dict[bytes, list[int]] = {}
-    for n in range(comp.n_nodes):
-        sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),
-                        comp.a[:, :, n].tobytes(), bytes([int(comp.has_pods[n])]), w[n:n + 1].tobytes()))
-        groups.setdefault(sig, []).append(n)
-    reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
-    mult = np.array([len(g) for g in groups.values()], dtype=float)
-    sub = comp.subset(reps, comp.counts)
+    sub, mult = _node_types(comp, w)
     ub = sub.eligible & (sub.req[:, None, :] <= sub.free[None, :, :]).all(axis=2)
     ci_idx, ti_idx = np.nonzero(ub)
-    n_x, n_t = len(ci_idx), len(reps)
+    n_x, n_t = len(ci_idx), len(mult)
     n_var = n_x + n_t
     need = comp.counts - (unplaced if unplaced is not None else 0)
     a_eq = sp.csr_matrix((np.ones(n_x), (ci_idx, np.arange(n_x))), shape=(comp.n_classes, n_var))
@@ -113,7 +134,7 @@ def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: 
         vals += [coef, -np.maximum(cap, 0.0)]
         row += n_t
     a_ub = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, n_var))
-    cost = np.concatenate([np.zeros(n_x), w[reps]])
+    cost = np.concatenate([np.zeros(n_x), sub.cost])
     bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need.astype(float), bounds=bounds, method="highs")
     if res.status != 0:
