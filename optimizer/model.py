@@ -46,7 +46,7 @@ from optimizer.compiled import (
 )
 from optimizer.cpsat import PlacementModel
 from optimizer.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
-from optimizer.heuristics import first_fit_decreasing, lp_bound_nodes
+from optimizer.heuristics import close_nodes, first_fit_decreasing, lp_bound_nodes
 from optimizer.problem import PlacementProblem
 
 # The types and the compiler live in optimizer.compiled; they are named here too because this is where
@@ -92,14 +92,16 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     comp = comp or compile_problem(problem)
     t0 = time.perf_counter()
     policy = options.policy
-    ffd = first_fit_decreasing(comp).x
-    start_x, _ = _held(comp, ffd, problem, policy)
+    start = first_fit_decreasing(comp).x
+    floor_x, _ = _held(comp, start, problem, policy)
+    if policy in ("binpack", "consolidate", "cost"):
+        close_nodes(comp, start, node_weights(comp, policy) if policy != "binpack" else None)
     if comp.n_classes * comp.n_nodes > options.full_model_limit:
-        result = _solve_lns(comp, options, problem, start_x, t0)
+        result = _solve_lns(comp, options, problem, _held(comp, start, problem, policy)[0], t0)
     else:
-        result = _solve_once(comp, options, problem.u_star, ffd if options.hint == "ffd" else None, t0)
+        result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
-    return finish(comp, problem, result, policy, start_x, t0)
+    return finish(comp, problem, result, policy, floor_x, t0)
 
 
 def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, policy: str, floor_x: np.ndarray | None,
@@ -130,7 +132,7 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
 def _lp_bound(comp: Compiled, result: SolveResult, policy: str) -> None:
     """Objective, bound and gap of a plan CP-SAT gave no bound for (decomposed, or first-fit's): the node
     measure of the node-counting policies against the LP relaxation for placing the same pods (cheap:
-    identical nodes merged). Load-balance and a-binpack have no such bound; the notes say so."""
+    identical nodes and classes merged). Load-balance and a-binpack have no such bound; the notes say so."""
     if policy not in ("binpack", "consolidate", "cost"):
         result.notes.append(f"no lower bound: the LP relaxation bounds node counts, not {policy}'s objective")
         return
@@ -174,23 +176,27 @@ def _repair(comp: Compiled, options: SolverOptions, problem: PlacementProblem, r
 
 def _neighbourhood(comp: Compiled, x: np.ndarray, k: int, rng: np.random.Generator, policy: str) -> np.ndarray:
     """The nodes one LNS step re-solves. Always the hottest nodes given pods (so the worst load can come
-    down) and, for load-balance, the coolest nodes that can take pods; for the other policies the emptiest
-    nodes in use (so they can be emptied); then some at random and, if there is room, unused nodes."""
+    down). Load-balance: the coolest nodes that can take pods. The node-counting policies: the emptiest
+    nodes the plan opens (so they can be closed) and the nodes in use with the most room left (so they
+    can take those pods). Then some at random and, if there is room, unused nodes."""
     open_ = comp.eligible.any(axis=0)
-    in_use = ((x.sum(axis=0) > 0) | comp.has_pods) & open_
+    given = x.sum(axis=0) > 0
+    in_use = (given | comp.has_pods) & open_
     index = load_index(comp, x).max(axis=0)
-    given = np.nonzero(x.sum(axis=0) > 0)[0]
-    pick: list[int] = list(given[np.argsort(-index[given], kind="stable")][: max(k // 6, 1)])
+    given_n = np.nonzero(given)[0]
+    pick: list[int] = list(given_n[np.argsort(-index[given_n], kind="stable")][: max(k // 6, 1)])
     if policy == "load-balance":
         cand = np.nonzero(open_)[0]
         pick += list(cand[np.argsort(index[cand], kind="stable")][: k // 3])
     else:
-        used = np.nonzero(in_use)[0]
-        cpu = comp.resources.index("cpu")
-        fill = (comp.req[:, cpu] @ x[:, used]) / np.maximum(comp.free[used, cpu], 1)
-        pick += list(used[np.argsort(fill, kind="stable")][: k // 2])
+        share = np.einsum("cr,cn->nr", comp.req, x)[:, :2] / np.maximum(comp.free[:, :2], 1)
+        fill = share.max(axis=1)
+        opened = np.nonzero(given & ~comp.has_pods)[0]
+        pick += list(opened[np.argsort(fill[opened], kind="stable")][: k // 3])
+        used = np.setdiff1d(np.nonzero(in_use)[0], pick)
+        pick += list(used[np.argsort(fill[used], kind="stable")][: k // 4])
     rest = np.setdiff1d(np.nonzero(in_use)[0], pick)
-    pick += list(rng.choice(rest, size=min(k // 4, len(rest)), replace=False)) if len(rest) else []
+    pick += list(rng.choice(rest, size=min(k // 6, len(rest)), replace=False)) if len(rest) else []
     unused = np.setdiff1d(np.nonzero(open_ & ~in_use)[0], pick)
     if len(unused) and len(set(pick)) < k:
         pick += list(rng.choice(unused, size=min(k - len(set(pick)), len(unused)), replace=False))
