@@ -172,3 +172,20 @@ def generate(n_nodes: int, n_pods: int, seed: int = 0, *, daemonset_pods: int | 
     for j in range(n_be):
         pods.append(_pod("dev", f"scratch-{j}", ("ReplicaSet", f"scratch-{j % 4}"), None, None))
     return {"apiVersion": "v1", "kind": "List", "items": nodes + pods}
+
+
+def cluster_state(doc: dict[str, Any]) -> Any:
+    """The generated objects as kso reads a cluster (kso.cluster.ClusterState), via the snapshot parser."""
+    import orjson
+
+    from kso.cluster import ClusterState
+    from kso.snapshot import parse_snapshot
+
+    nodes, pods = parse_snapshot(orjson.dumps(doc), "generated cluster")
+    state = ClusterState()
+    for node in nodes:
+        state.upsert_node(node)
+    for pod in pods:
+        state.upsert_pod(pod)
+    state.mark_synced("generated")
+    return state

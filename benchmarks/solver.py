@@ -293,12 +293,12 @@ def run_binpack_cell(prob: PlacementProblem, n_nodes: int, n_pods: int, opts: So
 
 
 def solve_mode(result: SolveResult) -> str:
-    """How the plan was made: one CP-SAT model, LNS over neighbourhoods, or the FFD start kept because
-    CP-SAT's plan placed fewer pods."""
+    """How the plan was made: one CP-SAT model, LNS over neighbourhoods, or the heuristic start kept because
+    CP-SAT's plan was worse."""
     if any("decomposed" in n for n in result.notes):
         return "decomposed"
-    if any("FFD placement is used" in n for n in result.notes):
-        return "full (FFD kept)"
+    if any("start placement is used" in n for n in result.notes):
+        return "full (start kept)"
     return "full"
 
 

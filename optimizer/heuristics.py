@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.compiled import Compiled
+from optimizer.compiled import T_MAX, Compiled, index_terms
 
 
 @dataclass(slots=True)
@@ -32,7 +32,10 @@ def _node_order(comp: Compiled) -> np.ndarray:
     return np.lexsort((-comp.free[:, 1], -comp.free[:, 0], ~comp.has_pods))
 
 
-def _place(comp: Compiled, best_fit: bool) -> HeuristicResult:
+def _place(comp: Compiled, rule: str) -> HeuristicResult:
+    """Pods in decreasing size, each on a node where the rules allow it, its requests fit and the linear
+    safe bound holds: the first in node order ("first"), the one left fullest ("best"), or the one whose
+    load index stays lowest ("least-loaded", the load-balance start)."""
     n_c, n_n = comp.n_classes, comp.n_nodes
     if n_n == 0:  # nothing to place pods on: all of them stay unplaced
         return HeuristicResult(np.zeros((n_c, 0), dtype=np.int64), comp.counts.copy(), 0)
@@ -45,6 +48,8 @@ def _place(comp: Compiled, best_fit: bool) -> HeuristicResult:
     x = np.zeros((n_c, n_n), dtype=np.int64)
     unplaced = np.zeros(n_c, dtype=np.int64)
     scale = np.maximum(comp.free[:, :2].max(axis=0), 1).astype(float)
+    index_cap, index_const = index_terms(comp)
+    spent = np.zeros((2, n_n))  # sum_c a[r, c, n] x[c, n], for the load index
     for ci in _pod_order(comp):
         req = comp.req[ci]
         a = comp.a[:, ci, :]
@@ -54,25 +59,33 @@ def _place(comp: Compiled, best_fit: bool) -> HeuristicResult:
                 unplaced[ci] += 1
                 continue
             cand = np.nonzero(ok)[0]
-            if best_fit:
+            if rule == "best":
                 # Best fit: the node left with the least free cpu+memory share; open new nodes last.
                 left = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
                 ni = cand[np.argmin(left)]
+            elif rule == "least-loaded":
+                after = ((spent[:, cand] + a[:, cand]) * T_MAX + index_const[:, cand]) / index_cap[:, cand]
+                ni = cand[np.argmin(after.max(axis=0))]
             else:
                 ni = cand[np.argmin(rank[cand])]
             x[ci, ni] += 1
             free[ni] -= req
             budget[:, ni] -= a[:, ni]
+            spent[:, ni] += a[:, ni]
             used[ni] = True
     return HeuristicResult(x, unplaced, int(used.sum()))
 
 
 def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
-    return _place(comp, best_fit=False)
+    return _place(comp, "first")
+
+
+def least_loaded_decreasing(comp: Compiled) -> HeuristicResult:
+    return _place(comp, "least-loaded")
 
 
 def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
-    return _place(comp, best_fit=True)
+    return _place(comp, "best")
 
 
 def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:

@@ -46,7 +46,7 @@ from optimizer.compiled import (
 )
 from optimizer.cpsat import PlacementModel
 from optimizer.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
-from optimizer.heuristics import close_nodes, first_fit_decreasing, lp_bound_nodes
+from optimizer.heuristics import close_nodes, first_fit_decreasing, least_loaded_decreasing, lp_bound_nodes
 from optimizer.problem import PlacementProblem
 
 # The types and the compiler live in optimizer.compiled; they are named here too because this is where
@@ -85,8 +85,9 @@ def _held(comp: Compiled, x: np.ndarray, problem: PlacementProblem, policy: str)
 def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | None = None) -> SolveResult:
     """Solve; then hold every node to the exact Beta rule: nodes the linear form let through get a
     tightened budget and one more solve (small models), pods are taken off nodes still over it and put on
-    others where they fit safely. The first-fit-decreasing placement (held to the same rule) is the floor:
-    a plan worse than it for the policy is replaced by it."""
+    others where they fit safely. The start (first-fit-decreasing, improved by closing nodes for the
+    node-counting policies, or least-loaded for load-balance) held to the same rule, or FFD's if that is
+    better, is the floor: a plan worse than it for the policy is replaced by it."""
     if options.policy not in POLICIES:
         raise ValueError(f"unknown policy {options.policy!r} (known: {', '.join(POLICIES)})")
     comp = comp or compile_problem(problem)
@@ -96,8 +97,16 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     floor_x, _ = _held(comp, start, problem, policy)
     if policy in ("binpack", "consolidate", "cost"):
         close_nodes(comp, start, node_weights(comp, policy) if policy != "binpack" else None)
+    elif policy == "load-balance":
+        # FFD fills the busiest nodes to their bound; start from the least-loaded placement instead.
+        start = least_loaded_decreasing(comp).x
+    held_start, _ = _held(comp, start, problem, policy)
+    if plan_score(comp, held_start, policy) <= plan_score(comp, floor_x, policy):
+        floor_x = held_start  # the floor: the better of FFD and the start, both held to the exact rule
+    else:
+        start = floor_x
     if comp.n_classes * comp.n_nodes > options.full_model_limit:
-        result = _solve_lns(comp, options, problem, _held(comp, start, problem, policy)[0], t0)
+        result = _solve_lns(comp, options, problem, floor_x, t0)
     else:
         result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
@@ -115,8 +124,9 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
     elif back:
         result.notes.append(f"{back} pods the solver left out placed where they fit within the exact (Beta) rule")
     if floor_x is not None and plan_score(comp, floor_x, policy) < plan_score(comp, result.x, policy):
-        result.notes.append(f"the solver's plan ({result.status}) was worse than first-fit-decreasing's for {policy} "
-                            "(held to the same exact rule): the FFD placement is used")
+        result.notes.append(f"the solver's plan ({result.status}) was worse for {policy} than its heuristic start "
+                            "(first-fit-decreasing or its improvement, held to the same exact rule): the start "
+                            "placement is used")
         result.x = floor_x.copy()
         result.unplaced = comp.counts - floor_x.sum(axis=1)
         result.objective = result.bound = result.gap = math.nan
@@ -223,7 +233,8 @@ def _solve_lns(comp: Compiled, options: SolverOptions, problem: PlacementProblem
         unplaced = comp.counts - x.sum(axis=1)
         sub = comp.subset(nodes, x[:, nodes].sum(axis=1) + unplaced)
         sub_opts = SolverOptions(policy, options.lns_step_s, options.workers, 0.0, 0, options.seed + steps, "none")
-        res = _solve_once(sub, sub_opts, problem.u_star, x[:, nodes], time.perf_counter())
+        res = _solve_once(sub, sub_opts, problem.u_star, x[:, nodes], time.perf_counter(),
+                          _a_binpack_rest(comp, x, nodes) if policy == "a-binpack" else None)
         steps += 1
         if res.status in OK_STATUSES:
             trial = x.copy()
@@ -241,8 +252,23 @@ def _solve_lns(comp: Compiled, options: SolverOptions, problem: PlacementProblem
                         f"{improved} improved the plan; no global solver bound"], progress)
 
 
+def _a_binpack_rest(comp: Compiled, x: np.ndarray, nodes: np.ndarray) -> tuple[int, int]:
+    """(s_bar, D* - S of the nodes outside ``nodes``): the whole cluster's a-binpack terms as seen from a
+    neighbourhood, |S_inside + S_outside - D*| = |S_inside - (D* - S_outside)|."""
+    cpu = comp.resources.index("cpu")
+    free_cpu = comp.free[:, cpu]
+    counted = comp.eligible.any(axis=0) & (free_cpu > 0)
+    s_bar, per_node = a_binpack_shape(comp)
+    share = (T_MAX * (comp.req[:, cpu] @ x)) // np.maximum(free_cpu, 1)
+    outside = counted.copy()
+    outside[nodes] = False
+    return s_bar, int(int(counted.sum()) * per_node) - int(np.abs(share[outside] - s_bar).sum())
+
+
 def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.ndarray | None,
-                t0: float) -> SolveResult:
+                t0: float, a_binpack_target: tuple[int, int] | None = None) -> SolveResult:
+    """One CP-SAT model. ``a_binpack_target``: (s_bar, D*) of the whole cluster when ``comp`` is an LNS
+    neighbourhood, so that its a-binpack objective is the whole plan's."""
     n_c, n_n = comp.n_classes, comp.n_nodes
     ub = comp.ub()
     pm = PlacementModel(comp, ub)
@@ -283,7 +309,7 @@ def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.
             for i, j in zip(members, members[1:], strict=False):
                 model.add(ys[i] >= ys[j])
 
-    w_unplaced, objective = _objective(pm, options.policy, ys, t_max, node_t, unplaced)
+    w_unplaced, objective = _objective(pm, options.policy, ys, t_max, node_t, unplaced, a_binpack_target)
     if hint is not None:
         _add_hint(pm, hint, unplaced, ys, t_max)
     progress = _Progress(t0)
@@ -329,7 +355,8 @@ def _add_hint(pm: PlacementModel, hint: np.ndarray, unplaced: list[cp_model.IntV
 
 
 def _objective(pm: PlacementModel, policy: str, ys: list[Any], t_max: cp_model.IntVar,
-               node_t: list[cp_model.IntVar], unplaced: list[cp_model.IntVar]) -> tuple[int, Any]:
+               node_t: list[cp_model.IntVar], unplaced: list[cp_model.IntVar],
+               a_binpack_target: tuple[int, int] | None = None) -> tuple[int, Any]:
     comp, model = pm.comp, pm.model
     n_n = comp.n_nodes
     y_vars = [(ni, y) for ni, y in enumerate(ys) if not isinstance(y, int)]
@@ -357,13 +384,16 @@ def _objective(pm: PlacementModel, policy: str, ys: list[Any], t_max: cp_model.I
             model.add(placed <= int(cap_cpu[ni]) * (s_n + 1))
             model.add(placed >= int(cap_cpu[ni]) * s_n)
             shares.append(s_n)
+        if a_binpack_target is not None:
+            s_bar = a_binpack_target[0]
         devs = pm.abs_deviations(shares, s_bar, T_MAX, "d")
-        target = int(len(devs) * per_node)
-        miss = model.new_int_var(0, T_MAX * max(len(devs), 1) * 2, "miss")
+        target = int(len(devs) * per_node) if a_binpack_target is None else a_binpack_target[1]
+        miss_hi = T_MAX * max(len(devs), 1) + abs(target)
+        miss = model.new_int_var(0, miss_hi, "miss")
         model.add_abs_equality(miss, sum(devs) - target)
         w_y = t_range
         w_miss = w_y * (len(y_vars) + 1)
-        w_unplaced = w_miss * (T_MAX * max(len(devs), 1) * 2 + 1) * 2
+        w_unplaced = w_miss * (miss_hi + 1) * 2
         return w_unplaced, w_unplaced * sum(unplaced) + w_miss * miss + w_y * sum(y for _, y in y_vars) + t_max
     weights = node_weights(comp, policy)
     w_y = t_range
