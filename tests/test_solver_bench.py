@@ -35,7 +35,7 @@ def test_tiny_benchmark_prints_every_column_and_no_violations() -> None:
     wall = time.perf_counter() - t0
     text = out.getvalue()
     assert rc == 0
-    assert wall < 20, f"tiny benchmark took {wall:.1f} s"
+    assert wall < 60, f"tiny benchmark took {wall:.1f} s"  # each solve in its own child process
     assert USAGE_LABEL in text and SOURCES in text
     for what in ("timestamp:", "machine:", "load average", "(before)", "(after)", "seed: 0"):
         assert what in text
