@@ -194,8 +194,14 @@ def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
         if (p.get("spec") or {}).get("nodeName") in bound_on:
             bound_on[p["spec"]["nodeName"]].append(p)
     report = CheckReport(nodes=len(nodes), pods_pending=len(pending))
-    u_star, eps = float(plan["uStar"]), float(plan["eps"])
+    planned, added = _check_classes(plan, nodes, by_key, key, pending, report)
+    _check_nodes(plan, nodes, bound_on, planned, added, report)
+    return report
 
+
+def _check_classes(plan: dict[str, Any], nodes: dict[str, Any], by_key: dict[str, Any], key: dict[int, str],
+                   pending: set[str], report: CheckReport) -> tuple[dict[str, dict[str, float]], dict[str, list[float]]]:
+    """Exactly-once, class homogeneity, usage models and rules; (requests, usage moments) added per node."""
     seen: Counter[str] = Counter()
     planned: dict[str, dict[str, float]] = {n: {} for n in nodes}
     added: dict[str, list[float]] = {n: [0.0, 0.0, 0.0, 0.0] for n in nodes}  # cpu mean, cpu var, mem mean, mem var
@@ -245,7 +251,13 @@ def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
             report.fail("exactly-once", f"{m} is not a pending pod")
     for m in pending - set(seen):
         report.fail("exactly-once", f"pending pod {m} is in no class")
+    return planned, added
 
+
+def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], bound_on: dict[str, list[dict[str, Any]]],
+                 planned: dict[str, dict[str, float]], added: dict[str, list[float]], report: CheckReport) -> None:
+    """Capacity, the load before the plan, the recomputed Beta risk and the plan's stated maximum."""
+    u_star, eps = float(plan["uStar"]), float(plan["eps"])
     given = {n for n, req in planned.items() if req}
     report.nodes_given_pods = len(given)
     for name, node in nodes.items():
@@ -276,4 +288,3 @@ def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
     stated = (plan.get("maxRisk") or {}).get("givenPods")
     if stated is not None and abs(stated - report.max_risk_given) > RISK_TOLERANCE:
         report.fail("max-risk", f"plan says {stated:.6f} on nodes given pods, recomputed {report.max_risk_given:.6f}")
-    return report

@@ -193,6 +193,8 @@ class _Context:
     notes: list[str]
 
 
+# Long on purpose: the problem as the module docstring states it (classes per namespace, nodes keeping
+# the pods that stay), then the solve and its outcome, in one readable pass.
 def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float, eps: float,
                    movable: list[PodInfo], options: MigrationOptions | None = None, *,
                    class_usage: dict[str, UsageModel] | None = None, cost_key: str = DEFAULT_COST_KEY,
@@ -408,6 +410,8 @@ def _policy_unit(policy: str) -> int:
     return 1000 if policy == "load-balance" else 100
 
 
+# Long on purpose: one CP-SAT model whose rows read top to bottom in the order the module docstring lists
+# them (variables, moves and limits, fit and safe rows, policy term, objective, hint).
 def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: MigrationOptions,
                 time_limit_s: float) -> tuple[np.ndarray | None, str, float, float]:
     comp, x_cur = ctx.comp, ctx.x_cur
