@@ -130,6 +130,7 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
         result.x = floor_x.copy()
         result.unplaced = comp.counts - floor_x.sum(axis=1)
         result.objective = result.bound = result.gap = math.nan
+        result.status = "FEASIBLE"  # a feasible plan, whatever CP-SAT ended with (e.g. UNKNOWN: out of time)
     if math.isnan(result.bound):
         _lp_bound(comp, result, policy)
     result.risk, result.headroom, _, _ = evaluate(comp, result.x, problem.u_star)
