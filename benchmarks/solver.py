@@ -33,7 +33,6 @@ import dataclasses
 import datetime as dt
 import importlib.metadata
 import math
-import multiprocessing as mp
 import os
 import platform
 import sys
@@ -48,6 +47,7 @@ from optimizer.chance import bound_comparison, z_value
 from optimizer.heuristics import HeuristicResult, best_fit_decreasing, first_fit_decreasing, lp_bound_nodes
 from optimizer.model import POLICIES, Compiled, SolveResult, SolverOptions, compile_problem, evaluate, solve
 from optimizer.openb import SOURCES, USAGE_LABEL, openb_problem, requested_share, vm_utilisation
+from optimizer.planner import ProtectedSolver, SolverDied
 from optimizer.problem import PlacementProblem
 
 FULL_NODES = (100, 500, 1500)
@@ -195,48 +195,15 @@ def late_gain(result: SolveResult) -> float:
     return (before[-1] - pts[-1][1]) / max(abs(before[-1]), 1e-9)
 
 
-class SolverCrash(RuntimeError):
-    """The process running a solve died (a C++ abort inside OR-Tools kills it whole)."""
-
-
-def isolated(fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` in a forked child, so a solver crash is reported here instead of ending the run."""
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-
-    def child() -> None:
-        try:
-            send.send(("ok", fn(*args)))
-        except BaseException as exc:  # reported to the parent as text
-            send.send(("error", f"{type(exc).__name__}: {exc}"))
-        finally:
-            send.close()
-
-    proc = ctx.Process(target=child, daemon=True)
-    proc.start()
-    send.close()
-    try:
-        kind, value = recv.recv()
-    except EOFError:
-        kind, value = "crash", None
-    proc.join()
-    if kind == "ok":
-        return value  # type: ignore[no-any-return]
-    if kind == "error":
-        raise RuntimeError(value)
-    raise SolverCrash(f"the solver process died (exit code {proc.exitcode})")
-
-
-def with_retries(fn: Callable[..., T], *args: Any) -> tuple[T | None, list[str]]:
-    """``isolated(fn, *args)``, once more after a crash; (result or None, one note per crash)."""
+def with_retries(fn: Callable[..., T], opts: Any, *args: Any) -> tuple[T | None, list[str]]:
+    """``fn(opts, *args)`` through the optimizer's protected solve (a child process, another seed after an
+    OR-Tools abort, google/or-tools#5288): (result or None, one note per dead attempt)."""
     notes: list[str] = []
-    for attempt in range(CRASH_RETRIES + 1):
-        try:
-            return isolated(fn, *args), notes
-        except SolverCrash as exc:
-            notes.append(f"attempt {attempt + 1}: {exc} (OR-Tools abort, see google/or-tools#5288); "
-                         + ("retried" if attempt < CRASH_RETRIES else "given up"))
-    return None, notes
+    try:
+        result, _ = ProtectedSolver(retries=CRASH_RETRIES, on_crash=notes.append).call(fn, opts, *args)
+    except SolverDied:
+        return None, notes
+    return result, notes
 
 
 def fmt(v: float | int | None, spec: str = ".1f") -> str:
@@ -267,7 +234,7 @@ def machine_line(load: tuple[float, float, float]) -> str:
             f"OR-Tools {ortools}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
-def run_binpack_cell(prob: PlacementProblem, n_nodes: int, n_pods: int, opts: SolverOptions) -> BinpackRow:
+def run_binpack_cell(opts: SolverOptions, prob: PlacementProblem, n_nodes: int, n_pods: int) -> BinpackRow:
     t = time.perf_counter()
     comp = compile_problem(prob)  # for solve(), which may tighten budgets in place
     compile_s = time.perf_counter() - t
@@ -293,16 +260,16 @@ def run_binpack_cell(prob: PlacementProblem, n_nodes: int, n_pods: int, opts: So
 
 
 def solve_mode(result: SolveResult) -> str:
-    """How the plan was made: one CP-SAT model, LNS over neighbourhoods, or the FFD start kept because
-    CP-SAT's plan placed fewer pods."""
+    """How the plan was made: one CP-SAT model, LNS over neighbourhoods, or the heuristic start kept because
+    CP-SAT's plan was worse."""
     if any("decomposed" in n for n in result.notes):
         return "decomposed"
-    if any("FFD placement is used" in n for n in result.notes):
-        return "full (FFD kept)"
+    if any("start placement is used" in n for n in result.notes):
+        return "full (start kept)"
     return "full"
 
 
-def run_policy(prob: PlacementProblem, policy: str, opts: SolverOptions) -> PolicyRow:
+def run_policy(opts: SolverOptions, prob: PlacementProblem, policy: str) -> PolicyRow:
     comp = compile_problem(prob)
     base = compile_problem(prob)
     result = solve(prob, dataclasses.replace(opts, policy=policy), comp)
@@ -411,6 +378,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     ap.add_argument("--cells", default="", help="comma-separated NODESxPODS (overrides the matrix)")
     ap.add_argument("--policy-cell", default="500x4000", help="NODESxPODS for the policy table ('' to skip)")
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--clusters", default="", help="NODESxPODS of generated realistic clusters, every policy "
+                    "(e.g. 300x2000,1500x8000; their limits are 30 s and 60 s, else --cluster-time-limit)")
+    ap.add_argument("--cluster-time-limit", type=float, default=None, help="seconds per policy on --clusters cells")
+    ap.add_argument("--skip-openb", action="store_true", help="only the --clusters section")
     args = ap.parse_args(argv)
     out = out or sys.stdout
     limit = args.time_limit if args.time_limit is not None else (15.0 if args.quick else 60.0)
@@ -429,6 +400,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     say(USAGE_LABEL)
     say(f"sources: {SOURCES}")
     say()
+    report = Report()
     say("## Chance constraint: largest mean utilisation accepted at each spread (share of capacity)")
     for eps in (0.3, 0.05):
         say()
@@ -444,9 +416,32 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "conservative by that much mean utilisation.")
     say()
 
+    if args.clusters:
+        from benchmarks import solver_clusters
+
+        say("## Realistic generated clusters (benchmarks.clusters), every plan file checked independently")
+        say()
+        crows, caims, ccrash = solver_clusters.run([parse_cell(c) for c in args.clusters.split(",") if c.strip()],
+                                                   [p.strip() for p in args.policies.split(",") if p.strip()],
+                                                   args.workers, args.seed, say, with_retries, table,
+                                                   args.cluster_time_limit)
+        say()
+        say("max load = the hottest node's load index over the nodes given pods (1.000 = at its safe bound in the "
+            "model's linear form); cluster->plan s = compile + solve + exact check + plan, what kso plan spends after "
+            "reading the cluster; checker = benchmarks.plan_checker on the plan file (rules, capacity, exactly-once, "
+            "Beta risk recomputed with scipy).")
+        say()
+        report.aims += [(f"clusters: {a}", v, w) for a, v, w in caims]
+        report.crashes += ccrash
+        if args.skip_openb:
+            for aim, verdict, why in report.aims:
+                say(f"- {aim}: **{verdict.upper()}** ({why})")
+            say(machine_line(os.getloadavg()) + " (after)")
+            say(f"total wall {time.perf_counter() - started:.0f} s")
+            return 0
+
     vms = vm_utilisation()
     opts = SolverOptions(policy="binpack", time_limit_s=limit, workers=args.workers, relative_gap=args.gap, seed=args.seed)
-    report = Report()
     if args.cells:
         cells = [parse_cell(c) for c in args.cells.split(",") if c.strip()]
         forced = set(cells)
@@ -462,7 +457,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if share > MAX_SHARE and (n, p) not in forced:
             report.skipped.append((n, p, share))
             continue
-        row, crashes = with_retries(run_binpack_cell, prob, n, p, opts)
+        row, crashes = with_retries(run_binpack_cell, opts, prob, n, p)
         report.crashes += [f"binpack {n} x {p}, {c}" for c in crashes]
         if row is None:
             rows.append([str(n), str(p), str(len(prob.classes)), pct(share, 0), "CRASHED"] + ["-"] * (len(BINPACK_COLUMNS) - 5))
@@ -499,7 +494,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         popts = SolverOptions(time_limit_s=p_limit, workers=args.workers, relative_gap=args.gap, seed=args.seed)
         prow: list[list[str]] = []
         for policy in policy_list:
-            result, crashes = with_retries(run_policy, prob, policy, popts)
+            result, crashes = with_retries(run_policy, popts, prob, policy)
             report.crashes += [f"{policy} {n} x {p}, {c}" for c in crashes]
             if result is None:
                 prow.append([policy, "CRASHED"] + ["-"] * (len(POLICY_COLUMNS) - 2))
@@ -525,7 +520,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         for c in report.crashes:
             say(f"- {c}")
         say()
-    report.aims = check_aims(report)
+    report.aims = report.aims + check_aims(report)
     say("## Aims")
     say()
     for aim, verdict, why in report.aims:

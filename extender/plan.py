@@ -223,17 +223,22 @@ class PlanCache:
 
 
 class PlanSolver:
-    """Re-solves in a spawned process on a timer, or early when the cluster changed enough; installs
-    and saves each new plan. Runs in an APScheduler thread, never on the request path."""
+    """Re-solves on a timer, or early when the cluster changed enough, through the one protected solve
+    (optimizer.planner.ProtectedSolver: a child process, seed retry, wall-clock limit, FFD fallback held
+    to the exact bound); installs and saves each new plan. Runs in an APScheduler thread, never on the
+    request path. New pods of a class count at their running siblings' measured usage when Prometheus
+    is configured (KSO_PROMETHEUS_URL), else at their requests."""
 
     def __init__(self, cache: PlanCache, forecasts: Callable[[], dict[str, Any] | None] | None = None,
-                 on_solved: Callable[[str, float], None] | None = None) -> None:
-        from optimizer.planner import PlanWorker
+                 on_solved: Callable[[str, float], None] | None = None,
+                 usage: Callable[[ClusterState], dict[str, Any]] | None = None) -> None:
+        from optimizer.planner import ProtectedSolver
 
         self.cache = cache
         self.forecasts = forecasts or (lambda: None)
         self.on_solved = on_solved or (lambda result, seconds: None)
-        self.worker = PlanWorker()
+        self.usage = usage if usage is not None else prometheus_usage()
+        self.solver = ProtectedSolver(retries=1, on_crash=lambda note: log.error("plan solve: %s", note))
         self._last_version = -1
         self._last_solve = 0.0
         self._busy = threading.Lock()
@@ -249,7 +254,9 @@ class PlanSolver:
             self.solve()
 
     def solve(self) -> PlacementPlan | None:
+        from optimizer.compiled import compile_problem
         from optimizer.inputs import problem_from_state
+        from optimizer.plan import plan_from_result
 
         if not self._busy.acquire(blocking=False):
             return None
@@ -258,20 +265,14 @@ class PlanSolver:
             s = self.cache.settings
             version = self.cache.state.version
             problem = problem_from_state(self.cache.state, self.forecasts(), s.u_star, s.eps, cost_key=s.cost_key,
-                                         scheduler_names=s.scheduler_names)
+                                         scheduler_names=s.scheduler_names, class_usage=self.usage(self.cache.state))
             if not problem.classes:
                 self._last_version, self._last_solve = version, time.time()
                 return None
-            plan = self.worker.submit(problem, s.solver_options()).result(timeout=s.time_limit_s * 3 + 60)
+            options = s.solver_options()
+            comp = compile_problem(problem)
+            plan = plan_from_result(problem, comp, self.solver.solve_plan(problem, options, comp), options.policy)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
-            from concurrent.futures.process import BrokenProcessPool
-
-            if isinstance(exc, BrokenProcessPool):
-                # The solver process died (e.g. an OR-Tools abort, google/or-tools#5288): start a new one.
-                from optimizer.planner import PlanWorker
-
-                self.worker.close()
-                self.worker = PlanWorker()
             log.error("plan solve failed: %s; keeping the current plan", exc or type(exc).__name__)
             self.on_solved("error", time.perf_counter() - t0)
             return None
@@ -284,4 +285,28 @@ class PlanSolver:
         return plan
 
     def close(self) -> None:
-        self.worker.close()
+        self.solver.close()
+
+
+def prometheus_usage(env: dict[str, str] | None = None) -> Callable[[ClusterState], dict[str, Any]]:
+    """Class usage from Prometheus when KSO_PROMETHEUS_URL is set (in ``env``, default the process's),
+    else nothing (classes at their requests). A failed query is logged once per distinct message."""
+    from kso.settings import load_settings
+
+    env = dict(os.environ) if env is None else env
+    if not env.get("KSO_PROMETHEUS_URL"):
+        return lambda state: {}
+    from forecasting.prometheus import PrometheusSettings
+    from optimizer.inputs import class_usage_from_prometheus
+
+    settings = load_settings(PrometheusSettings, env)
+    last: list[str] = [""]
+
+    def usage(state: ClusterState) -> dict[str, Any]:
+        out, note = class_usage_from_prometheus(settings, state.bound_pods())
+        if note != last[0]:
+            (log.warning if not out and "failed" in note else log.info)("plan solve: %s", note)
+            last[0] = note
+        return out
+
+    return usage

@@ -10,9 +10,10 @@ std s) plus x_c pods of class c, each with usage mean mu_c and std sigma_c, inde
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from kso.safety import safe_overload_risk
 
@@ -21,7 +22,7 @@ from kso.safety import safe_overload_risk
 # For eps >= 0.5, z <= 0 and the spread would *loosen* the bound; the model then drops it (z = 0), which
 # is conservative.
 def z_value(eps: float) -> float:
-    return max(float(norm.ppf(1.0 - eps)), 0.0)
+    return max(float(ndtri(1.0 - eps)), 0.0)
 
 
 # The chance constraint as the solver gets it. With the normal form
@@ -65,19 +66,19 @@ def plan_risk(mean: np.ndarray, var: np.ndarray, cap: np.ndarray, u_star: float)
 # by bisection (risk grows with mu at fixed sigma). The Beta only exists for sigma^2 < mu (1 - mu), i.e.
 # mu > (1 - sqrt(1 - 4 sigma^2)) / 2, so the search starts there. Used to repair a plan the linear form
 # let through.
-def beta_max_mean(sigma: float, u_star: float, eps: float, iters: int = 50) -> float:
-    if sigma >= 0.5:
-        return 0.0
-    lo, hi = (1.0 - math.sqrt(1.0 - 4.0 * sigma * sigma)) / 2.0 + 1e-9, 1.0
-    if safe_overload_risk(np.array([lo]), np.array([sigma]), u_star)[0] > eps:
-        return 0.0
+def beta_max_mean(sigma: float | np.ndarray, u_star: float, eps: float, iters: int = 50) -> Any:
+    """Element-wise over an array of spreads (one bisection for all of them), or for one float."""
+    s = np.atleast_1d(np.asarray(sigma, dtype=float))
+    ok = s < 0.5
+    lo = np.where(ok, (1.0 - np.sqrt(np.maximum(1.0 - 4.0 * s * s, 0.0))) / 2.0 + 1e-9, 0.0)
+    hi = np.ones_like(s)
+    feasible = ok & (safe_overload_risk(lo, s, u_star) <= eps)
     for _ in range(iters):
         mid = (lo + hi) / 2
-        if safe_overload_risk(np.array([mid]), np.array([sigma]), u_star)[0] <= eps:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+        good = safe_overload_risk(mid, s, u_star) <= eps
+        lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
+    out = np.where(feasible, lo, 0.0)
+    return float(out[0]) if np.ndim(sigma) == 0 else out
 
 
 def bound_comparison(u_star: float, eps: float, sigmas: tuple[float, ...] = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2)

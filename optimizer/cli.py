@@ -97,34 +97,35 @@ def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str,
     return store.snapshot(), f"prometheus {args.prometheus}, {forecaster.name}", None
 
 
-POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour
-
-
 def _class_usage(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any], str]:
-    """Each workload class's usage (mean, spread) from its running pods' cAdvisor series in Prometheus, so
-    that new pods of a known class count at what their siblings use rather than at their requests."""
+    """Each workload class's usage from its running pods' series in Prometheus (optimizer.inputs)."""
     if not args.prometheus:
         return {}, ""
     from dataclasses import replace
 
-    from forecasting.prometheus import PrometheusError, PrometheusSettings, PrometheusSource
-    from optimizer.inputs import class_usage_from_history, pod_usage_samples
+    from forecasting.prometheus import PrometheusSettings
+    from optimizer.inputs import class_usage_from_prometheus
 
-    settings = replace(load_settings(PrometheusSettings), url=args.prometheus, history_s=POD_USAGE_WINDOW_S)
-    try:
-        series = PrometheusSource(settings).pod_series()
-    except PrometheusError as exc:
-        print(f"kso plan: pod usage failed ({exc}); new pods count at their requests", file=sys.stderr)
-        return {}, "; pods at their requests (pod usage query failed)"
-    out = class_usage_from_history(state.bound_pods(), pod_usage_samples(series))
-    return out, f"; {len(out)} classes at their pods' measured usage (last {POD_USAGE_WINDOW_S // 60} min)"
+    usage, note = class_usage_from_prometheus(replace(load_settings(PrometheusSettings), url=args.prometheus),
+                                              state.bound_pods())
+    if not usage and "failed" in note:
+        print(f"kso plan: {note}", file=sys.stderr)
+    return usage, f"; {note}"
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def parse_plan_args(argv: list[str]) -> argparse.Namespace:
+    """``kso plan`` arguments as the command line gives them (for callers that pass cmd_plan parameters)."""
+    parser = argparse.ArgumentParser(prog="kso")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["plan", *argv])
+
+
+def cmd_plan(args: argparse.Namespace, abort_attempts: int = 0) -> int:
+    """``abort_attempts``: test hook of optimizer.planner.ProtectedSolver (the first N solver processes die)."""
+    from optimizer.compiled import POLICIES, compile_problem
     from optimizer.inputs import problem_from_state
-    from optimizer.model import POLICIES, compile_problem
     from optimizer.plan import plan_from_result, write_plan
-    from optimizer.planner import SolverDied, ffd_result, solve_in_child
+    from optimizer.planner import ProtectedSolver
     from optimizer.settings import PlanSettings
 
     settings = load_settings(PlanSettings, None, read_config_file(args.config))
@@ -163,15 +164,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     comp = compile_problem(problem)
     # The solve runs in a child process: an OR-Tools abort (google/or-tools#5288) ends only that process.
-    def crashed(note: str) -> None:
+    def report(note: str) -> None:
         print(f"kso plan: {note}", file=sys.stderr)
 
-    try:
-        result = solve_in_child(problem, options, comp, retries=1, on_crash=crashed)
-    except SolverDied as exc:
-        fallback = "the solver process died on every attempt; the plan is first-fit-decreasing's (no CP-SAT)"
-        print(f"kso plan: {fallback}", file=sys.stderr)
-        result = ffd_result(problem, comp, [*exc.notes, fallback])
+    solver = ProtectedSolver(retries=1, on_crash=report, abort_attempts=abort_attempts)
+    result = solver.solve_plan(problem, options, comp)
     plan = plan_from_result(problem, comp, result, options.policy)
     out = args.out or settings.plan_file or "kso-plan.json"
     write_plan(plan, out)

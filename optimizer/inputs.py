@@ -24,6 +24,7 @@ from optimizer.problem import (
     UsageModel,
     class_key,
     group_classes,
+    owner_key,
 )
 
 log = logging.getLogger("kso.optimizer")
@@ -64,7 +65,7 @@ def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, An
     e.g. ``PrometheusSource.pod_series``). Samples of all the class's pods are pooled, so the spread covers
     both how one pod varies over time and how its replicas differ (total variance): what a new pod of the
     class may use. Classes with fewer than MIN_USAGE_SAMPLES finite samples per resource are left out
-    (they count at their requests)."""
+    (they count at their requests). Samples are also pooled per owner (optimizer.problem.owner_key)."""
     samples: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for pod in bound:
         u = usage.get(pod.key)
@@ -74,7 +75,8 @@ def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, An
             v = np.asarray(u.get(FORECAST_NAMES[r], ()), dtype=float).ravel()
             v = v[np.isfinite(v) & (v >= 0)]
             if v.size:
-                samples[class_key(pod)][r].append(v)
+                for key in {class_key(pod), owner_key(pod)} - {""}:
+                    samples[key][r].append(v)
     out = {}
     for key, per_r in samples.items():
         pooled = {r: np.concatenate(per_r[r]) if per_r.get(r) else np.empty(0) for r in LOAD_RESOURCES}
@@ -130,3 +132,23 @@ def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeF
     classes = group_classes([p for p in ours if not p.node_name and not p.terminal], class_usage)
     input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": state.age_seconds()}
     return PlacementProblem(nodes, classes, u_star, eps, input_ages, baseline)
+
+
+POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour
+
+
+def class_usage_from_prometheus(settings: Any, bound: list[PodInfo]) -> tuple[dict[str, UsageModel], str]:
+    """(class key -> usage model, a note saying where usage came from) from the running pods' cAdvisor
+    series in Prometheus (``settings``: forecasting.prometheus.PrometheusSettings), so that new pods of a
+    known class count at what their siblings use rather than at their requests. A failed query is said
+    in the note and leaves every class at its requests."""
+    from dataclasses import replace
+
+    from forecasting.prometheus import PrometheusError, PrometheusSource
+
+    try:
+        series = PrometheusSource(replace(settings, history_s=POD_USAGE_WINDOW_S)).pod_series()
+    except PrometheusError as exc:
+        return {}, f"pod usage failed ({exc}); new pods count at their requests"
+    out = class_usage_from_history(bound, pod_usage_samples(series))
+    return out, f"{len(out)} classes at their pods' measured usage (last {POD_USAGE_WINDOW_S // 60} min)"

@@ -57,10 +57,22 @@ from kso.objects import PodInfo
 from kso.placement import rule_violation
 from kso.resources import CPU, MEMORY
 from optimizer.chance import beta_max_mean
+from optimizer.compiled import (
+    POLICIES,
+    SCALE,
+    T_CEIL,
+    T_MAX,
+    Compiled,
+    compile_problem,
+    evaluate,
+    load_index,
+    node_weights,
+)
+from optimizer.cpsat import PlacementModel
 from optimizer.inputs import DEFAULT_COST_KEY, problem_from_state
-from optimizer.model import POLICIES, SCALE, T_CEIL, T_MAX, Compiled, compile_problem, evaluate
 from optimizer.plan import PlacementPlan, PlanClass, PlanNodeInfo
-from optimizer.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key
+from optimizer.planner import ProtectedSolver, SolverDied
+from optimizer.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key, request_usage
 
 log = logging.getLogger("kso.optimizer.migration")
 
@@ -181,11 +193,15 @@ class _Context:
     notes: list[str]
 
 
+# Long on purpose: the problem as the module docstring states it (classes per namespace, nodes keeping
+# the pods that stay), then the solve and its outcome, in one readable pass.
 def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float, eps: float,
                    movable: list[PodInfo], options: MigrationOptions | None = None, *,
                    class_usage: dict[str, UsageModel] | None = None, cost_key: str = DEFAULT_COST_KEY,
-                   now: float | None = None) -> MigrationResult:
-    """Solve the re-optimisation. ``movable``: the bound pods that may be evicted (others stay)."""
+                   now: float | None = None, solver: ProtectedSolver | None = None) -> MigrationResult:
+    """Solve the re-optimisation. ``movable``: the bound pods that may be evicted (others stay). With
+    ``solver`` the CP-SAT part runs in its protected child process (``kso reoptimize``); a solve that
+    never returns moves nothing and says so."""
     options = options or MigrationOptions()
     if options.policy not in MIGRATION_POLICIES:
         raise ValueError(f"unknown policy {options.policy!r} (known: {', '.join(MIGRATION_POLICIES)})")
@@ -220,8 +236,7 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
     seen_keys: set[str] = set()
     for (key, ns), pods in sorted(by_class.items()):
         ex = pods[0]
-        model = class_usage.get(key) or UsageModel({r: ex.requests.get(r, 0.0) for r in LOAD_RESOURCES},
-                                                   {r: 0.0 for r in LOAD_RESOURCES}, "request")
+        model = class_usage.get(key) or request_usage(ex.requests)
         internal = key if key not in seen_keys else f"{key}~{ns}"
         seen_keys.add(internal)
         classes.append(WorkloadClass(internal, dict(ex.requests), len(pods), model, ex, [p.uid for p in pods]))
@@ -267,7 +282,16 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
     over_rn = (risk_before > eps + 1e-9) & (comp.cap > 0)
     if comp.n_classes:
         _align_budgets(comp, x_cur, over_rn, u_star, eps)
-        _solve(ctx, over_rn, options)
+        if solver is None:
+            _solve(ctx, over_rn, options)
+        else:
+            try:
+                ctx, crash_notes = solver.call(_solved, options, ctx, over_rn)
+                ctx.notes[:0] = crash_notes
+            except SolverDied as exc:
+                ctx.notes += [*exc.notes, "no solver process returned a re-optimisation; nothing moves"]
+                ctx.status = "SOLVER_DIED"
+        comp, notes = ctx.comp, ctx.notes  # the child's copies (budgets tightened there)
     ctx.risk_after, ctx.headroom_after, mean_after, _ = evaluate(comp, ctx.x_new, u_star)
     unfixable = [comp.node_names[ni] for ni in np.nonzero(over_rn.any(axis=0))[0]
                  if not x_cur[:, ni].any()]
@@ -311,6 +335,12 @@ def _rules_ok(problem: PlacementProblem) -> np.ndarray:
             if n.info is not None and rule_violation(c.example, n.info):
                 ok[ci, ni] = False
     return ok
+
+
+def _solved(options: MigrationOptions, ctx: _Context, over_rn: np.ndarray) -> _Context:
+    """_solve as the protected solver's child runs it: the context comes back with the result."""
+    _solve(ctx, over_rn, options)
+    return ctx
 
 
 def _solve(ctx: _Context, over_rn: np.ndarray, options: MigrationOptions) -> None:
@@ -380,12 +410,13 @@ def _policy_unit(policy: str) -> int:
     return 1000 if policy == "load-balance" else 100
 
 
+# Long on purpose: one CP-SAT model whose rows read top to bottom in the order the module docstring lists
+# them (variables, moves and limits, fit and safe rows, policy term, objective, hint).
 def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: MigrationOptions,
                 time_limit_s: float) -> tuple[np.ndarray | None, str, float, float]:
     comp, x_cur = ctx.comp, ctx.x_cur
-    n_c, n_n, n_r = comp.n_classes, comp.n_nodes, len(comp.resources)
+    n_c, n_n = comp.n_classes, comp.n_nodes
     policy = "binpack" if options.policy == "a-binpack" else options.policy  # a-binpack: nodes in use, see below
-    model = cp_model.CpModel()
     held = np.einsum("cr,cn->nr", comp.req, x_cur)
     cap_fit = np.maximum(comp.free, held)
     with np.errstate(divide="ignore"):
@@ -394,16 +425,10 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
     ub = np.minimum(per_r.min(axis=2), comp.counts[:, None])
     ub = np.where(rules, np.maximum(ub, x_cur), x_cur)  # a pod may always stay where it is
 
-    xs: dict[tuple[int, int], Any] = {}
-    by_node: list[list[tuple[int, Any]]] = [[] for _ in range(n_n)]
-    by_class: list[list[Any]] = [[] for _ in range(n_c)]
-    for ci, ni in zip(*np.nonzero(ub), strict=True):
-        v = model.new_int_var(0, int(ub[ci, ni]), f"x{ci}_{ni}")
-        xs[(ci, ni)] = v
-        by_node[ni].append((ci, v))
-        by_class[ci].append(v)
+    pm = PlacementModel(comp, ub)
+    model, xs, by_node = pm.model, pm.x, pm.by_node
     for ci in range(n_c):
-        model.add(sum(by_class[ci]) == int(comp.counts[ci]))
+        model.add(sum(pm.by_class[ci]) == int(comp.counts[ci]))
 
     moved: dict[tuple[int, int], Any] = {}
     for ci, ni in zip(*np.nonzero(x_cur), strict=True):
@@ -435,15 +460,10 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
         terms = by_node[ni]
         if not terms:
             continue
-        vars_ = [v for _, v in terms]
-        cls = [ci for ci, _ in terms]
-        for ri in range(n_r):
-            coeffs = [int(comp.req[ci, ri]) for ci in cls]
-            if any(coeffs):
-                model.add(cp_model.LinearExpr.weighted_sum(vars_, coeffs) <= int(cap_fit[ni, ri]))
+        pm.add_fit(ni, cap_fit[ni])
         o = None
         for ri in range(2):
-            expr = cp_model.LinearExpr.weighted_sum(vars_, [int(comp.a[ri, ci, ni]) for ci in cls])
+            expr = pm.safe_load(ni, ri)
             budget = int(comp.budget[ri, ni])
             if not over_rn[ri, ni]:
                 model.add(expr <= budget)
@@ -470,47 +490,29 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
     p_max = 0
     hint_y: list[tuple[Any, int]] = []
     if policy in ("binpack", "consolidate", "cost"):
-        cpu = comp.resources.index(CPU)
-        biggest = max(float(comp.free[:, cpu].max(initial=0)), 1.0)
+        weights = node_weights(comp, policy, unit)
         for ni in range(n_n):
             if ctx.anchored[ni] or not by_node[ni]:
                 continue
             y = model.new_bool_var(f"y{ni}")
             for ci, v in by_node[ni]:
                 model.add(v <= int(ub[ci, ni]) * y)
-            if policy == "binpack":
-                w = unit
-            elif policy == "consolidate":
-                w = max(int(round(unit * comp.free[ni, cpu] / biggest)), 1)
-            else:
-                w = max(int(round(unit * comp.cost[ni])), 0)
-            policy_terms.append((y, w))
-            p_max += w
+            policy_terms.append((y, int(weights[ni])))
+            p_max += int(weights[ni])
             hint_y.append((y, int(x_cur[:, ni].any())))
     elif policy == "load-balance":
         # Spread: sum_n |t_n - mean| of the load index t_n (per mille of the node's bound, max over
         # cpu and memory), the mean taken from the current placement (moves keep the total).
-        index_cur = []
+        index_now = load_index(comp, x_cur).max(axis=0)
         t_vars = []
         for ni in range(n_n):
             if not by_node[ni]:
                 continue
             t_n = model.new_int_var(0, T_CEIL, f"t{ni}")
-            vars_ = [v for _, v in by_node[ni]]
-            cls = [ci for ci, _ in by_node[ni]]
-            best = 0
-            for ri in range(2):
-                cap_i = max(int(comp.bound_cap[ri, ni]), 1)
-                const = int(math.ceil(T_MAX * min(max(comp.bound_const[ri, ni], 0.0), 50.0 * cap_i)))
-                scaled = cp_model.LinearExpr.weighted_sum(vars_, [T_MAX * int(comp.a[ri, ci, ni]) for ci in cls])
-                model.add(scaled + const <= cap_i * t_n)
-                best = max(best, int(math.ceil((T_MAX * load_cur[ri, ni] + const) / cap_i)))
-            index_cur.append(min(best, T_CEIL))
-            t_vars.append(t_n)
-        mean_t = int(np.mean(index_cur)) if index_cur else 0
-        for t_n in t_vars:
-            d = model.new_int_var(0, T_CEIL, f"d{t_n.name}")
-            model.add_abs_equality(d, t_n - mean_t)
+            pm.add_index_bound(ni, t_n)
+            t_vars.append((ni, t_n))
+        mean_t = int(np.mean([index_now[ni] for ni, _ in t_vars])) if t_vars else 0
+        for d in pm.abs_deviations([t for _, t in t_vars], mean_t, T_CEIL, "d"):
             policy_terms.append((d, 1))
             p_max += T_CEIL
     # "none": no policy term, only risk moves.
@@ -523,7 +525,6 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
     objective = (w_over * sum(over_vars) + w_excess * sum(excess_terms)
                  + cp_model.LinearExpr.weighted_sum([v for v, _ in policy_terms], [w for _, w in policy_terms])
                  + move_cost * sum(all_moved))
-    model.minimize(objective)
 
     # Hint: nothing moves (always feasible).
     for (ci, ni), v in xs.items():
@@ -533,20 +534,11 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
     for v, val in hint_e + hint_y:
         model.add_hint(v, val)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = options.workers
-    solver.parameters.random_seed = options.seed
     # No relative gap: the objective's weights are lexicographic, a 1 % gap could hide every policy gain.
-    solver.parameters.relative_gap_limit = 0.0
-    status = solver.solve(model)
-    name = solver.status_name(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solver, name = pm.solve(objective, time_limit_s, options.workers, options.seed, 0.0)
+    if name not in ("OPTIMAL", "FEASIBLE"):
         return None, name, math.nan, math.nan
-    x = np.zeros_like(x_cur)
-    for (ci, ni), v in xs.items():
-        x[ci, ni] = solver.value(v)
-    return x, name, solver.objective_value, solver.best_objective_bound
+    return pm.values(solver), name, solver.objective_value, solver.best_objective_bound
 
 
 def _moves(ctx: _Context, over_before: np.ndarray) -> list[Move]:

@@ -1,7 +1,11 @@
-"""PlacementPlan: the optimizer's answer, as the extender reads it.
+"""PlacementPlan: the optimizer's answer, as the extender reads it, and as a person (or an independent
+checker) can verify it without the cluster in front of them.
 
-For each class, target nodes with counts (slots); for each node, the safe headroom left and its risk;
-the policy, objective, solver bound and gap, the inputs' ages, an id and the creation time. Written
+For each class, target nodes with counts (slots), its pods (namespace/name), placement rules and usage
+model; for each node, its mean load, spread, risk and safe headroom before and after the plan; the
+policy, objective, lower bound (CP-SAT's, or for decomposed plans the LP relaxation's) and gap, the
+largest risk on nodes given pods and on nodes already over their bound, the inputs' ages, an id and the
+creation time. Written
 atomically (temp file + rename; optionally a ConfigMap), so a restarted extender answers at once, and
 validated whole on load: a corrupt or partial plan is rejected, never half-loaded.
 """
@@ -17,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
+from kso.objects import PodInfo
 from kso.resources import CPU, MEMORY
-from optimizer.model import POLICIES, Compiled, SolveResult
+from optimizer.compiled import POLICIES, Compiled, SolveResult, evaluate
 from optimizer.problem import PlacementProblem
 
 PLAN_FORMAT = "kso.io/placement-plan/v1"
@@ -36,6 +42,9 @@ class PlanClass:
     count: int
     unplaced: int
     slots: dict[str, int]  # node -> pods of this class planned there
+    # What a reader needs to check the class: "pods" (namespace/name), "rules" (nodeSelector,
+    # requiredTerms, tolerations), "usage" (mean, std per resource, source). Optional on load.
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -43,6 +52,10 @@ class PlanNodeInfo:
     headroom: dict[str, float]  # mean load (canonical units) the node can still take under its safe bound
     risk: dict[str, float]  # P(util > U*) after the plan, exact (Beta) rule
     used: bool
+    # "mean", "std", "risk", "headroom" per resource before the plan and "mean", "std" after (canonical
+    # units); optional on load.
+    before: dict[str, dict[str, float]] = field(default_factory=dict)
+    after: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,13 +79,25 @@ class PlacementPlan:
     def age_s(self, now: float | None = None) -> float:
         return max((time.time() if now is None else now) - self.created_at, 0.0)
 
+    def risk_split(self) -> dict[str, Any]:
+        """The largest risk on nodes the plan gives pods (must be <= eps), apart from the nodes already over
+        their bound before the plan that it gives nothing (the cluster's state, not the plan's doing)."""
+        given = {n for c in self.classes.values() for n, k in c.slots.items() if k > 0}
+        over = sorted(n for n, info in self.nodes.items() if n not in given
+                      and max(info.risk.values(), default=0.0) > self.eps + 1e-9)
+        return {"givenPods": max((max(self.nodes[n].risk.values(), default=0.0) for n in given), default=0.0),
+                "alreadyOver": max((max(self.nodes[n].risk.values(), default=0.0) for n in over), default=0.0),
+                "nodesAlreadyOver": over}
+
     def summary(self) -> dict[str, Any]:
         planned = sum(sum(c.slots.values()) for c in self.classes.values())
+        split = self.risk_split()
         return {"plan_id": self.plan_id, "policy": self.policy, "status": self.status, "classes": len(self.classes),
                 "pods_planned": planned, "pods_unplaced": sum(c.unplaced for c in self.classes.values()),
                 "nodes_used": sum(n.used for n in self.nodes.values()), "nodes": len(self.nodes),
-                "gap": self.gap, "solve_s": round(self.solve_s, 2), "max_risk": max(
-                    (max(n.risk.values(), default=0.0) for n in self.nodes.values()), default=0.0)}
+                "bound": self.bound, "gap": self.gap, "solve_s": round(self.solve_s, 2),
+                "max_risk_given_pods": split["givenPods"], "max_risk_already_over": split["alreadyOver"],
+                "nodes_already_over": len(split["nodesAlreadyOver"])}
 
     # ---- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -84,9 +109,11 @@ class PlacementPlan:
             "status": self.status, "objective": num(self.objective), "bound": num(self.bound), "gap": num(self.gap),
             "uStar": self.u_star, "eps": self.eps, "solveSeconds": self.solve_s,
             "inputAges": {k: num(v) for k, v in self.input_ages.items()},
-            "classes": {k: {"requests": c.requests, "count": c.count, "unplaced": c.unplaced, "slots": c.slots}
-                        for k, c in self.classes.items()},
-            "nodes": {k: {"headroom": n.headroom, "risk": n.risk, "used": n.used} for k, n in self.nodes.items()},
+            "maxRisk": self.risk_split(),
+            "classes": {k: {"requests": c.requests, "count": c.count, "unplaced": c.unplaced, "slots": c.slots,
+                            **c.detail} for k, c in self.classes.items()},
+            "nodes": {k: {"headroom": n.headroom, "risk": n.risk, "used": n.used,
+                          **({"before": n.before, "after": n.after} if n.before else {})} for k, n in self.nodes.items()},
             "baselinePods": self.baseline_pods, "notes": self.notes,
         }
 
@@ -135,11 +162,18 @@ class PlacementPlan:
         for name, n in need(doc, "nodes", dict, "").items():
             if not isinstance(n, dict):
                 raise PlanError(f"{where}: nodes.{name} must be an object")
+            moments = {}
+            for when in ("before", "after"):
+                part = n.get(when, {})
+                if not isinstance(part, dict) or not all(isinstance(v, dict) for v in part.values()):
+                    raise PlanError(f"{where}: nodes.{name}.{when} must be an object of objects")
+                moments[when] = {k: {r: number(v, f"nodes.{name}.{when}.{k}.{r}") for r, v in d.items()}
+                                 for k, d in part.items()}
             nodes[name] = PlanNodeInfo({r: number(v, f"nodes.{name}.headroom.{r}") for r, v in
                                         need(n, "headroom", dict, f"nodes.{name}.").items()},
                                        {r: number(v, f"nodes.{name}.risk.{r}") for r, v in
                                         need(n, "risk", dict, f"nodes.{name}.").items()},
-                                       bool(need(n, "used", bool, f"nodes.{name}.")))
+                                       bool(need(n, "used", bool, f"nodes.{name}.")), moments["before"], moments["after"])
         classes: dict[str, PlanClass] = {}
         for key, c in need(doc, "classes", dict, "").items():
             if not isinstance(c, dict):
@@ -151,10 +185,16 @@ class PlacementPlan:
                 slots[node] = count(k, f"classes.{key}.slots.{node}")
             requests = {r: number(v, f"classes.{key}.requests.{r}") for r, v in need(c, "requests", dict,
                                                                                       f"classes.{key}.").items()}
+            detail = {k: c[k] for k in ("pods", "rules", "usage") if k in c}
             classes[key] = PlanClass(requests, count(need(c, "count", int, f"classes.{key}."), f"classes.{key}.count"),
-                                     count(need(c, "unplaced", int, f"classes.{key}."), f"classes.{key}.unplaced"), slots)
+                                     count(need(c, "unplaced", int, f"classes.{key}."), f"classes.{key}.unplaced"), slots,
+                                     detail)
             if sum(slots.values()) + classes[key].unplaced != classes[key].count:
                 raise PlanError(f"{where}: classes.{key}: slots + unplaced != count")
+            pods = detail.get("pods")
+            if pods is not None and (not isinstance(pods, list) or not all(isinstance(p, str) for p in pods)
+                                     or len(pods) != classes[key].count):
+                raise PlanError(f"{where}: classes.{key}.pods must list count pod names")
         created = number(need(doc, "createdAt", (int, float), ""), "createdAt")
         baseline = need(doc, "baselinePods", list, "")
         if not all(isinstance(u, str) for u in baseline):
@@ -172,19 +212,42 @@ class PlacementPlan:
         )
 
 
+def _rules(pod: PodInfo | None) -> dict[str, Any]:
+    """A class's placement rules as the pod spec says them (matchFields keys are prefixed "field:")."""
+    if pod is None:
+        return {}
+    return {"nodeSelector": dict(pod.node_selector),
+            "requiredTerms": [[{"key": k, "operator": op, "values": list(vals)} for k, op, vals in term]
+                              for term in pod.required_terms],
+            "tolerations": [{"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+                            for t in pod.tolerations]}
+
+
 def plan_from_result(problem: PlacementProblem, comp: Compiled, result: SolveResult, policy: str,
                      now: float | None = None) -> PlacementPlan:
     now = time.time() if now is None else now
     classes = {}
     for ci, wc in enumerate(problem.classes):
         slots = {comp.node_names[ni]: int(result.x[ci, ni]) for ni in range(comp.n_nodes) if result.x[ci, ni] > 0}
-        classes[wc.key] = PlanClass(dict(wc.requests), int(wc.count), int(result.unplaced[ci]), slots)
+        usage = {"mean": dict(wc.usage.mean), "std": dict(wc.usage.std), "source": wc.usage.source}
+        detail = {"pods": list(wc.pods), "rules": _rules(wc.example), "usage": usage} if len(wc.pods) == wc.count else {
+            "rules": _rules(wc.example), "usage": usage}
+        classes[wc.key] = PlanClass(dict(wc.requests), int(wc.count), int(result.unplaced[ci]), slots, detail)
+    risk0, headroom0, mean0, var0 = evaluate(comp, np.zeros_like(result.x), problem.u_star)
+    _, _, mean1, var1 = evaluate(comp, result.x, problem.u_star)
     nodes = {}
     used = result.x.sum(axis=0) > 0
+    names = (CPU, MEMORY)
     for ni, name in enumerate(comp.node_names):
-        nodes[name] = PlanNodeInfo({CPU: float(result.headroom[0, ni]), MEMORY: float(result.headroom[1, ni])},
-                                   {CPU: float(result.risk[0, ni]), MEMORY: float(result.risk[1, ni])},
-                                   bool(used[ni] or comp.has_pods[ni]))
+        before = {"mean": {r: float(mean0[i, ni]) for i, r in enumerate(names)},
+                  "std": {r: float(np.sqrt(max(var0[i, ni], 0.0))) for i, r in enumerate(names)},
+                  "risk": {r: float(risk0[i, ni]) for i, r in enumerate(names)},
+                  "headroom": {r: float(headroom0[i, ni]) for i, r in enumerate(names)}}
+        after = {"mean": {r: float(mean1[i, ni]) for i, r in enumerate(names)},
+                 "std": {r: float(np.sqrt(max(var1[i, ni], 0.0))) for i, r in enumerate(names)}}
+        nodes[name] = PlanNodeInfo({r: float(result.headroom[i, ni]) for i, r in enumerate(names)},
+                                   {r: float(result.risk[i, ni]) for i, r in enumerate(names)},
+                                   bool(used[ni] or comp.has_pods[ni]), before, after)
     body = orjson.dumps({k: c.slots for k, c in classes.items()}, option=orjson.OPT_SORT_KEYS)
     plan_id = hashlib.sha1(body + str(now).encode()).hexdigest()[:12]
     return PlacementPlan(plan_id, now, policy, result.status, result.objective, result.bound, result.gap,

@@ -1,5 +1,8 @@
-"""One call from problem to plan, in this process or in a separate one (so a solve never holds the
-extender's GIL or its request path, and an abort inside OR-Tools cannot end the caller)."""
+"""The one protected way to solve, used by ``kso plan``, the extender's background re-solve and
+``kso reoptimize``: the solve runs in a spawned child process (so it never holds the caller's GIL or
+request path, and an OR-Tools abort ends only the child), a dead child is retried with another seed, a
+child past its wall-clock limit is stopped, and when no attempt returns a plan the caller gets the
+first-fit-decreasing placement held to the exact safe bound (``solve_plan``) or SolverDied (``call``)."""
 
 from __future__ import annotations
 
@@ -11,15 +14,17 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any, Protocol
 
-import numpy as np
-
-from optimizer.model import Compiled, SolveResult, SolverOptions, compile_problem, solve
+from optimizer.compiled import Compiled, SolveResult, SolverOptions, compile_problem
+from optimizer.heuristics import first_fit_decreasing
+from optimizer.model import finish, solve
 from optimizer.plan import PlacementPlan, plan_from_result
 from optimizer.problem import PlacementProblem
 
@@ -28,41 +33,25 @@ log = logging.getLogger("kso.optimizer")
 # OR-Tools 9.15 CP-SAT can abort the whole process at random (absl::btree_map::at check failure in an
 # LNS sub-solve): https://github.com/google/or-tools/issues/5288
 ORTOOLS_ABORT = "google/or-tools#5288"
-# Test-only: KSO_TEST_SOLVER_ABORT=N makes the first N solver processes of a solve_in_child call die
-# (os.abort, as the OR-Tools check failure does), so the crash handling is tested for real.
-TEST_ABORT_ENV = "KSO_TEST_SOLVER_ABORT"
 FFD_STATUS = "FFD_FALLBACK"
+# The child's own time limit bounds the search; this covers spawning, imports, compiling and the exact
+# repair on top of it before the child is deemed stuck.
+TIMEOUT_FACTOR, TIMEOUT_SLACK_S = 2.0, 60.0
+
+
+class Seeded(Protocol):
+    seed: int
+    time_limit_s: float
 
 
 def make_plan(problem: PlacementProblem, options: SolverOptions) -> PlacementPlan:
+    """Solve in this process (for callers that are themselves a worker, e.g. the trace simulator)."""
     comp = compile_problem(problem)
-    result = solve(problem, options, comp)
-    return plan_from_result(problem, comp, result, options.policy)
-
-
-class PlanWorker:
-    """A one-process pool (spawned, not forked: the extender has threads) that solves plans."""
-
-    def __init__(self) -> None:
-        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-
-    def submit(self, problem: PlacementProblem, options: SolverOptions) -> Future[PlacementPlan]:
-        return self._pool.submit(make_plan, problem, options)
-
-    def close(self) -> None:
-        """Stop the worker now. shutdown(wait=False) alone left an idle worker running after the extender
-        exited on SIGTERM (its exit sentinel never arrived); a solve in flight is abandoned either way."""
-        processes = list(getattr(self._pool, "_processes", {}).values())  # CPython's executor keeps them here
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for proc in processes:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in processes:
-            proc.join(timeout=5)
+    return plan_from_result(problem, comp, solve(problem, options, comp), options.policy)
 
 
 class SolverDied(RuntimeError):
-    """Every attempt's solver process died; ``notes`` has one line per attempt."""
+    """No attempt's solver process returned; ``notes`` has one line per attempt."""
 
     def __init__(self, notes: list[str]) -> None:
         super().__init__(notes[-1] if notes else "the solver process died")
@@ -73,8 +62,8 @@ class _ChildTraceback(Exception):
     """The traceback of an exception raised in the solver process (as text)."""
 
 
-def _child_solve(send: Connection, problem: PlacementProblem, options: SolverOptions, comp: Compiled, attempt: int,
-                 stderr_path: str, log_level: int) -> None:
+def _child_main(send: Connection, func: Callable[..., Any], options: Any, args: tuple[Any, ...], abort: bool,
+                stderr_path: str, log_level: int) -> None:
     # The child's stderr (Python's and OR-Tools' C++ output) goes to a file the parent replays, so an
     # abort's C++ stack does not end up on the terminal.
     fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
@@ -82,13 +71,12 @@ def _child_solve(send: Connection, problem: PlacementProblem, options: SolverOpt
     os.close(fd)
     logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        if attempt < int(os.environ.get(TEST_ABORT_ENV) or 0):
+        if abort:  # the caller's test hook: die as the OR-Tools check failure does
             import resource
 
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             os.abort()
-        result = solve(problem, options, comp)
-        send.send(("ok", result))
+        send.send(("ok", func(options, *args)))
     except BaseException as exc:  # reported to the parent, which raises it
         try:
             send.send(("error", exc, traceback.format_exc()))
@@ -116,80 +104,137 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def _attempt(problem: PlacementProblem, options: SolverOptions, comp: Compiled, attempt: int) -> SolveResult | str:
-    """One solve in a spawned process: its result, or (the process died) a description of the death."""
-    ctx = multiprocessing.get_context("spawn")
-    fd, stderr_path = tempfile.mkstemp(prefix="kso-solver-", suffix=".log")
-    os.close(fd)
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_solve, name="kso-solver", daemon=True,
-                       args=(send, problem, options, comp, attempt, stderr_path, logging.getLogger().getEffectiveLevel()))
-    try:
-        proc.start()
-        send.close()
+class ProtectedSolver:
+    """Runs solves in a spawned child, one at a time. ``abort_attempts`` is a test hook: the first N
+    children of each call die by os.abort() (as the OR-Tools check failure does), so the crash handling
+    is tested for real. ``close`` stops a child in flight (the extender's shutdown)."""
+
+    def __init__(self, retries: int = 1, on_crash: Callable[[str], None] | None = None,
+                 timeout_s: float | None = None, abort_attempts: int = 0) -> None:
+        self.retries = retries
+        self.report = on_crash or log.warning
+        self.timeout_s = timeout_s
+        self.abort_attempts = abort_attempts
+        self._proc: BaseProcess | None = None
+        self._closed = False
+
+    def call(self, func: Callable[..., Any], options: Seeded, *args: Any) -> tuple[Any, list[str]]:
+        """``func(options, *args)`` in a child: (its return value, notes on dead attempts). A dead child is
+        retried with options.seed + 1; a child past the wall-clock limit is stopped and not retried.
+        Raises SolverDied when no attempt returned, and whatever ``func`` raised otherwise."""
+        timeout = self.timeout_s if self.timeout_s is not None else options.time_limit_s * TIMEOUT_FACTOR + TIMEOUT_SLACK_S
+        notes: list[str] = []
+        self._closed = False
+        for attempt in range(self.retries + 1):
+            opts = dataclasses.replace(options, seed=options.seed + attempt)  # type: ignore[type-var]
+            got = self._attempt(func, opts, args, attempt < self.abort_attempts, timeout)
+            if not isinstance(got, str):
+                return got[0], notes
+            timed_out = got.startswith("the solver process ran past")
+            last = attempt == self.retries or timed_out or self._closed
+            cause = "" if timed_out or self._closed else f"; an OR-Tools abort, see {ORTOOLS_ABORT}"
+            note = (f"attempt {attempt + 1} (seed {opts.seed}): {got}{cause}; "
+                    + ("given up" if last else f"retrying with seed {opts.seed + 1}"))
+            notes.append(note)
+            self.report(note)
+            if last:
+                break
+        raise SolverDied(notes)
+
+    def solve_plan(self, problem: PlacementProblem, options: SolverOptions, comp: Compiled | None = None) -> SolveResult:
+        """``optimizer.model.solve`` protected; when no attempt returns, the FFD placement held to the exact
+        bound, with every attempt's note and the fallback said in the result's notes."""
+        comp = comp if comp is not None else compile_problem(problem)
         try:
-            msg = recv.recv()
-        except EOFError:  # the child ended without a word: it died
-            msg = None
-        proc.join()
-    finally:
-        recv.close()
-        if proc.is_alive():  # e.g. KeyboardInterrupt while waiting
+            result, notes = self.call(_solve_compiled, options, problem, comp)
+        except SolverDied as exc:
+            fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
+            self.report(fallback)
+            return ffd_result(problem, comp, [*exc.notes, fallback])
+        result.notes[:0] = notes
+        return result
+
+    def close(self) -> None:
+        """Stop the child in flight, if any; later calls still work."""
+        self._closed = True
+        proc = self._proc
+        if proc is not None and proc.is_alive():
             proc.terminate()
-            proc.join()
-    output = Path(stderr_path).read_text(errors="replace")
-    if msg is None:
-        why = _last_line(output)
-        if output.strip():
-            why = f"{why!r}; its output is in {stderr_path}" if why else f"its output is in {stderr_path}"
-        else:
-            os.unlink(stderr_path)
-        return f"the solver process died ({_death(proc.exitcode)}{'; ' + why if why else ''})"
-    os.unlink(stderr_path)
-    if output:
-        sys.stderr.write(output)
-    if msg[0] == "error":
-        raise msg[1] from _ChildTraceback(msg[2])
-    return msg[1]  # type: ignore[no-any-return]
+            proc.join(timeout=5)
+
+    def _attempt(self, func: Callable[..., Any], options: Any, args: tuple[Any, ...], abort: bool,
+                 timeout_s: float) -> tuple[Any] | str:
+        """One call in a spawned process: (its result,), or (the process died or was stopped) why."""
+        ctx = _context()
+        fd, stderr_path = tempfile.mkstemp(prefix="kso-solver-", suffix=".log")
+        os.close(fd)
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child_main, name="kso-solver", daemon=True,
+                           args=(send, func, options, args, abort, stderr_path, logging.getLogger().getEffectiveLevel()))
+        msg: tuple[Any, ...] | None = None
+        stopped = False
+        try:
+            proc.start()
+            self._proc = proc
+            send.close()
+            deadline = time.monotonic() + timeout_s
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    stopped = True
+                    break
+                if recv.poll(min(remaining, 1.0)):
+                    try:
+                        msg = recv.recv()
+                    except EOFError:  # the child ended without a word: it died
+                        pass
+                    break
+            proc.join(timeout=5 if msg is not None else 0.5)
+        finally:
+            recv.close()
+            if proc.is_alive():  # stopped, or e.g. KeyboardInterrupt while waiting
+                proc.terminate()
+                proc.join()
+            self._proc = None
+        output = Path(stderr_path).read_text(errors="replace")
+        if msg is None:
+            if stopped:
+                why = f"the solver process ran past its wall-clock limit of {timeout_s:.0f} s and was stopped"
+            else:
+                why = f"the solver process died ({_death(proc.exitcode)}"
+                last = _last_line(output)
+                if output.strip():
+                    last = f"{last!r}; its output is in {stderr_path}" if last else f"its output is in {stderr_path}"
+                why += f"{'; ' + last if last else ''})"
+            if not output.strip():
+                os.unlink(stderr_path)
+            return why
+        os.unlink(stderr_path)
+        if output:
+            sys.stderr.write(output)
+        if msg[0] == "error":
+            raise msg[1] from _ChildTraceback(msg[2])
+        return (msg[1],)
 
 
-def solve_in_child(problem: PlacementProblem, options: SolverOptions, comp: Compiled | None = None, retries: int = 1,
-                   on_crash: Callable[[str], None] | None = None) -> SolveResult:
-    """``solve(problem, options, comp)`` in a spawned process, so an OR-Tools abort (google/or-tools#5288)
-    kills only that process. A dead process is retried up to ``retries`` times with another seed (the
-    abort is nondeterministic); each death is reported to ``on_crash`` (default: a warning) and noted in
-    the result. Raises SolverDied when every attempt died, and whatever the solve raised otherwise."""
-    comp = comp if comp is not None else compile_problem(problem)
-    report = on_crash or log.warning
-    notes: list[str] = []
-    for attempt in range(retries + 1):
-        opts = dataclasses.replace(options, seed=options.seed + attempt)
-        got = _attempt(problem, opts, comp, attempt)
-        if isinstance(got, SolveResult):
-            got.notes[:0] = notes
-            return got
-        last = attempt == retries
-        note = (f"attempt {attempt + 1} (seed {opts.seed}): {got}; an OR-Tools abort, see {ORTOOLS_ABORT}; "
-                + ("given up" if last else f"retrying with seed {opts.seed + 1}"))
-        notes.append(note)
-        report(note)
-    raise SolverDied(notes)
+def _context() -> multiprocessing.context.BaseContext:
+    """Children come from a fork server (not a fork of the caller, which may have threads, e.g. the
+    extender's): a clean process started once with the solver modules imported, so each solve starts in
+    milliseconds instead of re-importing OR-Tools, numpy and scipy (seconds on a busy 2-core machine)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["optimizer.model", "optimizer.migration"])
+    return ctx
+
+
+def _solve_compiled(options: SolverOptions, problem: PlacementProblem, comp: Compiled) -> SolveResult:
+    return solve(problem, options, comp)
 
 
 def ffd_result(problem: PlacementProblem, comp: Compiled, notes: list[str] | None = None) -> SolveResult:
     """The first-fit-decreasing placement as a solve result (no solver), held to the exact (Beta) safe
-    bound like every plan: the fallback when the solver process keeps dying."""
-    from optimizer.heuristics import first_fit_decreasing
-    from optimizer.model import _enforce_exact, _over, evaluate
-
-    ffd = first_fit_decreasing(comp)
-    x = ffd.x.astype(np.int64)
-    risk, headroom, _, _ = evaluate(comp, x, problem.u_star)
-    result = SolveResult(x, ffd.unplaced.astype(np.int64), FFD_STATUS, math.nan, math.nan, math.nan, 0.0, None, None,
-                         0, 0, 0, risk, headroom, list(notes or []))
-    removed = _enforce_exact(comp, result, problem)
-    if removed:
-        result.notes.append(f"{removed} pods taken out of the plan on nodes the exact (Beta) rule rejects")
-    result.violations = int(_over(result, problem.eps).any(axis=0).sum())
-    result.nodes_used = int(((result.x.sum(axis=0) > 0) | comp.has_pods).sum())
-    return result
+    bound like every plan: the fallback when no solver process returns."""
+    t0 = time.perf_counter()
+    x = first_fit_decreasing(comp).x
+    result = SolveResult(x, comp.counts - x.sum(axis=1), FFD_STATUS, math.nan, math.nan, math.nan, 0.0, None, None,
+                         0, 0, 0, comp.budget * 0.0, comp.budget * 0.0, list(notes or []))
+    return finish(comp, problem, result, "binpack", None, t0)

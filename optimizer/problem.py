@@ -1,7 +1,9 @@
 """What the optimizer is asked: nodes with their forecast load, and workload classes to place.
 
-A *workload class* is a set of interchangeable pods: same owner (ReplicaSet, StatefulSet, Job, ...) and
-same requests, or, for pods without an owner, the same requests and placement rules. The plan reasons
+A *workload class* is a set of pods interchangeable for every hard rule: same owner (ReplicaSet,
+StatefulSet, Job, ...) or none, same requests, and same placement rules (nodeSelector, required node
+affinity incl. matchFields, tolerations): a DaemonSet's pods, each pinned to its node by matchFields
+metadata.name, are one class each. The plan reasons
 about classes, not pod names, so it can place pods that do not exist yet (the next replicas).
 Units are kso's canonical ones: cpu millicores, memory bytes; usage mean and std in the same units.
 """
@@ -13,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from kso.objects import NodeInfo, PodInfo
-from kso.resources import CPU, MEMORY, PODS
+from kso.resources import CPU, MEMORY, MIB, PODS
 
 # The resources the safe bound is judged on (forecasts exist for these).
 LOAD_RESOURCES = (CPU, MEMORY)
@@ -49,7 +51,7 @@ class UsageModel:
 
     mean: dict[str, float]
     std: dict[str, float]
-    source: str  # "history" | "request"
+    source: str  # "history" | "request" | "request+prior" (BEST_EFFORT_PRIOR where it requests nothing)
 
 
 @dataclass(slots=True)
@@ -60,6 +62,7 @@ class WorkloadClass:
     usage: UsageModel
     example: PodInfo | None = None  # placement rules (selector, tolerations, affinity) of the class
     members: list[str] = field(default_factory=list)  # uids of the pods this count stands for, if known
+    pods: list[str] = field(default_factory=list)  # their namespace/name, same order
 
 
 @dataclass(slots=True)
@@ -97,33 +100,58 @@ def _shape(requests: dict[str, float]) -> str:
 
 
 def _rules_digest(pod: PodInfo) -> str:
-    """Placement rules as a short digest, so pods with different rules never share a class."""
+    """Placement rules as a short digest, so pods with different rules never share a class (owned or not:
+    the DaemonSet controller gives each of its pods its own node affinity)."""
     if not (pod.node_selector or pod.tolerations or pod.required_terms):
         return ""
     text = repr((sorted(pod.node_selector.items()), pod.tolerations, pod.required_terms))
     return "#" + hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
-# class key = "<namespace>/<OwnerKind>/<owner>@<shape>" for owned pods, "shape@<shape><rules>" otherwise.
+# class key = "<namespace>/<OwnerKind>/<owner>@<shape><rules>" for owned pods, "shape@<shape><rules>"
+# otherwise; <rules> = "" without placement rules, else "#" + 8 hex digits of their digest.
 def class_key(pod: PodInfo) -> str:
     shape = _shape(pod.requests)
     if pod.owner_kind and pod.owner_name:
-        return f"{pod.namespace}/{pod.owner_kind}/{pod.owner_name}@{shape}"
+        return f"{pod.namespace}/{pod.owner_kind}/{pod.owner_name}@{shape}{_rules_digest(pod)}"
     return f"shape@{shape}{_rules_digest(pod)}"
 
 
+def owner_key(pod: PodInfo) -> str:
+    """The class key without the placement rules: "<namespace>/<OwnerKind>/<owner>@<shape>" ("" without an
+    owner). Measured usage is also pooled under it, so a class whose own pods have no history (e.g. a
+    DaemonSet pod for a new node) counts at its owner's."""
+    if pod.owner_kind and pod.owner_name:
+        return f"{pod.namespace}/{pod.owner_kind}/{pod.owner_name}@{_shape(pod.requests)}"
+    return ""
+
+
+# A pod that requests nothing of a load resource (BestEffort) still uses some of it: counted at zero, the
+# safe bound would let any number of them onto a node already over its bound. Without measured usage of
+# its class it counts at kube-scheduler's own stand-in for a missing request (schedutil
+# DefaultMilliCPURequest = 100m, DefaultMemoryRequest = 200 MiB), with no spread.
+BEST_EFFORT_PRIOR = {CPU: 100.0, MEMORY: 200.0 * MIB}
+
+
+def request_usage(requests: dict[str, float]) -> UsageModel:
+    """A class's usage when nothing was measured: its requests, or the prior where it requests nothing."""
+    mean = {r: requests.get(r, 0.0) if requests.get(r, 0.0) > 0 else BEST_EFFORT_PRIOR[r] for r in LOAD_RESOURCES}
+    prior = any(not requests.get(r, 0.0) > 0 for r in LOAD_RESOURCES)
+    return UsageModel(mean, {r: 0.0 for r in LOAD_RESOURCES}, "request+prior" if prior else "request")
+
+
 def group_classes(pods: list[PodInfo], usage: dict[str, UsageModel] | None = None) -> list[WorkloadClass]:
-    """Pods to place, grouped into classes; ``usage`` maps class key -> usage model from history."""
+    """Pods to place, grouped into classes; ``usage`` maps class key (or owner_key) -> usage model from history."""
     usage = usage or {}
     classes: dict[str, WorkloadClass] = {}
     for pod in pods:
         key = class_key(pod)
         wc = classes.get(key)
         if wc is None:
-            model = usage.get(key) or UsageModel(
-                {r: pod.requests.get(r, 0.0) for r in LOAD_RESOURCES}, {r: 0.0 for r in LOAD_RESOURCES}, "request")
+            model = usage.get(key) or usage.get(owner_key(pod) or key) or request_usage(pod.requests)
             wc = classes[key] = WorkloadClass(key, dict(pod.requests), 0, model, pod)
         wc.count += 1
         if pod.uid:
             wc.members.append(pod.uid)
+        wc.pods.append(pod.key)
     return list(classes.values())

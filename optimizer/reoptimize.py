@@ -656,6 +656,7 @@ def _load_cluster(args: argparse.Namespace) -> Cluster:
 
 def cmd_reoptimize(args: argparse.Namespace) -> int:
     from optimizer.migration import plan_migration
+    from optimizer.planner import ProtectedSolver
 
     try:
         settings, options = _options(args)
@@ -666,8 +667,10 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     exclude = {ns.strip() for ns in args.exclude_namespaces.split(",") if ns.strip()}
     movable, skipped = movable_pods(cluster, exclude)
+    # The CP-SAT solve runs in the protected child (seed retry, wall-clock limit), as for kso plan.
+    solver = ProtectedSolver(on_crash=lambda note: print(f"kso reoptimize: {note}", file=sys.stderr))
     result = plan_migration(cluster.state, forecasts, settings.u_star, settings.eps, movable, options,
-                            cost_key=settings.cost_key, now=now)
+                            cost_key=settings.cost_key, now=now, solver=solver)
     execution = execute(cluster, result, options.limits) if args.execute else None
     if execution is not None:
         done = [o.move for o in execution.outcomes if o.evicted]

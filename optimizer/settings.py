@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kso.settings import setting
-from optimizer.model import SolverOptions
+from optimizer.compiled import SolverOptions
 
 
 @dataclass

@@ -173,6 +173,7 @@ def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> Non
         other = next(n for n in ("n1", "n2", "n3") if n != target_own)
         (key, cls), = migration["classes"].items()
         cls["slots"], cls["unplaced"], cls["count"] = {other: 1}, 0, 1
+        cls.pop("pods")  # the class now stands for one pod to come, not the three pending ones
         migration["planId"] = "reopt-1"
         server.put_object("configmaps", {"metadata": {"name": "kso-plan", "namespace": "kso-system"},
                                          "data": {"plan.json": orjson.dumps(migration).decode()}})
@@ -219,14 +220,25 @@ def test_plan_counts_only_pending_pods_of_the_named_schedulers() -> None:
         "kso-scheduler", "default-scheduler"]
 
 
-def test_plan_worker_close_ends_its_process() -> None:
-    """The extender's solver process must not outlive it (an idle worker stayed after SIGTERM)."""
-    from optimizer.openb import openb_problem
-    from optimizer.planner import PlanWorker
+def test_plan_solver_close_ends_its_process() -> None:
+    """The extender's solver process must not outlive it (an idle worker stayed after SIGTERM): close()
+    stops a solve in flight, and the caller gets the FFD fallback at once."""
+    import threading
 
-    worker = PlanWorker()
-    worker.submit(openb_problem(6, 12, seed=0, u_star=0.9, eps=0.3), SolverOptions(time_limit_s=2)).result(timeout=120)
-    procs = list(worker._pool._processes.values())  # type: ignore[attr-defined]
-    assert procs and all(p.is_alive() for p in procs)
-    worker.close()
-    assert not any(p.is_alive() for p in procs)
+    from optimizer.openb import openb_problem
+    from optimizer.planner import FFD_STATUS, ProtectedSolver
+
+    solver = ProtectedSolver(retries=1)
+    got: list[Any] = []
+    options = SolverOptions(time_limit_s=120, full_model_limit=0, lns_nodes=4, lns_step_s=0.5)
+    thread = threading.Thread(target=lambda: got.append(solver.solve_plan(openb_problem(30, 120, seed=0), options)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while solver._proc is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc = solver._proc
+    assert proc is not None and proc.is_alive()
+    solver.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not proc.is_alive()
+    assert got[0].status == FFD_STATUS

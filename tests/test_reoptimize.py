@@ -515,3 +515,25 @@ def test_trace_forecasts_are_used_not_dropped_as_old(capsys: pytest.CaptureFixtu
     before = {n["name"]: n["meanBefore"]["cpu"] for n in by_annotations["nodes"]}
     changed = [n["name"] for n in by_trace["nodes"] if abs(n["meanBefore"]["cpu"] - before[n["name"]]) > 1e-6]
     assert len(changed) == len(before), changed
+
+
+def test_the_solve_runs_in_the_protected_child_with_seed_retry() -> None:
+    """kso reoptimize solves through the same protected child as kso plan: a child that dies (the test
+    hook aborts the first one) is retried with another seed and the moves are those of an in-process solve."""
+    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+    from optimizer.planner import ORTOOLS_ABORT, ProtectedSolver
+
+    state = _spread_cluster()
+    movable = state.bound_pods()
+    options = MigrationOptions("binpack", 0.2, MoveLimits(), workers=1)
+    crashes: list[str] = []
+    got = plan_migration(state, None, U_STAR, EPS, movable, options,
+                         solver=ProtectedSolver(on_crash=crashes.append, abort_attempts=1))
+    assert len(crashes) == 1 and "killed by SIGABRT" in crashes[0] and ORTOOLS_ABORT in crashes[0]
+    assert crashes[0] in got.notes
+    assert got.nodes_in_use() == (4, 1) and len(got.moves) == 3
+    # Every attempt dead: nothing moves, and the result says why.
+    dead = plan_migration(state, None, U_STAR, EPS, movable, options, solver=ProtectedSolver(retries=0, abort_attempts=1,
+                                                                                           on_crash=crashes.append))
+    assert dead.moves == [] and dead.status == "SOLVER_DIED"
+    assert "no solver process returned a re-optimisation; nothing moves" in dead.notes
