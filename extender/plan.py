@@ -237,6 +237,7 @@ class PlanSolver:
         self._last_version = -1
         self._last_solve = 0.0
         self._busy = threading.Lock()
+        self.closed = False  # set by close(): a solve failing after it is the shutdown, not a broken solver
 
     def changed_enough(self) -> bool:
         state = self.cache.state
@@ -266,6 +267,9 @@ class PlanSolver:
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
             from concurrent.futures.process import BrokenProcessPool
 
+            if self.closed:  # the server is stopping and close() ended the solver under this solve
+                log.info("plan solve stopped: the extender is shutting down")
+                return None
             if isinstance(exc, BrokenProcessPool):
                 # The solver process died (e.g. an OR-Tools abort, google/or-tools#5288): start a new one.
                 from optimizer.planner import PlanWorker
@@ -284,4 +288,5 @@ class PlanSolver:
         return plan
 
     def close(self) -> None:
+        self.closed = True
         self.worker.close()
