@@ -45,8 +45,11 @@ class ExtenderSettings:
     # Predicates used by the combined /filter; empty = every predicate of the enabled agents.
     filters: list[str] = setting("KSO_FILTERS", [], kind="list")
     # Bounds on one request, checked before any work: a request past one is a 400 naming the setting.
-    # 16 MiB holds ~4,000 full Node objects (nodeCacheCapable: false) or 500,000 node names.
-    max_body_bytes: int = setting("KSO_MAX_BODY_BYTES", 16 * 1024 * 1024, lo=1024)
+    # 1 MiB holds KSO_MAX_NODES node names (nodeCacheCapable: true, ~130 KiB) with room, or 300-1,000 full
+    # Node objects (nodeCacheCapable: false). Parsing a body holds the interpreter in one piece (orjson):
+    # ~50-90 ms per MiB on a loaded 2-core machine, the time /healthz and every other call then wait, so
+    # full-node mode on a bigger cluster raises this knowingly.
+    max_body_bytes: int = setting("KSO_MAX_BODY_BYTES", 1024 * 1024, lo=1024)
     max_json_depth: int = setting("KSO_MAX_JSON_DEPTH", 100, lo=8, hi=250)
     max_nodes: int = setting("KSO_MAX_NODES", 10_000, lo=1)
     max_names_per_node: int = setting("KSO_MAX_NAMES_PER_NODE", 4_096, lo=1,
