@@ -21,14 +21,14 @@ import psutil
 import pytest
 
 from benchmarks.adversarial import ExtenderProcess, deep_body, get, post
-from extender.app import create_app, debug_allowed
+from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client, free_port
 from extender.server import build
 from kso.cli import main as kso_main
 from kso.cluster import ClusterState
 from kso.objects import node_from_k8s, pod_from_k8s
-from tests.conftest import make_node, make_pod, running_extender
+from tests.conftest import make_node, make_pod, make_state, running_extender
 from tests.kube_standin import StandinApiServer
 
 POD = make_pod("p", cpu="200m", memory="64Mi")
@@ -101,13 +101,20 @@ def test_2_absurd_allocatable_is_a_400_and_not_cached(client: Client, path: str)
     assert not client.extender.state.knows("huge")  # type: ignore[attr-defined]
 
 
-def test_2_per_agent_scores_are_clamped_for_a_node_with_absurd_annotations() -> None:
-    odd = make_node("odd", annotations={"mean-free-cpu": "1e308", "std-free-cpu": "1e308", "mean-free-memory": "1e308",
-                                        "std-free-memory": "1e308", "forcasted-free-cpu": "1e308", "congestion-factor": "1e308"})
-    with running_extender([odd, make_node("n2")]) as c:
-        for name in c.extender.priorities:  # type: ignore[attr-defined]
-            status, scores = c.post(f"/scheduler/priorities/{name}", {"Pod": POD, "NodeNames": ["odd", "n2"]})
-            assert status == 200 and all(0 <= s["Score"] <= 10 for s in scores), (name, scores)
+def test_2_per_agent_scores_are_clamped_for_a_node_with_absurd_values() -> None:
+    # A node that reached the cache some other way (an older kso, a hand-made snapshot) with an infinite
+    # allocatable and absurd annotations: every route still answers scores in 0..10.
+    odd = make_node("odd", annotations={"mean-free-cpu": "1e308", "std-free-cpu": "0", "mean-free-memory": "1e308",
+                                        "std-free-memory": "0", "congestion-factor": "1e308"})
+    info = node_from_k8s(odd)
+    info.allocatable["cpu"] = info.allocatable["memory"] = float("inf")
+    state = make_state([make_node("n2")])
+    state.upsert_node(info)
+    with running_extender([], state=state) as c:
+        routes = [f"/scheduler/priorities/{name}" for name in c.extender.priorities] + ["/prioritize"]  # type: ignore[attr-defined]
+        for route in routes:
+            status, scores = c.post(route, {"Pod": POD, "NodeNames": ["odd", "n2"]})
+            assert status == 200 and all(0 <= s["Score"] <= 10 for s in scores), (route, scores)
 
 
 # ---- 3. one request must not stall the others; bounded nodes per request --------------------------------
@@ -351,6 +358,8 @@ def test_12_failing_forecast_refresh_shows_in_metrics_and_readyz() -> None:
 
 # ---- secure defaults: debug routes, TLS with client certificates --------------------------------------
 def test_debug_routes_setting() -> None:
+    from extender.app import debug_allowed
+
     assert debug_allowed("LOOPBACK", "127.0.0.1") and debug_allowed("LOOPBACK", "::1")
     assert not debug_allowed("LOOPBACK", "10.1.2.3") and not debug_allowed("OFF", "127.0.0.1")
     assert debug_allowed("ON", "10.1.2.3")
