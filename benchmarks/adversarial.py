@@ -31,7 +31,9 @@ from typing import Any
 import orjson
 import psutil
 
+from extender.config import ExtenderSettings
 from extender.demo import free_port
+from kso.settings import load_settings
 
 # A Node as the API server sends it (~1.4 KB of JSON): full-node bodies are lists of these.
 NODE_TEMPLATE: dict[str, Any] = {
@@ -177,9 +179,8 @@ def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | Non
         report: Callable[[str], None] = print) -> dict[str, Any]:
     """Start the server, attack it for ``seconds``, return the figures."""
     env = {"KSO_HEADER_TIMEOUT_S": "2", "KSO_BODY_TIMEOUT_S": "5", **(env or {})}
-    max_body = int(env.get("KSO_MAX_BODY_BYTES", 16 * 1024 * 1024))
-    max_nodes = int(env.get("KSO_MAX_NODES", 10_000))
-    max_depth = int(env.get("KSO_MAX_JSON_DEPTH", 100))
+    bounds = load_settings(ExtenderSettings, env)  # the server's defaults, or what env sets
+    max_body, max_nodes, max_depth = bounds.max_body_bytes, bounds.max_nodes, bounds.max_json_depth
     bodies = {
         "filter full nodes": ("/filter", full_node_body(max_body, max_nodes), 200),
         "prioritize full nodes": ("/prioritize", full_node_body(max_body, max_nodes), 200),
@@ -197,6 +198,12 @@ def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | Non
     slow: list[float] = []
     with ExtenderProcess(env=env) as srv:
         idle_rss = srv.rss_mib()
+        idle: list[float] = []  # /healthz before the attack: what the machine gives anyway
+        for _ in range(40):
+            t0 = time.perf_counter()
+            get(srv.admin_port, "/healthz")
+            idle.append(time.perf_counter() - t0)
+            time.sleep(0.05)
         deadline = time.monotonic() + seconds
         stop = threading.Event()
 
@@ -245,6 +252,7 @@ def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | Non
         "healthz_ms": {"n": len(health), "p50": 1000 * statistics.median(health) if health else None,
                        "p99": 1000 * health[int(0.99 * (len(health) - 1))] if health else None,
                        "max": 1000 * health[-1] if health else None},
+        "healthz_idle_ms": {"p50": 1000 * statistics.median(idle), "max": 1000 * max(idle)},
         "rss_mib": {"idle": round(idle_rss, 1), "peak": round(max(rss, default=0.0), 1)},
         "slow_client_held_s": round(max(slow, default=0.0), 2),
         "requests": {k: {"n": len(v), "median_ms": round(1000 * statistics.median(v), 1) if v else None}
