@@ -23,6 +23,8 @@ def _extender(args: argparse.Namespace) -> int:
         env["KSO_HOST"] = args.host
     if args.admin_port is not None:
         env["KSO_ADMIN_PORT"] = str(args.admin_port)
+    if args.admin_host:
+        env["KSO_ADMIN_HOST"] = args.admin_host
     if args.snapshot:
         env["KSO_CLUSTER_SOURCE"], env["KSO_SNAPSHOT"] = "SNAPSHOT", args.snapshot
     if args.demo:
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", help="listen address (default KSO_HOST or 127.0.0.1)")
     p.add_argument("--admin-port", type=int, help="port of /metrics, /healthz, /readyz (default KSO_ADMIN_PORT; "
                                                   "0 = on the main port)")
+    p.add_argument("--admin-host", help="listen address of the admin port (default KSO_ADMIN_HOST or 127.0.0.1)")
     p.add_argument("--snapshot", help="serve a cluster snapshot file (nodes and pods, YAML/JSON) instead of the API")
     p.add_argument("--demo", action="store_true", help="serve the embedded demo cluster")
     p.add_argument("--agents", help="comma-separated agents to enable (default KSO_AGENTS)")
