@@ -292,7 +292,8 @@ def add_debug_routes(app: FastAPI, extender: Extender,
                                    "or that its cache lists; give ?pod=namespace/name or POST an ExtenderArgs body"}), 404
         names = [n for n in nodes.split(",") if n] or extender.state.node_names()
         if len(names) > limits.max_nodes:
-            names = names[: limits.max_nodes]
+            return dumps({"Error": f"explain: {len(names)} nodes, more than the {limits.max_nodes} allowed per request "
+                                   "(KSO_MAX_NODES); name fewer with ?nodes=a,b"}), 400
         return dumps(extender.explain(pod, extender.state.view(names))), 200
 
     @app.get("/debug/explain")
