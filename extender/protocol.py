@@ -37,6 +37,7 @@ DEFAULT_LIMITS = Limits()
 _BRACKET_STEP = np.zeros(256, dtype=np.int8)
 _BRACKET_STEP[[ord("{"), ord("[")]] = 1
 _BRACKET_STEP[[ord("}"), ord("]")]] = -1
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"{}[]")
 
 
 def check_depth(body: bytes, limit: int) -> None:
@@ -45,13 +46,15 @@ def check_depth(body: bytes, limit: int) -> None:
 
     A body with at most ``limit`` opening brackets cannot be deeper (two C counts: kube-scheduler's
     NodeNames bodies have ~50, so the hot path stops here). Otherwise the running bracket count is taken
-    over the raw bytes in numpy, without telling brackets inside strings apart: balanced ones (managedFields
+    over the body's brackets in numpy, without telling brackets inside strings apart: balanced ones (managedFields
     keys, a last-applied-configuration) only add their own depth; a string of closing brackets could hide
     depth, and the reply encoder's own limit is the backstop for that (a 400 as well, see app.py).
     """
     if body.count(b"{") + body.count(b"[") <= limit:
         return
-    depth = int(np.cumsum(_BRACKET_STEP[np.frombuffer(body, dtype=np.uint8)], dtype=np.int32).max())
+    # bytes.translate keeps only the brackets, in C (~10x cheaper than a numpy pass over every byte)
+    brackets = body.translate(None, _NOT_BRACKETS)
+    depth = int(np.cumsum(_BRACKET_STEP[np.frombuffer(brackets, dtype=np.uint8)], dtype=np.int32).max())
     if depth > limit:
         raise ProtocolError(f"JSON nested {depth} levels deep, more than the {limit} allowed (KSO_MAX_JSON_DEPTH)",
                             "too_deep")
