@@ -122,7 +122,8 @@ class HotRoutes:
 
 def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
     """The scheduler-facing app; with ``admin_routes`` it serves /metrics, /healthz and /readyz as well
-    (tests, demos, or a server without an admin port)."""
+    (tests, demos, or a server without an admin port). Longer than most functions on purpose: it is the
+    route table, and its short nested handlers close over one extender's settings, bounds and metrics."""
     s = extender.settings
     metrics = extender.metrics
     limits = extender.limits
