@@ -35,6 +35,7 @@ from extender.protocol import (
     parse_preemption_args,
 )
 from extender.service import Extender
+from forecasting.quality import REGISTRY as FORECAST_INPUT_REGISTRY
 
 log = logging.getLogger("kso.extender.http")
 
@@ -351,7 +352,10 @@ def add_admin_routes(app: FastAPI, extender: Extender) -> None:
 
     @app.get("/metrics")
     async def prom_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # The forecasting layer counts its input decisions (spikes removed, units fixed, ...) in its own
+        # registry, since it cannot import the extender's; both are served here.
+        body = generate_latest(metrics.registry) + generate_latest(FORECAST_INPUT_REGISTRY)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def create_admin_app(extender: Extender) -> FastAPI:

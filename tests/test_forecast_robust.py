@@ -196,3 +196,19 @@ def test_short_and_gappy_history_are_marked_in_forecast_json_and_metrics(capsys:
 def test_mismatched_input_is_refused_with_a_clear_error() -> None:
     with pytest.raises(ValueError, match="t and y must be 1-D of equal length"):
         UtilisationSeries("n1", "cpu", np.arange(5.0), np.arange(4.0))
+
+
+def test_the_extenders_metrics_show_the_forecast_input_decisions() -> None:
+    """The counter lives in forecasting's own registry (forecasting cannot import the extender); the
+    extender's /metrics serves it beside its own."""
+    from tests.conftest import running_extender
+
+    y = level_series()
+    get_forecaster().forecast(series(y[-72:]), 3600.0)  # 6 hours: counted as short-history
+    with running_extender([make_node("n1")]) as c:
+        status, body = c.get("/metrics")
+    text = body.decode()
+    assert status == 200
+    line = f'kso_forecast_input_decisions_total{{decision="{quality.SHORT_HISTORY}"}}'
+    assert line in text, text[-2000:]
+    assert "kso_extender_requests" in text or "kso_extender_" in text  # and the extender's own series
