@@ -127,7 +127,10 @@ def create_pods(api_client: Any, namespace: str, pods: list[dict[str, Any]]) -> 
 
 
 class BindWatch:
-    """Watches a namespace's pods from a resourceVersion and records when each one got its node."""
+    """Watches a namespace's pods and records when each one got its node (first sighting of spec.nodeName).
+
+    Watches from resourceVersion "0" (whatever the watch cache has, then every change) and starts again
+    the same way when the stream ends or reports an error: a bind seen twice keeps its first time."""
 
     def __init__(self, api_client: Any, namespace: str) -> None:
         from kubernetes import client
@@ -136,28 +139,32 @@ class BindWatch:
         self.namespace = namespace
         self.bound: dict[str, tuple[str, float]] = {}
         self.cond = threading.Condition()
-        rv = self.core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
-        self._resp = self.core.list_namespaced_pod(namespace, watch=True, resource_version=rv,
-                                                   allow_watch_bookmarks=False, _preload_content=False,
-                                                   timeout_seconds=3600)
+        self._stopped = threading.Event()
+        self._resp: Any = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"bind-watch-{namespace}")
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            for line in self._resp:
-                if not line.strip():
-                    continue
-                event = orjson.loads(line)
-                obj = event.get("object") or {}
-                node = (obj.get("spec") or {}).get("nodeName")
-                name = (obj.get("metadata") or {}).get("name")
-                if node and name and name not in self.bound:
-                    with self.cond:
-                        self.bound[name] = (node, time.monotonic())
-                        self.cond.notify_all()
-        except Exception:  # noqa: BLE001 - the connection is closed by stop(); waiters time out otherwise
-            pass
+        while not self._stopped.is_set():
+            try:
+                self._resp = self.core.list_namespaced_pod(self.namespace, watch=True, resource_version="0",
+                                                           _preload_content=False, timeout_seconds=300)
+                if self._stopped.is_set():
+                    break
+                for line in self._resp:
+                    if line.strip():
+                        self._event(orjson.loads(line))
+            except Exception:  # noqa: BLE001 - closed by stop(), or a dropped stream: watch again
+                time.sleep(0.1)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        node = (obj.get("spec") or {}).get("nodeName")
+        name = (obj.get("metadata") or {}).get("name")
+        if event.get("type") != "ERROR" and node and name and name not in self.bound:
+            with self.cond:
+                self.bound[name] = (node, time.monotonic())
+                self.cond.notify_all()
 
     def wait(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -170,13 +177,14 @@ class BindWatch:
         return True
 
     def stop(self) -> None:
+        self._stopped.set()
         # shutdown(), not close(): close() waits for the reader thread's lock on the TLS socket.
         try:
-            self._resp.shutdown()
+            if self._resp is not None:
+                self._resp.shutdown()
         except Exception:  # noqa: BLE001
             pass
         self._thread.join(5)
-        self._resp.release_conn()
 
 
 def delete_namespace_pods(api_client: Any, namespace: str, timeout: float = 60.0) -> None:
@@ -378,8 +386,8 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
     ns = re.sub(r"[^a-z0-9-]", "-", ns)[:60].strip("-")
     core.create_namespace({"metadata": {"name": ns}})
     try:
-        create_pods(api, ns, [pod_manifest(f"p{i:05d}") for i in range(pods)])
         watch = BindWatch(api, ns)
+        create_pods(api, ns, [pod_manifest(f"p{i:05d}") for i in range(pods)])
         before = parse_metrics(kso.get("/metrics")) if kso else {}
         t0 = time.monotonic()
         sched = cp.start_scheduler(sched_cfg, name=f"sched-{config_name}")
@@ -437,6 +445,9 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
         finally:
             for ext in extenders.values():
                 ext.stop()
+            for label, ext in extenders.items():
+                n = ext.log.read_text(errors="replace").count("Connection pool is full") if ext.log.exists() else 0
+                out(f"  {label}: {n} 'Connection pool is full' warnings")
     alone = {r.round: r.pods_per_s for r in results if r.config == "alone"}
     for r in results:
         r.ratio = r.pods_per_s / alone[r.round] if r.round in alone else math.nan
@@ -469,9 +480,9 @@ def table(results: list[RunResult]) -> str:
 
 
 def _parse_variant(text: str) -> tuple[str, dict[str, str]]:
-    env = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+    env = dict(kv.strip().split("=", 1) for kv in text.split(";") if "=" in kv)
     if not env:
-        raise argparse.ArgumentTypeError(f"--kso-env wants KEY=VALUE[,KEY=VALUE]: {text!r}")
+        raise argparse.ArgumentTypeError(f"--kso-env wants KEY=VALUE[;KEY=VALUE]: {text!r}")
     return f"kso[{text}]", env
 
 
@@ -483,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="alone,kso,kso-bind,kso-full,trivial",
                     help="comma-separated: alone, kso, kso-bind, kso-full, trivial")
     ap.add_argument("--kso-env", action="append", default=[], type=_parse_variant,
-                    help="an extra kso process with these settings (NodeNames, no bind), e.g. KSO_WEIGHTS=...")
+                    help="an extra kso process with these settings (NodeNames, no bind), e.g. "
+                         "'KSO_WEIGHTS=safe-balance=10,pigeon-holing=1;POLICY_OBJECTIVE=LOAD_BALANCE'")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one run's pods to bind")
     ap.add_argument("--json", metavar="PATH", help="also write every run as JSON")
     ap.add_argument("--trivial-extender", type=int, metavar="PORT", help=argparse.SUPPRESS)
