@@ -487,21 +487,24 @@ class ControlPlane:
         self._controller_manager = comp
         return comp
 
-    def scheduler_config(self, config: str | dict[str, Any]) -> dict[str, Any]:
+    def scheduler_config(self, config: str | dict[str, Any], keep_leader_election: bool = False) -> dict[str, Any]:
         """``config`` (a KubeSchedulerConfiguration as YAML text or a dict) made to run here: this cluster's
-        kubeconfig, no leader election (one scheduler per profile at a time in tests)."""
+        kubeconfig and, unless ``keep_leader_election``, no leader election (it would add a lease
+        acquisition to every start; tests run one scheduler per profile at a time)."""
         cfg = yaml.safe_load(config) if isinstance(config, str) else json.loads(json.dumps(config))
         if not isinstance(cfg, dict) or cfg.get("kind") != "KubeSchedulerConfiguration":
             raise ValueError("start_scheduler needs a KubeSchedulerConfiguration (YAML text or dict)")
         cfg.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
-        cfg["leaderElection"] = {"leaderElect": False}
+        if not keep_leader_election:
+            cfg["leaderElection"] = {"leaderElect": False}
         return cfg
 
     def start_scheduler(self, config: str | dict[str, Any], *, name: str = "kube-scheduler", timeout: float = 60.0,
-                        extra_args: tuple[str, ...] = ()) -> Component:
-        """kube-scheduler with ``config`` (see scheduler_config); ``.stop()`` the returned Component when done."""
+                        extra_args: tuple[str, ...] = (), keep_leader_election: bool = False) -> Component:
+        """kube-scheduler with ``config`` (see scheduler_config); ``.stop()`` the returned Component when done
+        (or use it as a context manager)."""
         assert self.binaries is not None
-        cfg = self.scheduler_config(config)
+        cfg = self.scheduler_config(config, keep_leader_election)
         port, kc = free_port(), str(self.kubeconfig)
         path = self._dir / f"{name}-{port}.yaml"
         path.write_text(yaml.safe_dump(cfg))
