@@ -382,9 +382,9 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    ns = f"e2e-{config_name.lower().replace('[', '-').replace(']', '').replace('=', '-').replace('_', '-')}-{rnd}"
-    ns = re.sub(r"[^a-z0-9-]", "-", ns)[:60].strip("-")
-    core.create_namespace({"metadata": {"name": ns}})
+    # Namespaces stay Terminating without a namespace controller: a fresh name per run.
+    ns = f"e2e-r{rnd}-{re.sub(r'[^a-z0-9-]+', '-', config_name.lower())[:40].strip('-')}-{os.urandom(3).hex()}"
+    core.create_namespace({"metadata": {"name": ns, "annotations": {"kso.io/e2e-config": config_name}}})
     try:
         watch = BindWatch(api, ns)
         create_pods(api, ns, [pod_manifest(f"p{i:05d}") for i in range(pods)])
