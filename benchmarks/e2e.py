@@ -274,7 +274,7 @@ class ExtenderProcess:
 def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
     """``kso extender --port P`` as README says: a kubeconfig and nothing else (KSO_CLUSTER_SOURCE unset).
     Bound to 127.0.0.1 so a test never opens a port beyond the machine."""
-    e = tree_env(KUBECONFIG=str(kubeconfig), LOG_LEVEL="WARNING", KSO_HOST="127.0.0.1", **env)
+    e = tree_env(**{"KUBECONFIG": str(kubeconfig), "LOG_LEVEL": "WARNING", "KSO_HOST": "127.0.0.1", **env})
     e.pop("KSO_CLUSTER_SOURCE", None)
     return ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], e, log)
 
@@ -374,6 +374,7 @@ class RunResult:
     nodes_used: int
     load1: float
     verbs: dict[str, dict[str, float]] = field(default_factory=dict)
+    filtered: float = 0.0  # nodes kso's filter rejected during the run (all predicates)
     ratio: float = math.nan
 
 
@@ -403,8 +404,10 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
         after = parse_metrics(kso.get("/metrics")) if kso else {}
         mx, p95 = pods_per_node(watch.bound)
         verbs = {v: verb_latency(before, after, v) for v in ("filter", "prioritize", "bind")} if kso else {}
+        filtered = (metric_sum(after, "kso_extender_nodes_filtered_total")
+                    - metric_sum(before, "kso_extender_nodes_filtered_total")) if kso else 0.0
         return RunResult(config_name, rnd, (len(times) - 1) / max(times[-1] - times[0], 1e-9), times[-1] - t0,
-                         mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs)
+                         mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered)
     finally:
         delete_namespace_pods(api, ns)
         core.delete_namespace(ns)
@@ -440,7 +443,7 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
                 kso = ext if name != "trivial" else None
                 res = run_once(cp, api, name, cfg, pods, rnd, kso, timeout)
                 out(f"  round {rnd} {name:<28} {res.pods_per_s:7.1f} pods/s  max/p95 per node {res.max_per_node}/"
-                    f"{res.p95_per_node:.0f}  load {res.load1:.1f}")
+                    f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  load {res.load1:.1f}")
                 results.append(res)
         finally:
             for ext in extenders.values():
