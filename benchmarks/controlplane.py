@@ -43,6 +43,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -301,11 +302,24 @@ class Component:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL when the process that started it dies, so a test run
+    killed without cleanup (SIGKILL, a CI timeout) leaves no etcd or kube-apiserver behind. SIGKILL, not
+    SIGTERM: a kube-apiserver whose etcd is gone never finishes its graceful shutdown."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _spawn(name: str, argv: list[str], workdir: Path, port: int = 0) -> Component:
     log = workdir / f"{name}.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=workdir, start_new_session=True)
+                                cwd=workdir, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     return Component(name, proc, log, port)
 
 
