@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.sim.engine import SimPod, SimView
@@ -174,7 +175,7 @@ class KsoPlanReoptimizePolicy(KsoPlanPolicy):
         t0 = time.perf_counter()
         wall = time.time()
         running = {self.info(p).uid: p.index for p in sim.running.values()}
-        movable = [self.info(sim.running[i]) for i in running.values()]
+        movable = [replace(self.info(p), node_name=sim.node_names[p.node]) for p in sim.running.values()]
         options = MigrationOptions(policy=self.plan_policy, limits=MoveLimits(max_moves=self.max_moves),
                                    time_limit_s=self.time_limit_s, workers=1, seed=self.seed)
         settings = self.cache.settings
