@@ -374,6 +374,7 @@ class _Replay:
         ready = self.ready_at == k
         view.active[ready] = True
         self.ready_at[ready] = -1
+        view.unschedulable[:] = ~view.active  # a node not provisioned (or removed) is not in the API: never feasible
         while self.arrivals and self.arrivals[0][0] <= k:
             _, i = heapq.heappop(self.arrivals)
             self.enqueue(i, k)
@@ -442,11 +443,13 @@ class _Replay:
 
     def autoscale(self, k: int, unplaced: list[int]) -> None:
         view, ca = self.view, self.ca
+        # billed for step k: the nodes that were provisioning or ready during it (a node removed at the end of
+        # step k is billed for k; one ordered at the end of step k from k+1)
+        self.provisioned[:, k] = view.active | (self.ready_at >= 0)
+        self.pending_t[k] = len(self.queue)
         if ca is not None:
             self._scale_up(k, [i for i in unplaced if self.pods[i].node < 0], ca)
             self._scale_down(k, ca)
-        self.provisioned[:, k] = view.active | (self.ready_at >= 0)
-        self.pending_t[k] = len(self.queue)
 
     def _scale_up(self, k: int, pending: list[int], ca: Autoscaler) -> None:
         view = self.view
