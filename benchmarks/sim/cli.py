@@ -114,7 +114,7 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     from benchmarks.sim.bench_report import write_bench_report
     from benchmarks.sim.engine import Autoscaler
     from benchmarks.sim.policies import POLICIES
-    from benchmarks.sim.runner import Cell, parse_spec, read_rows, run_cells, scenario_for
+    from benchmarks.sim.runner import Cell, parse_spec, run_cells, scenario_for
 
     specs = [p.strip() for p in (args.policies or SCENARIO_POLICIES).split(",") if p.strip()]
     if args.sweep:
@@ -135,9 +135,8 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
         print(f"{kind}: {s.describe()}", file=sys.stderr)
     cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p) for k in kinds for seed in seeds for p in specs]
     print(f"{len(cells)} replays ({len(kinds)} scenario(s) x {len(seeds)} seed(s) x {len(specs)} policies) in {args.jobs} "
-          f"process(es); rows appended to {out / 'cells.jsonl'}", file=sys.stderr)
-    run_cells(cells, out, args.jobs)
-    rows = [r for r in read_rows(out) if r["scenario"] in kinds and r["policy"] in specs]
+          f"process(es); rows written to {out / 'cells.jsonl'}", file=sys.stderr)
+    rows = run_cells(cells, out, args.jobs)
     given = argv if argv is not None else sys.argv[1:]
     command = "kso bench " + " ".join(shlex.quote(a) for a in (given[1:] if given[:1] == ["bench"] else given))
     path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots)

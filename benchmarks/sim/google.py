@@ -34,7 +34,10 @@ How a ``google`` scenario is built (``build_google_scenario``); every rule is re
 
 from __future__ import annotations
 
+import gzip
+import io
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -197,16 +200,21 @@ def google_notes(requests: str, n_deployments: int, achieved: np.ndarray, target
 
 
 def build_google_scenario(n_nodes: int = 100, hours: float = 24.0, seed: int = 0, target_load: float = 0.6,
-                          requests: str = "limit", data_dir: Path | None = None) -> Scenario:
+                          requests: str = "limit", data_dir: Path | None = None, nodes: pd.DataFrame | None = None) -> Scenario:
+    """The scenario of the module docstring; ``nodes`` (sn, cpu_milli, memory_mib) replaces the node draw."""
     if requests not in ("limit", "p90"):
         raise ValueError(f"requests must be 'limit' or 'p90', not {requests!r}")
     data = Path(data_dir) if data_dir else DATA_DIR
     jobs = load_jobs(data / GOOGLE_FILE)
-    all_nodes = pd.read_csv(data / "openb-nodes.csv")
-    if n_nodes > len(all_nodes):
-        raise ValueError(f"--nodes {n_nodes}: the openb trace has {len(all_nodes)} nodes")
     rng = np.random.default_rng(seed)
-    nodes = all_nodes.iloc[np.sort(rng.choice(len(all_nodes), n_nodes, replace=False))].reset_index(drop=True)
+    if nodes is None:
+        all_nodes = pd.read_csv(data / "openb-nodes.csv")
+        if n_nodes > len(all_nodes):
+            raise ValueError(f"--nodes {n_nodes}: the openb trace has {len(all_nodes)} nodes")
+        nodes = all_nodes.iloc[np.sort(rng.choice(len(all_nodes), n_nodes, replace=False))].reset_index(drop=True)
+        where = f"{n_nodes} of the {len(all_nodes)} openb node shapes drawn with seed {seed}"
+    else:
+        n_nodes, where = len(nodes), f"the {len(nodes)} given openb node shapes"
     capacity = np.array([nodes.cpu_milli.sum(), nodes.memory_mib.sum() * MIB], dtype=float)
     n_steps = int(round(hours * 3600 / STEP_S))
     for j in jobs.values():
@@ -227,7 +235,7 @@ def build_google_scenario(n_nodes: int = 100, hours: float = 24.0, seed: int = 0
             continue
         req += _deployment_pods(rows, job, f"g{job.job[-4:]}-d{n_dep:04d}", offset, arr, dep, n_steps, requests)
         n_dep += 1
-    notes = [f"nodes: {n_nodes} of the {len(all_nodes)} openb node shapes drawn with seed {seed} (the autoscaler's pool)",
+    notes = [f"nodes: {where} (the autoscaler's pool, in this order)",
              *google_notes(requests, n_dep, req.mean(axis=0) / capacity, target_load)]
     kind = "rightsized" if requests == "p90" else "limits"
     return _scenario(f"google-{kind}-{n_nodes}n-{hours:g}h-s{seed}", nodes, rows, n_steps, notes)
@@ -253,6 +261,65 @@ def _scenario(name: str, nodes: pd.DataFrame, rows: PodRows, n_steps: int, notes
         usage_label=GOOGLE_LABEL)
 
 
+# ---- the embedded excerpt (kso demo) ----------------------------------------------------------------------------
+# The rule, fixed before any result was seen: the first EMBEDDED_HOURS hours of seed 0 of the right-sized
+# scenario on the 40 node shapes of kso/data/replay-openb-nodes.csv, target load 0.6.
+EMBEDDED_HOURS = 4.0
+EMBEDDED_HEADER = ("# kso embedded excerpt of the Google 2019 real-join replay (benchmarks/sim/google.py): the first {hours:g} h "
+                   "of seed 0, right-sized requests, on kso/data/replay-openb-nodes.csv; Google cluster-data 2019 "
+                   "(CC-BY 4.0, Tirmazi et al., EuroSys 2020) usage in absolute units after the stated unit rule.\n")
+
+
+def write_embedded_google_excerpt(dest_dir: Path | None = None) -> tuple[Path, Path]:
+    """Write kso/data/replay-google-pods.csv.gz and replay-google-usage.csv.gz (usage per pod and step,
+    millicores and MiB, space-separated) by the rule above."""
+    dest = Path(dest_dir) if dest_dir else Path(__file__).resolve().parents[2] / "kso" / "data"
+    nodes = pd.read_csv(dest / EMBEDDED_GOOGLE_NODES, comment="#")
+    s = build_google_scenario(hours=EMBEDDED_HOURS, seed=0, target_load=0.6, requests="p90", nodes=nodes)
+    pods = pd.DataFrame({"name": s.pod_names, "owner": s.pod_owner, "cpu_milli": np.round(s.pod_cpu).astype(int),
+                         "memory_mib": np.round(s.pod_memory / MIB).astype(int),
+                         "cpu_limit_milli": np.round(s.pod_cpu_limit).astype(int),
+                         "memory_limit_mib": np.round(s.pod_memory_limit / MIB).astype(int),
+                         "arrival_step": s.pod_arrival, "departure_step": s.pod_departure})
+    absolute = s.pod_usage * np.stack([s.pod_cpu, s.pod_memory / MIB], axis=1)[:, None, :]
+    usage = pd.DataFrame({"name": s.pod_names,
+                          "cpu_milli": [" ".join(map(str, np.round(u).astype(int))) for u in absolute[:, :, 0]],
+                          "memory_mib": [" ".join(map(str, np.round(u).astype(int))) for u in absolute[:, :, 1]]})
+    paths = (dest / EMBEDDED_GOOGLE_PODS, dest / EMBEDDED_GOOGLE_USAGE)
+    header = EMBEDDED_HEADER.format(hours=EMBEDDED_HOURS)
+    notes = "".join(f"# {n}\n" for n in s.notes)
+    for path, frame in zip(paths, (pods, usage), strict=True):
+        with gzip.open(path, "wt") as f:
+            f.write(header + notes)
+            frame.to_csv(f, index=False)
+    return paths
+
+
 def build_embedded_google_scenario(hours: float | None = None) -> Scenario:
-    """Not shipped yet (see write_embedded_google_excerpt)."""
-    raise ValueError("the embedded Google excerpt is not in kso/data")
+    """The excerpt shipped in kso/data (no ../shared needed); ``hours`` cuts it shorter."""
+    pkg = resources.files("kso.data")
+    nodes = pd.read_csv(io.StringIO(pkg.joinpath(EMBEDDED_GOOGLE_NODES).read_text()), comment="#")
+    texts = [gzip.decompress(pkg.joinpath(name).read_bytes()).decode() for name in (EMBEDDED_GOOGLE_PODS, EMBEDDED_GOOGLE_USAGE)]
+    notes = [ln[2:] for ln in texts[0].splitlines() if ln.startswith("# ")][1:]
+    pods = pd.read_csv(io.StringIO(texts[0]), comment="#")
+    usage = pd.read_csv(io.StringIO(texts[1]), comment="#")
+    full = int(round(EMBEDDED_HOURS * 3600 / STEP_S))
+    n_steps = min(full, int(round((hours or EMBEDDED_HOURS) * 3600 / STEP_S)))
+    keep = (pods.arrival_step < n_steps).to_numpy()
+    cpu_use = np.array([np.array(v.split(), dtype=float) for v in usage.cpu_milli])[keep, :n_steps]
+    mem_use = np.array([np.array(v.split(), dtype=float) for v in usage.memory_mib])[keep, :n_steps] * MIB
+    pods = pods[keep].reset_index(drop=True)
+    cpu, mem = pods.cpu_milli.to_numpy(float), pods.memory_mib.to_numpy(float) * MIB
+    ratio = np.stack([cpu_use / cpu[:, None], mem_use / mem[:, None]], axis=2).astype(np.float32)
+    departure = pods.departure_step.to_numpy(np.int64)
+    departure = np.where(departure >= n_steps, n_steps + 1, departure)
+    return Scenario(
+        name=f"google-embedded-{len(nodes)}n-{n_steps * STEP_S / 3600:g}h-s0", step_s=STEP_S, n_steps=n_steps,
+        node_names=nodes.sn.tolist(), node_cpu=nodes.cpu_milli.to_numpy(float),
+        node_memory=nodes.memory_mib.to_numpy(float) * MIB, pod_names=pods.name.tolist(), pod_cpu=cpu, pod_memory=mem,
+        pod_arrival=pods.arrival_step.to_numpy(np.int64), pod_departure=departure, pod_usage=ratio,
+        pod_qos=["Burstable"] * len(pods), pod_profile=pods.owner.tolist(), sources=GOOGLE_SOURCES,
+        notes=[f"embedded excerpt kso/data/{EMBEDDED_GOOGLE_PODS}, {EMBEDDED_GOOGLE_USAGE}: the first "
+               f"{EMBEDDED_HOURS:g} h of seed 0 of the right-sized scenario (rule fixed before any result)", *notes],
+        pod_cpu_limit=pods.cpu_limit_milli.to_numpy(float), pod_memory_limit=pods.memory_limit_mib.to_numpy(float) * MIB,
+        pod_owner=pods.owner.tolist(), usage_label=GOOGLE_LABEL)

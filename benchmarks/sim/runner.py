@@ -1,5 +1,5 @@
 """The multi-seed runner behind ``kso bench --seeds``: every (scenario, seed, policy) cell in its own task,
-spread over worker processes, each cell's metrics appended to ``cells.jsonl`` as it finishes (a long run
+spread over worker processes, each cell's metrics written to ``cells.jsonl`` as it finishes (a long run
 keeps what it has), then aggregated over seeds with 95% intervals (Student t).
 
 A policy spec is ``name`` or ``name:key=value;key=value``: ``trimaran-tlp:target=80``,
@@ -81,7 +81,8 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     policy = make_policy(name, cell.seed, **kwargs)
     policy.name = cell.policy if ":" in cell.policy else policy.name
     m = compute(run(scenario, policy, progress, autoscaler=Autoscaler()))
-    row = {"scenario": cell.scenario, "nodes": cell.nodes, "hours": cell.hours, "seed": cell.seed, "policy": cell.policy,
+    row = {"scenario": cell.scenario, "nodes": scenario.n_nodes, "hours": scenario.n_steps * scenario.step_s / 3600,
+           "seed": cell.seed, "policy": cell.policy,
            "mode": m.mode, "scenario_name": scenario.name, **{k: float(getattr(m, k)) for k in SCALAR_METRICS},
            "extra": {k: float(v) for k, v in m.extra.items() if isinstance(v, int | float)}}
     return row, m
@@ -98,7 +99,8 @@ def _worker(cell: Cell) -> dict[str, Any]:
 
 
 def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = None) -> list[dict[str, Any]]:
-    """Run every cell (``jobs`` processes), appending rows to ``out/cells.jsonl``; prints one progress line per cell."""
+    """Run every cell (``jobs`` processes), writing rows to ``out/cells.jsonl`` as they finish (a fresh file);
+    prints one progress line per cell."""
     stream = stream or sys.stderr
     out.mkdir(parents=True, exist_ok=True)
     path = out / "cells.jsonl"
@@ -107,7 +109,7 @@ def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = Non
     # expensive policies first, so the slowest cells do not start last
     order = sorted(cells, key=lambda c: (not c.policy.startswith("kso"), c.seed))
     ctx = mp.get_context("fork")
-    with path.open("a") as f, ctx.Pool(max(1, jobs)) as pool:
+    with path.open("w") as f, ctx.Pool(max(1, jobs)) as pool:
         for n, row in enumerate(pool.imap_unordered(_worker, order, chunksize=1), 1):
             rows.append(row)
             f.write(json.dumps(row) + "\n")
