@@ -90,27 +90,30 @@ def tradeoff_plot(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fams: dict[str, list[tuple[float, float, float, float, str]]] = {}
-    for (s, p), a in agg.items():
-        if s != scenario:
-            continue
-        nh, nh_ci, _ = a["provisioned_node_hours"]
-        ep, ep_ci, _ = a["overload_episodes"]
-        fams.setdefault(family(p), []).append((nh, ep, nh_ci, ep_ci, p))
-    fig, ax = plt.subplots(figsize=(8.5, 5.5))
-    for fam, pts in sorted(fams.items()):
-        pts.sort()
-        kso = fam.startswith("kso")
-        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], xerr=[0 if math.isnan(p[2]) else p[2] for p in pts],
-                    yerr=[0 if math.isnan(p[3]) else p[3] for p in pts], marker="o" if kso else "s", capsize=3,
-                    linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=fam)
-        for nh, ep, _, _, p in pts:
-            ax.annotate(p.split(":", 1)[1] if ":" in p else p, (nh, ep), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("provisioned node-hours (autoscaler, billed)")
-    ax.set_ylabel("overload episodes (runs of node-steps with demand > U* = 90%)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
+    for ax, metric, label in ((axes[0], "overload_episodes", "overload episodes (runs of node-steps with demand > U* = 90%)"),
+                              (axes[1], "oom_kills", "OOM kills (memory demand above allocatable)")):
+        fams: dict[str, list[tuple[float, float, float, float, str]]] = {}
+        for (s, p), a in agg.items():
+            if s != scenario:
+                continue
+            nh, nh_ci, _ = a["provisioned_node_hours"]
+            y, y_ci, _ = a[metric]
+            fams.setdefault(family(p), []).append((nh, y, nh_ci, y_ci, p))
+        for fam, pts in sorted(fams.items()):
+            pts.sort()
+            kso = fam.startswith("kso")
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], xerr=[0 if math.isnan(p[2]) else p[2] for p in pts],
+                        yerr=[0 if math.isnan(p[3]) else p[3] for p in pts], marker="o" if kso else "s", capsize=3,
+                        linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=fam)
+            for nh, y, _, _, p in pts:
+                ax.annotate(p.split(":", 1)[1] if ":" in p else p, (nh, y), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set_xlabel("provisioned node-hours (autoscaler, billed)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -136,7 +139,8 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
                   *(f"- {n}" for n in notes.get(s, [])), "", table(agg, s, policies), ""]
         if with_plots:
             name = f"tradeoff-{s}.png"
-            tradeoff_plot(agg, s, out / name, f"{s} ({size}): node-hours vs overload episodes, mean ± 95% over seeds")
+            tradeoff_plot(agg, s, out / name, f"{s} ({size}): provisioned node-hours vs overload episodes and OOM kills, "
+                          "mean ± 95% over seeds")
             parts += [f"![trade-off {s}]({name})", ""]
         parts += ["Aims, as measured (means):", "", *aims(agg, s, policies), f"- {frontier_note(agg, s)}", ""]
     parts += ["## Data sources", "", *(f"- {src}" for src in sources), ""]

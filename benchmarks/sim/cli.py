@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "excerpt); runs every seed with the autoscaler, in --jobs processes, and writes the trade-off report")
     p.add_argument("--seeds", type=int, default=5, help="with --scenario: seeds 0..N-1 (default 5)")
     p.add_argument("--jobs", type=int, default=1, help="with --scenario: worker processes (default 1)")
+    p.add_argument("--report-only", action="store_true", help="with --scenario: no replays; rewrite the report from the "
+                   "rows already in --out/cells.jsonl (e.g. of a run that was stopped: its finished cells)")
     p.add_argument("--sweep", action="store_true", help=f"with --scenario: add each policy's packing knob ({SWEEP_POLICIES})")
     p.add_argument("--policies", default="", help=f"comma-separated specs (default {DEFAULT_POLICIES}; with --scenario "
                    f"{SCENARIO_POLICIES}); a spec may set a knob: trimaran-tlp:target=80, kso-plan:env=SAFEUTILIZATION=80")
@@ -114,7 +116,7 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     from benchmarks.sim.bench_report import write_bench_report
     from benchmarks.sim.engine import Autoscaler
     from benchmarks.sim.policies import POLICIES
-    from benchmarks.sim.runner import Cell, parse_spec, run_cells, scenario_for
+    from benchmarks.sim.runner import Cell, parse_spec, read_rows, run_cells, scenario_for
 
     specs = [p.strip() for p in (args.policies or SCENARIO_POLICIES).split(",") if p.strip()]
     if args.sweep:
@@ -136,7 +138,11 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p) for k in kinds for seed in seeds for p in specs]
     print(f"{len(cells)} replays ({len(kinds)} scenario(s) x {len(seeds)} seed(s) x {len(specs)} policies) in {args.jobs} "
           f"process(es); rows written to {out / 'cells.jsonl'}", file=sys.stderr)
-    rows = run_cells(cells, out, args.jobs)
+    if args.report_only:
+        rows = [r for r in read_rows(out) if r["scenario"] in kinds and r["policy"] in specs]
+        print(f"report only: {len(rows)} finished rows of {len(cells)} cells in {out / 'cells.jsonl'}", file=sys.stderr)
+    else:
+        rows = run_cells(cells, out, args.jobs)
     given = argv if argv is not None else sys.argv[1:]
     command = "kso bench " + " ".join(shlex.quote(a) for a in (given[1:] if given[:1] == ["bench"] else given))
     path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots)
