@@ -102,3 +102,29 @@ def test_a_pod_nothing_can_hold_triggers_no_node_and_is_counted_pending() -> Non
     m = compute(res)
     assert m.scale_ups == 0 and m.pending_end == 1 and res.waits_steps == [3]
     assert m.pending_p95_min == 15.0
+
+
+def test_policy_evictions_are_counted_as_moves_and_requeued() -> None:
+    from benchmarks.sim.policies.default import DefaultScheduler
+
+    class EvictFirstAtStepOne(DefaultScheduler):
+        def evictions(self, sim):  # type: ignore[no-untyped-def]
+            return [0, 7] if sim.step == 1 else []  # 7: not a running pod, ignored
+
+    s = scenario([1000, 1000], [(300, GIB, 0, 9, [0.5] * 3, [0.5] * 3), (300, GIB, 0, 9, [0.5] * 3, [0.5] * 3)], 3)
+    res = run(s, EvictFirstAtStepOne(0))
+    m = compute(res)
+    assert m.pods_moved == 1 and res.pods[0].bound_step == 1 and res.pods[0].waits == [0, 0]
+
+
+def test_bench_scenario_mode_writes_the_tradeoff_report(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.sim.cli import main
+
+    rc = main(["--scenario", "google-embedded", "--hours", "1", "--policies", "default,default-most,trimaran-tlp:target=80",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "| default-most | 1 |" in report and "trimaran-tlp:target=80" in report and "units:" in report
+    assert "Aims, as measured" in report and "real join" in report
+    assert (tmp_path / "tradeoff-google-embedded.png").stat().st_size > 1000
+    assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == 3
