@@ -184,6 +184,8 @@ class KsoPlanReoptimizePolicy(KsoPlanPolicy):
         self.extra["reopt_runs"] += 1
         self.extra["reopt_s"] += time.perf_counter() - t0
         self.extra["moves_planned"] += len(result.moves)
+        # a solve that found nothing in its time limit (UNKNOWN) is not a "no move needed": count it apart
+        self.extra[f"reopt_{result.status.lower()}"] = self.extra.get(f"reopt_{result.status.lower()}", 0) + 1
         if result.moves:
             self.cache.install(result.plan, f"reoptimize at sim step {sim.step}")
         return [running[m.uid] for m in result.moves if m.uid in running]
