@@ -50,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "each job's first third), google-limits (requests = Borg limits), google-embedded (kso/data "
                    "excerpt); runs every seed with the autoscaler, in --jobs processes, and writes the trade-off report")
     p.add_argument("--seeds", type=int, default=5, help="with --scenario: seeds 0..N-1 (default 5)")
+    p.add_argument("--seed-from", type=int, default=0, help="with --scenario: the first seed (seeds FROM..FROM+N-1)")
     p.add_argument("--jobs", type=int, default=1, help="with --scenario: worker processes (default 1)")
     p.add_argument("--report-only", action="store_true", help="with --scenario: no replays; rewrite the report from the "
                    "rows already in --out/cells.jsonl (e.g. of a run that was stopped: its finished cells)")
@@ -127,7 +128,7 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
         return 2
     kinds = [k.strip() for k in args.scenario.split(",") if k.strip()]
     args.target_load = 0.6 if args.target_load is None else args.target_load
-    seeds = [0] if "google-embedded" in kinds else list(range(args.seeds))
+    seeds = [0] if "google-embedded" in kinds else list(range(args.seed_from, args.seed_from + args.seeds))
     out = Path(args.out)
     notes, sources = {}, ()
     for kind in kinds:
