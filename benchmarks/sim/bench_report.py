@@ -55,10 +55,12 @@ def aims(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]], scenar
             m_nh, m_ep, m_unmet, m_oom = (most[m][0] for m in ("provisioned_node_hours", "overload_episodes",
                                                                "unmet_cpu_core_min", "oom_kills"))
             ok = nh <= m_nh and ep <= 0.5 * m_ep and unmet <= 0.5 * m_unmet and oom <= m_oom
+            vacuous = " (MostAllocated has no episode and no unmet cpu here: only node-hours and OOM decide)" \
+                if m_ep == 0 and m_unmet == 0 else ""
             out.append(f"- `{p}` vs default MostAllocated: node-hours {nh:.0f} vs {m_nh:.0f}, episodes {ep:.1f} vs {m_ep:.1f}, "
                        f"unmet cpu {unmet:.0f} vs {m_unmet:.0f} core-min, OOM kills {oom:.0f} vs {m_oom:.0f}: "
                        "aim 1 (no more node-hours, >= 50% fewer episodes and unmet cpu, no more OOM) "
-                       f"**{'met' if ok else 'not met'}**")
+                       f"**{'met' if ok else 'not met'}**{vacuous}")
         if least is not None:
             l_nh, l_ep = least["provisioned_node_hours"][0], least["overload_episodes"][0]
             ok = ep <= l_ep and nh <= 0.85 * l_nh
