@@ -30,7 +30,7 @@ from benchmarks.latency.cluster import (
 from benchmarks.latency.machine import machine_info
 from benchmarks.latency.matrix import build_bodies
 from benchmarks.latency.measure import Row, drive, pct
-from benchmarks.latency.server import DEFAULT_MAX_BODY, Server, server_delta, tree_env
+from benchmarks.latency.server import DEFAULT_MAX_BODY, Server, server_delta, server_p99, tree_env
 
 # Run in each tree compared (see its docstring): answers a list of requests through that tree's ASGI app.
 REPLAY_SCRIPT = Path(__file__).with_name("replay.py")
@@ -134,7 +134,7 @@ class CompareRow:
     verb: str
     node_set: str
     sent: int
-    stats: dict[str, tuple[float, float, float, float]]  # tree label -> (p50, p99, calls/s, srv ms), medians over rounds
+    stats: dict[str, tuple[float, ...]]  # tree label -> (p50, p99, calls/s, srv mean, srv p99) ms, medians over rounds
 
 
 def run_compare(args: argparse.Namespace, tmp: Path) -> int:
@@ -174,7 +174,7 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
                         big = mode == "full" and n * node_kb > 4096
                         bodies = build_bodies(cluster, mode, node_set, verb, pods, servers["this"].port,
                                               2 if big else args.variants)
-                        per_round: dict[str, list[tuple[float, float, float, float]]] = {lb: [] for lb in servers}
+                        per_round: dict[str, list[tuple[float, ...]]] = {lb: [] for lb in servers}
                         for server in servers.values():  # warm-up, and size the rounds
                             warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)),
                                          args.max_cell_seconds / 4, 120.0)
@@ -189,12 +189,14 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
                                 server = servers[label]
                                 m0 = server.metrics()
                                 smp = drive(server.port, verb, bodies, count, args.max_cell_seconds, 120.0)
-                                srv_mean, srv_err = server_delta(m0, server.metrics(), verb)
+                                m1 = server.metrics()
+                                srv_mean, srv_err = server_delta(m0, m1, verb)
                                 if smp.errors or srv_err:
                                     print(f"   {label}: errors {dict(smp.errors)} server {srv_err}")
                                 lat = np.array(smp.lat) * 1e3
-                                per_round[label].append((pct(lat, 50), pct(lat, 99), lat.size / smp.wall, srv_mean))
-                        stats = {lb: tuple(float(np.median([x[i] for x in v])) for i in range(4))
+                                per_round[label].append((pct(lat, 50), pct(lat, 99), lat.size / smp.wall, srv_mean,
+                                                         server_p99(m0, m1, verb)))
+                        stats = {lb: tuple(float(np.median([x[i] for x in v])) for i in range(5))
                                  for lb, v in per_round.items()}
                         row = CompareRow(n, mode, verb, node_set, int(np.mean([b.nodes_sent for b in bodies])),
                                          stats)  # type: ignore[arg-type]
@@ -206,7 +208,7 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
     print("\n" + "\n".join(machine_info()))
     print(f"base = {other} ({_git_head(other)}); this = {REPO} ({_git_head(REPO)}{_dirty(REPO)})")
     print(f"each cell: {args.rounds} rounds per tree, alternating ABBA; medians over rounds of p50 / p99 (ms) and "
-          "calls/s, and of the server's own mean (srv ms); one call in flight (closed loop)\n")
+          "calls/s, and of the server's own mean (srv) and p99 bucket (srv99); one call in flight (closed loop)\n")
     print(COMPARE_HEADER)
     for row in rows:
         print(fmt_compare(row))
@@ -214,14 +216,14 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
 
 
 COMPARE_HEADER = (f"{'nodes':>5} {'mode':<5} {'verb':<10} {'set':<6} {'sent':>5} | {'base p50':>8} {'p99':>6} {'calls/s':>7} "
-                  f"{'srv':>6} | {'this p50':>8} {'p99':>6} {'calls/s':>7} {'srv':>6} | aim (this)")
+                  f"{'srv':>6} {'srv99':>6} | {'this p50':>8} {'p99':>6} {'calls/s':>7} {'srv':>6} {'srv99':>6} | aim (this)")
 
 
 def fmt_compare(r: CompareRow) -> str:
     b, t = r.stats["base"], r.stats["this"]
-    aim = Row(r.nodes, r.mode, r.verb, r.node_set, r.sent, 0, 0, 0, t[0], t[1], 0, t[2], t[3], 0, "").aim()
+    aim = Row(r.nodes, r.mode, r.verb, r.node_set, r.sent, 0, 0, 0, t[0], t[1], 0, t[2], t[3], t[4], 0, "").aim()
     return (f"{r.nodes:>5} {r.mode:<5} {r.verb:<10} {r.node_set:<6} {r.sent:>5} | {b[0]:>8.3f} {b[1]:>6.3f} {b[2]:>7.0f} "
-            f"{b[3]:>6.3f} | {t[0]:>8.3f} {t[1]:>6.3f} {t[2]:>7.0f} {t[3]:>6.3f} | {aim}")
+            f"{b[3]:>6.3f} {b[4]:>6.3f} | {t[0]:>8.3f} {t[1]:>6.3f} {t[2]:>7.0f} {t[3]:>6.3f} {t[4]:>6.3f} | {aim}")
 
 
 def _git_head(tree: Path) -> str:

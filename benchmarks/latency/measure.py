@@ -95,6 +95,7 @@ class Row:
     max: float
     rate: float
     server_mean: float
+    server_p99: float
     over_timeout: int
     errors: str
     note: str = ""
@@ -111,10 +112,10 @@ class Row:
 
 
 HEADER = (f"{'nodes':>5} {'mode':<5} {'verb':<10} {'set':<6} {'sent':>5} {'req KB':>8} {'resp KB':>8} {'calls':>6} "
-          f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'calls/s':>8} {'srv ms':>7} {'>5s':>4}  {'errors':<8} aim")
+          f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'calls/s':>8} {'srv ms':>7} {'srv p99':>7} {'>5s':>4}  {'errors':<8} aim")
 
 
 def fmt_row(r: Row) -> str:
     return (f"{r.nodes:>5} {r.mode:<5} {r.verb:<10} {r.node_set:<6} {r.sent:>5} {r.req_kb:>8.1f} {r.resp_kb:>8.1f} "
-            f"{r.calls:>6} {r.p50:>8.3f} {r.p99:>8.3f} {r.max:>8.2f} {r.rate:>8.0f} {r.server_mean:>7.3f} "
+            f"{r.calls:>6} {r.p50:>8.3f} {r.p99:>8.3f} {r.max:>8.2f} {r.rate:>8.0f} {r.server_mean:>7.3f} {r.server_p99:>7.3f} "
             f"{r.over_timeout:>4}  {r.errors or '0':<8} {r.aim()}")

@@ -83,9 +83,7 @@ class Server:
         conn.close()
         out: dict[str, float] = {}
         for line in text.splitlines():
-            if line.startswith("kso_extender_request_duration_seconds_sum") or \
-               line.startswith("kso_extender_request_duration_seconds_count") or \
-               line.startswith("kso_extender_errors_total"):
+            if line.startswith(("kso_extender_request_duration_seconds_", "kso_extender_errors_total")):
                 key, _, value = line.rpartition(" ")
                 out[key] = float(value)
         return out
@@ -126,3 +124,19 @@ def server_delta(before: dict[str, float], after: dict[str, float], verb: str) -
     mean = (after.get(s_key, 0.0) - before.get(s_key, 0.0)) / n * 1e3 if n else math.nan
     errors = sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith("kso_extender_errors_total"))
     return mean, errors
+
+
+def server_p99(before: dict[str, float], after: dict[str, float], verb: str) -> float:
+    """The server's own p99 for the verb between two /metrics scrapes, in ms: the upper bound of the
+    histogram bucket that holds the 99th percentile (so read it as "at most")."""
+    head = "kso_extender_request_duration_seconds_bucket{"
+    counts: list[tuple[float, float]] = []
+    for key, value in after.items():
+        if key.startswith(head) and f'verb="{verb}"' in key:
+            le = key.split('le="', 1)[1].split('"', 1)[0]
+            counts.append((math.inf if le == "+Inf" else float(le), value - before.get(key, 0.0)))
+    counts.sort()
+    if not counts or counts[-1][1] <= 0:
+        return math.nan
+    target = 0.99 * counts[-1][1]
+    return next(le for le, c in counts if c >= target) * 1e3
