@@ -40,6 +40,7 @@ def test_body_sends_a_fresh_uid_in_place_of_the_placeholder() -> None:
 
 
 def test_reply_replay_of_a_tree_against_itself_is_identical(tmp_path: Path) -> None:
+    assert (REPO / "kso" / "cli.py").exists() and (REPO / "extender").is_dir()  # the tree the servers run from
     cluster = make_cluster(12, seed=3)
     snap = tmp_path / "cluster.json"
     snap.write_bytes(cluster.snapshot())

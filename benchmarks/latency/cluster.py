@@ -17,7 +17,7 @@ import orjson
 DATA = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
 OPENB_NODES = DATA / "openb-nodes.csv"
 OPENB_PODS = DATA / "openb-pods-cpu.csv"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the checkout this package is in
 
 UID_PLACEHOLDER = "ffffffff-ffff-4fff-bfff-ffffffffffff"
 CREATED = "2026-03-02T08:14:51Z"
