@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from extender.agents.base import Call, PredicateResult
 from extender.agents.image import ImageAgent, ImageParams, image_locality_score
-from extender.agents.safe import RESOURCE_NAMES, SafeAgent, SafeInputs, SafeParams, beta_risk
+from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, beta_risk
 from extender.app import create_app
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
@@ -533,3 +533,20 @@ def test_safe_inputs_equal_the_reference(nodes: list[tuple[str, str, list[str | 
     got = agent._inputs(Call(pod, view))
     for a, b in zip((got.mu, got.sigma, got.valid), reference_safe_inputs(agent, Call(pod, view)), strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(st.integers(0, 40), tricky, st.one_of(tricky, st.just(0.05))), min_size=1, max_size=12),
+                min_size=1, max_size=6), st.integers(1, 100))
+def test_risk_memo_answers_as_betainc(calls: list[list[tuple[int, float, float]]], u_star: int) -> None:
+    """Call after call (slots reused with the same or other inputs, the memo growing), the memo's risk is
+    bit for bit safe_overload_risk's."""
+    memo = RiskMemo(u_star / 100)
+    for entries in calls:
+        slots = np.array([e[0] for e in entries], dtype=np.intp)
+        mu = np.array([e[1] for e in entries])
+        sigma = np.array([e[2] for e in entries])
+        var, spread = sigma * sigma, mu * (1.0 - mu)
+        fits = (mu != 0) & (sigma != 0) & (var < spread)
+        got = memo.fitted_risk(slots[fits], mu[fits], sigma[fits], var[fits], spread[fits])
+        assert got.tobytes() == safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
