@@ -39,15 +39,18 @@ def _in_cluster() -> bool:
 
 def choose_source(config: Config) -> str:
     s = config.settings
-    if s.cluster_source != "AUTO":
-        return s.cluster_source
+    # Upper-cased here: a value from the environment is normalised by its parser, the default is not.
+    source = s.cluster_source.upper()
+    if source != "AUTO":
+        return source
     if s.snapshot_path:
         return "SNAPSHOT"
     kubeconfig = s.kubeconfig or str(Path.home() / ".kube" / "config")
     if _in_cluster() or Path(kubeconfig).exists():
         return "API"
-    log.warning("no cluster found (not in a pod, no kubeconfig, no KSO_SNAPSHOT): serving the embedded "
-                "demo cluster; set KSO_CLUSTER_SOURCE=API to insist on an API server")
+    log.warning("NO CLUSTER FOUND (not in a pod, no kubeconfig at %s, no KSO_SNAPSHOT): serving the embedded "
+                "DEMO cluster, so every real node kube-scheduler asks about is unknown and passed unjudged; "
+                "set KSO_CLUSTER_SOURCE=API to insist on an API server", kubeconfig)
     return "DEMO"
 
 

@@ -4,6 +4,7 @@ extender (uvicorn on 127.0.0.1) over a ClusterState made from them."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,3 +87,36 @@ def fixtures_dir() -> Path:
     if not FIXTURES.exists():
         pytest.skip(f"captured kube-scheduler requests not present at {FIXTURES}")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Any]:
+    """etcd + kube-apiserver (benchmarks.controlplane), started once per test session and shared: tests
+    keep to their own namespace (``kube_namespace``) and unique node names. Skips when the binaries are
+    missing, unless KSO_REQUIRE_K8S=1 (as in .ci/run), which turns that into a failure."""
+    from benchmarks.controlplane import BinariesMissing, ControlPlane
+
+    try:
+        cp = ControlPlane().start()
+    except BinariesMissing as exc:
+        if os.environ.get("KSO_REQUIRE_K8S") == "1":
+            pytest.fail(f"KSO_REQUIRE_K8S=1 but {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def kube_namespace(control_plane: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the shared control plane, named after the test (deleted afterwards; without
+    the namespace controller it stays Terminating, which no other test sees)."""
+    from kubernetes import client
+
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:50].strip("-") or "t"
+    name = f"{name}-{os.urandom(3).hex()}"
+    core = client.CoreV1Api(control_plane.api_client())
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
