@@ -512,10 +512,11 @@ class ApiBinder:
     """Binds pods through the API server (a Binding, as kube-scheduler's DefaultBinder does)."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0, pool_size: int = BIND_POOL_SIZE) -> None:
-        # Its own client, on a copy of the configuration with a pool for ``pool_size`` binds in flight:
-        # the shared client's pool (cpu_count * 5 = 10 connections here) also holds the watches'
-        # long-lived streams, and under kube-scheduler's concurrent binds the overflow was a new TLS
-        # connection per bind, discarded after it ("Connection pool is full"): bind times of 100s of ms.
+        # Its own client, on a copy of the configuration with a pool for ``pool_size`` binds in flight (or the
+        # given client's, if larger): binds never wait behind, or share a pool with, the watches' long-lived
+        # streams and the plan's polls, and a client made without load_api_client's pool size (urllib3's
+        # 10) cannot turn kube-scheduler's concurrent binds into a new TLS connection per bind, discarded
+        # after it ("Connection pool is full"), which made binds take 100s of ms.
         cfg = copy.deepcopy(api_client.configuration)
         cfg.connection_pool_maxsize = max(pool_size, cfg.connection_pool_maxsize or 0)
         self._api_client = client.ApiClient(configuration=cfg)
