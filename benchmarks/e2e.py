@@ -275,7 +275,8 @@ class ExtenderProcess:
 def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
     """``kso extender --port P`` as README says: a kubeconfig and nothing else (KSO_CLUSTER_SOURCE unset).
     Bound to 127.0.0.1 so a test never opens a port beyond the machine."""
-    # KSO_BENCH_TREE=DIR (a --kso-env variant): run the kso of another checkout, e.g. the commit before a change.
+    # KSO_BENCH_TREE=DIR (a --kso-env variant): run the kso of another checkout, e.g. the commit before a change;
+    # DIR relative to the working directory (the variant's label names files, so it cannot hold a "/").
     tree = Path(env.pop("KSO_BENCH_TREE", str(REPO))).resolve()
     e = tree_env(tree, KUBECONFIG=str(kubeconfig), LOG_LEVEL="WARNING", KSO_HOST="127.0.0.1", **env)
     e.pop("KSO_CLUSTER_SOURCE", None)
