@@ -36,8 +36,11 @@ class ExtenderSettings:
     # Seconds a client may take to send a request's headers, then its body; the connection is closed after.
     header_timeout_s: float = setting("KSO_HEADER_TIMEOUT_S", 5.0, lo=0.1)
     body_timeout_s: float = setting("KSO_BODY_TIMEOUT_S", 30.0, lo=0.1)
-    # Connections served at once; beyond it uvicorn answers 503 (bounds the memory bodies can take).
-    max_connections: int = setting("KSO_MAX_CONNECTIONS", 32, lo=1)
+    # Connections and requests served at once; beyond it uvicorn answers 503 (with KSO_MAX_BODY_BYTES this
+    # bounds the memory bodies can take: 512 x 1 MiB). kube-scheduler binds each pod in its own goroutine,
+    # so with kso binding hundreds of calls can be in flight; a 503 on an ignorable extender's filter makes
+    # kube-scheduler place the pod without kso (32 let pods onto nodes kso rejects, end to end).
+    max_connections: int = setting("KSO_MAX_CONNECTIONS", 512, lo=1)
     log_level: str = setting("LOG_LEVEL", "INFO")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list")

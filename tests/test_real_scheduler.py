@@ -46,6 +46,8 @@ def kso(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield ext
     text = log.read_text(errors="replace")
     assert "Connection pool is full" not in text, "kso's API client pool overflowed (kso/kube.py API_POOL_MAXSIZE)"
+    # A 503 from uvicorn's connection cap makes kube-scheduler (ignorable extender) place pods without kso.
+    assert "Exceeded concurrency limit" not in text, "kso refused kube-scheduler's calls (KSO_MAX_CONNECTIONS)"
 
 
 def kso_metrics(kso: ExtenderProcess) -> dict[tuple[str, str], float]:
