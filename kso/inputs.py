@@ -8,6 +8,7 @@ Used by ``kso plan``, ``kso reoptimize`` and ``kso annotate``; their forecast in
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 
 from kso.cluster import ClusterState
-from kso.objects import ObjectError, node_from_k8s, pod_from_k8s
+from kso.objects import NodeInfo, ObjectError, node_from_k8s, pod_from_k8s
 
 REPLICATED_KINDS = ("ReplicaSet", "StatefulSet")  # owners whose replica count is read (spec.replicas)
 REQUEST_TIMEOUT_S = 30.0
@@ -181,3 +182,65 @@ def read_api_cluster(api_client: Any, prog: str = "kso reoptimize") -> RawCluste
         return cache[key]
 
     return RawCluster(state, raw_pods, replicas, f"API server {where}", api_client)
+
+
+# ---- the command-line flags ----------------------------------------------------------------------
+def add_cluster_args(p: argparse.ArgumentParser, *, demo: bool = True,
+                     snapshot_help: str = "cluster from a snapshot file instead of the API server",
+                     demo_help: str = "the embedded demo cluster") -> Any:
+    """--snapshot (and --demo), --kubeconfig and --context. Returns the group of cluster sources (the
+    alternatives), so that a command can add one of its own (``kso plan --openb``)."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--snapshot", metavar="PATH", help=snapshot_help)
+    if demo:
+        where.add_argument("--demo", action="store_true", help=demo_help)
+    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    return where
+
+
+def api_client_for(args: argparse.Namespace) -> Any:
+    """kso.kube.load_api_client for --kubeconfig / --context; InputError saying what was tried."""
+    from kso.kube import KubeConfigError, load_api_client
+
+    try:
+        return load_api_client(args.kubeconfig, getattr(args, "context", None))
+    except KubeConfigError as exc:
+        raise InputError(str(exc)) from None
+
+
+def load_cluster(args: argparse.Namespace, prog: str) -> RawCluster:
+    """The cluster the flags name: --snapshot PATH, --demo, else the API server."""
+    if args.snapshot or getattr(args, "demo", False):
+        return read_snapshot_cluster(args.snapshot or None, prog)
+    return read_api_cluster(api_client_for(args), prog)
+
+
+def load_nodes(args: argparse.Namespace, prog: str) -> tuple[list[NodeInfo], Any]:
+    """Only the nodes (--snapshot PATH, else the API server), and the ApiClient (None for a snapshot)."""
+    if args.snapshot:
+        from kso.snapshot import SnapshotError, parse_snapshot, read_snapshot
+
+        try:
+            return parse_snapshot(*read_snapshot(args.snapshot))[0], None
+        except SnapshotError as exc:
+            raise InputError(str(exc)) from None
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from kso.kube import api_message
+
+    api_client = api_client_for(args)
+    try:
+        raw = list_raw(client.CoreV1Api(api_client).list_node)
+    except ApiException as exc:
+        raise InputError(f"cannot list nodes: HTTP {exc.status}: {api_message(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - connection refused, TLS, DNS...: all say the same to the user
+        raise InputError(f"cannot list nodes: {type(exc).__name__}: {exc}") from None
+    nodes = []
+    for obj in raw:
+        try:
+            nodes.append(node_from_k8s(obj))
+        except ObjectError as exc:
+            print(f"{prog}: {api_client.configuration.host}: node skipped: {exc}", file=sys.stderr)
+    return nodes, api_client

@@ -36,8 +36,8 @@ from typing import Any
 
 import orjson
 
-from kso.cluster import ClusterState
-from kso.inputs import InputError, RawCluster, read_api_cluster, read_snapshot_cluster
+from forecasting.inputs import node_forecasts
+from kso.inputs import InputError, RawCluster, add_cluster_args, load_cluster
 from kso.settings import load_settings, read_config_file
 from optimizer.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
 from optimizer.eviction import Execution, execute, plan_namespace, publish
@@ -46,7 +46,7 @@ EXIT_OK, EXIT_CONFIG, EXIT_EVICTIONS_FAILED = 0, 1, 2
 
 
 def add_commands(subparsers: Any) -> None:
-    from forecasting.cli import _source_args
+    from forecasting.inputs import add_forecast_args
     from optimizer.migration import MIGRATION_POLICIES
 
     p = subparsers.add_parser(
@@ -57,12 +57,9 @@ def add_commands(subparsers: Any) -> None:
                     "mirror, DaemonSet, system-critical, local-storage (emptyDir/hostPath) or single-replica pods, "
                     f"nor pods annotated {OPT_OUT_ANNOTATION}: \"false\". Exit 0 ok, 1 configuration error, "
                     "2 some evictions failed.")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--snapshot", metavar="PATH", help="cluster from a snapshot file instead of the API server (dry-run only)")
-    where.add_argument("--demo", action="store_true", help="the embedded demo cluster (dry-run only)")
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
-    _source_args(p)  # --prometheus / --trace and the forecast options, as `kso forecast`
+    add_cluster_args(p, snapshot_help="cluster from a snapshot file instead of the API server (dry-run only)",
+                     demo_help="the embedded demo cluster (dry-run only)")
+    add_forecast_args(p)  # --prometheus / --trace and the forecast options, as `kso forecast`
     p.add_argument("--execute", action="store_true", help="evict for real (default: dry-run, nothing is changed)")
     p.add_argument("--max-moves", type=int, default=10, metavar="N", help="evictions in total (default 10)")
     p.add_argument("--max-per-node", type=int, default=None, metavar="N", help="evictions from one node (default: no limit)")
@@ -83,47 +80,6 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--all-nodes", action="store_true", help="list every node in the per-node table, not only changed ones")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_reoptimize)
-
-
-# ---- forecasts -----------------------------------------------------------------------------------
-def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any] | None, float | None, str]:
-    if not (args.prometheus or args.trace):
-        return None, None, "node annotations (kube-safe-scheduler) where present, else the pods' requests"
-    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
-    from forecasting.store import ForecastStore
-
-    try:
-        forecaster = get_forecaster(args.model or DEFAULT_FORECASTER)
-    except (KeyError, ValueError) as exc:
-        raise InputError(f"forecasting model: {exc}") from None
-    store = ForecastStore()
-    if args.trace:
-        from forecasting.traces import TraceError, TraceSource
-
-        names = sorted(state.node_names())
-        try:
-            source = TraceSource(args.trace, n_series=args.nodes or len(names), window_s=args.window,
-                                 start_offset_s=args.offset)
-            now = source.now()
-        except (TraceError, OSError, ValueError) as exc:
-            raise InputError(f"trace {args.trace}: {exc}") from None
-        if not store.refresh(source, forecaster, args.horizon, now=now):
-            raise InputError(f"forecasts from trace {args.trace} failed: {store.last_error}")
-        snap = store.snapshot(now)
-        # Synthetic join: the trace's i-th series (by key) stands for the cluster's i-th node (by name).
-        mapped = dict(zip(names, (snap[k] for k in sorted(snap)), strict=False))
-        return mapped, now, (f"trace {args.trace} ({store.model}); series given to the nodes in name order, "
-                             "a synthetic join")
-    from forecasting.prometheus import PrometheusSource
-
-    try:
-        source_p = PrometheusSource(url=args.prometheus)
-    except Exception as exc:  # noqa: BLE001 - bad URL or settings
-        raise InputError(f"prometheus {args.prometheus}: {exc}") from None
-    if not store.refresh(source_p, forecaster, args.horizon):
-        raise InputError(f"forecasts from Prometheus {args.prometheus} failed: {store.last_error} "
-                          "(run without --prometheus to use the node annotations)")
-    return store.snapshot(), None, f"prometheus {args.prometheus} ({store.model})"
 
 
 # ---- output --------------------------------------------------------------------------------------
@@ -225,17 +181,9 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _load_cluster(args: argparse.Namespace) -> RawCluster:
-    if args.snapshot or args.demo:
-        if args.execute:
-            raise InputError("--execute needs the API server: a snapshot or the demo cluster can only be dry-run")
-        return read_snapshot_cluster(args.snapshot or None)
-    from kso.kube import KubeConfigError, load_api_client
-
-    try:
-        api_client = load_api_client(args.kubeconfig, args.context)
-    except KubeConfigError as exc:
-        raise InputError(str(exc)) from None
-    return read_api_cluster(api_client)
+    if (args.snapshot or args.demo) and args.execute:
+        raise InputError("--execute needs the API server: a snapshot or the demo cluster can only be dry-run")
+    return load_cluster(args, "kso reoptimize")
 
 
 def cmd_reoptimize(args: argparse.Namespace) -> int:
@@ -245,7 +193,7 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
     try:
         settings, options = _options(args)
         cluster = _load_cluster(args)
-        forecasts, now, load_from = _forecasts(args, cluster.state)
+        forecasts, now, load_from = node_forecasts(args, cluster.state.node_names())
     except InputError as exc:
         print(f"kso reoptimize: {exc}", file=sys.stderr)
         return EXIT_CONFIG
