@@ -24,18 +24,17 @@ import platform
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from forecasting.models import DEFAULT_FORECASTER, get_forecaster
 from forecasting.models._base import DEFAULT_HISTORY_S, STEP_S, GridForecaster, resample
+from forecasting.traces import DATA_DIR, TRACE_FILES
 from forecasting.types import UtilisationSeries
 
-DATA = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
-BITBRAINS = DATA / "bitbrains-rnd-2013-08.csv.gz"
-ALIBABA = DATA / "alibaba2018-machine-usage.csv.gz"
+BITBRAINS = DATA_DIR / TRACE_FILES["bitbrains"]
+ALIBABA = DATA_DIR / TRACE_FILES["alibaba"]
 HORIZONS_S = (1800.0, 3600.0)
 BASELINES = ("last-value", "trimaran", "ibm")
 MODELS = (

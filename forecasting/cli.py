@@ -1,12 +1,4 @@
-"""``kso forecast`` and ``kso annotate``.
-
-Wiring (for the owner of kso/cli.py)::
-
-    from forecasting.cli import add_commands
-    sub = parser.add_subparsers(dest="command")
-    add_commands(sub)                      # adds "forecast" and "annotate"
-    args = parser.parse_args(argv)
-    return args.func(args)                 # each command sets func(args) -> int exit code
+"""``kso forecast`` and ``kso annotate`` (added to the ``kso`` command by kso/cli.py).
 
 ``forecast`` prints the forecast per node (mean, p95, std of utilisation, model, age of the newest
 sample); ``annotate`` writes kube-safe-scheduler's node annotations (``mean-free-cpu``, ``std-free-cpu``,
@@ -230,7 +222,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m forecasting.cli forecast ...``) until kso/cli.py wires it."""
+    """``python -m forecasting.cli forecast|annotate ...``: these two commands without the rest of ``kso``."""
     parser = argparse.ArgumentParser(prog="kso")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -24,7 +24,6 @@ The OpenMetrics file is backfilled with ``promtool tsdb create-blocks-from openm
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import socket
 import subprocess
@@ -36,9 +35,10 @@ import numpy as np
 import pandas as pd
 import requests
 
-DATA = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
-BITBRAINS = DATA / "bitbrains-rnd-2013-08.csv.gz"
-ALIBABA = DATA / "alibaba2018-machine-usage.csv.gz"
+from forecasting.traces import DATA_DIR, TRACE_FILES
+
+BITBRAINS = DATA_DIR / TRACE_FILES["bitbrains"]
+ALIBABA = DATA_DIR / TRACE_FILES["alibaba"]
 
 STEP = 60  # scrape interval, seconds
 HOURS = 12
