@@ -83,9 +83,6 @@ def api_message(exc: ApiException) -> str:
     return str(exc.reason or "")
 
 
-_api_message = api_message  # the binder's name for it, kept while issue 16 edits the binder (lead: drop after merge)
-
-
 class _RawWatch(watch.Watch):
     """Watch that hands out events as parsed JSON only.
 
@@ -531,7 +528,7 @@ class ApiBinder:
         if exc.status == HTTP_NOT_FOUND:
             raise BindError(f"pod {key} not found") from exc
         if exc.status != HTTP_CONFLICT:
-            raise BindError(f"binding pod {key} to node {node} failed: HTTP {exc.status}: {_api_message(exc)}") from exc
+            raise BindError(f"binding pod {key} to node {node} failed: HTTP {exc.status}: {api_message(exc)}") from exc
         # 409: kube-scheduler retries a bind whose response it did not get; if the first one went
         # through, the pod is on the node it asked for, and that is success.
         pod = self.fetch_pod(namespace, name)
@@ -545,7 +542,7 @@ class ApiBinder:
             return
         if bound:
             raise BindError(f"pod {key} is already bound to node {bound}, cannot bind it to {node}") from exc
-        raise BindError(f"binding pod {key} to node {node} failed: HTTP 409: {_api_message(exc)}") from exc
+        raise BindError(f"binding pod {key} to node {node} failed: HTTP 409: {api_message(exc)}") from exc
 
     def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as a plain dict; None on 404. Raises BindError when the API cannot be asked."""
@@ -561,7 +558,7 @@ class ApiBinder:
         except ApiException as exc:
             if exc.status == HTTP_NOT_FOUND:
                 return None
-            raise BindError(f"reading pod {key} failed: HTTP {exc.status}: {_api_message(exc)}") from exc
+            raise BindError(f"reading pod {key} failed: HTTP {exc.status}: {api_message(exc)}") from exc
         except (urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError) as exc:
             raise BindError(f"reading pod {key} failed: {exc}") from exc
         return pod if isinstance(pod, dict) else None
