@@ -43,6 +43,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -301,11 +302,24 @@ class Component:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL when the process that started it dies, so a test run
+    killed without cleanup (SIGKILL, a CI timeout) leaves no etcd or kube-apiserver behind. SIGKILL, not
+    SIGTERM: a kube-apiserver whose etcd is gone never finishes its graceful shutdown."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _spawn(name: str, argv: list[str], workdir: Path, port: int = 0) -> Component:
     log = workdir / f"{name}.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=workdir, start_new_session=True)
+                                cwd=workdir, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     return Component(name, proc, log, port)
 
 
@@ -401,6 +415,11 @@ class ControlPlane:
             "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
             "--initial-cluster", f"kso={peer_url}", "--unsafe-no-fsync",
+            # etcd before 3.4.31 cannot answer kube-apiserver's on-demand progress requests, so a watch
+            # cache of a quiet resource lags the store's revision and a consistent read or a watch from a
+            # fresh resourceVersion waits 3 s, then fails "Too large resource version". Periodic progress
+            # notifications keep every watch cache current.
+            "--experimental-watch-progress-notify-interval=100ms",
         ], self._dir, port)
         self.components.append(comp)
         _wait_ready_etcd(comp, self.etcd_url, timeout)
@@ -482,21 +501,24 @@ class ControlPlane:
         self._controller_manager = comp
         return comp
 
-    def scheduler_config(self, config: str | dict[str, Any]) -> dict[str, Any]:
+    def scheduler_config(self, config: str | dict[str, Any], keep_leader_election: bool = False) -> dict[str, Any]:
         """``config`` (a KubeSchedulerConfiguration as YAML text or a dict) made to run here: this cluster's
-        kubeconfig, no leader election (one scheduler per profile at a time in tests)."""
+        kubeconfig and, unless ``keep_leader_election``, no leader election (it would add a lease
+        acquisition to every start; tests run one scheduler per profile at a time)."""
         cfg = yaml.safe_load(config) if isinstance(config, str) else json.loads(json.dumps(config))
         if not isinstance(cfg, dict) or cfg.get("kind") != "KubeSchedulerConfiguration":
             raise ValueError("start_scheduler needs a KubeSchedulerConfiguration (YAML text or dict)")
         cfg.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
-        cfg["leaderElection"] = {"leaderElect": False}
+        if not keep_leader_election:
+            cfg["leaderElection"] = {"leaderElect": False}
         return cfg
 
     def start_scheduler(self, config: str | dict[str, Any], *, name: str = "kube-scheduler", timeout: float = 60.0,
-                        extra_args: tuple[str, ...] = ()) -> Component:
-        """kube-scheduler with ``config`` (see scheduler_config); ``.stop()`` the returned Component when done."""
+                        extra_args: tuple[str, ...] = (), keep_leader_election: bool = False) -> Component:
+        """kube-scheduler with ``config`` (see scheduler_config); ``.stop()`` the returned Component when done
+        (or use it as a context manager)."""
         assert self.binaries is not None
-        cfg = self.scheduler_config(config)
+        cfg = self.scheduler_config(config, keep_leader_election)
         port, kc = free_port(), str(self.kubeconfig)
         path = self._dir / f"{name}-{port}.yaml"
         path.write_text(yaml.safe_dump(cfg))

@@ -80,7 +80,7 @@ OPENB_PODS = DATA / "openb-pods-cpu.csv"
 REPO = Path(__file__).resolve().parents[1]
 
 HTTP_TIMEOUT_S = 5.0  # kube-scheduler's default extender httpTimeout
-DEFAULT_MAX_BODY = 64 * 1024 * 1024  # the server's KSO_MAX_BODY_BYTES default
+DEFAULT_MAX_BODY = 1024 * 1024  # the server's KSO_MAX_BODY_BYTES default (extender/config.py)
 UID_PLACEHOLDER = "ffffffff-ffff-4fff-bfff-ffffffffffff"
 AIM_500 = (1.5, 1000.0)  # p99 ms, calls/s (NodeNames, 500 nodes)
 AIM_5000_P99 = 10.0

@@ -1,5 +1,6 @@
 """HTTP routes: the kube-scheduler extender protocol, kube-safe-scheduler's and the image-score
-example's routes, /debug/explain, /metrics, /healthz, /readyz.
+example's routes, /debug/explain, and the admin routes /metrics, /healthz, /readyz (on their own port
+in a server, see server.py).
 
 Handlers read the raw body and answer bytes: FastAPI's request models and response validation are
 bypassed on the hot path on purpose (a pydantic model of a whole Pod costs more than the decision).
@@ -11,11 +12,13 @@ to the same handlers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -24,6 +27,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from extender.protocol import (
+    Limits,
     ProtocolError,
     dumps,
     parse_binding_args,
@@ -31,12 +35,24 @@ from extender.protocol import (
     parse_preemption_args,
 )
 from extender.service import Extender
+from forecasting.quality import REGISTRY as FORECAST_INPUT_REGISTRY
 
 log = logging.getLogger("kso.extender.http")
 
 VERSION = "0.1.0"
 JSON = "application/json"
 JSON_BYTES = JSON.encode()
+# Requests whose body is past KSO_OFFLOAD_BODY_BYTES run on worker threads, this many at a time (the
+# others wait, their bodies already read): two keep both cores busy and bound the memory big calls take.
+OFFLOADED_AT_ONCE = 2
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def too_deep(limits: Limits) -> ProtocolError:
+    """The reply encoder's nesting limit (254) reached, or Python's recursion limit: the body was nested
+    deeper than check_depth could see (brackets hidden in strings). The same 400 as check_depth's."""
+    return ProtocolError(f"JSON nested more than the {limits.max_depth} levels allowed (KSO_MAX_JSON_DEPTH)",
+                         "too_deep")
 
 
 class BodyTooLarge(ProtocolError):
@@ -105,44 +121,78 @@ class HotRoutes:
         await self.app(scope, receive, send)
 
 
-def create_app(extender: Extender) -> FastAPI:
+def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
+    """The scheduler-facing app; with ``admin_routes`` it serves /metrics, /healthz and /readyz as well
+    (tests, demos, or a server without an admin port). Longer than most functions on purpose: it is the
+    route table, and its short nested handlers close over one extender's settings, bounds and metrics."""
     s = extender.settings
     metrics = extender.metrics
+    limits = extender.limits
     image_params = extender.config.agent_params.get("image")
+    # redirect_slashes off: "/filter/" is a 404, never a 307 whose Location comes from the Host header.
     app = FastAPI(title="kube-safe-optimizer extender", version=VERSION, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url=None, redirect_slashes=False)
     app.state.extender = extender
+    offload_over = s.offload_body_bytes
+    offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
 
     hot: dict[str, RawEndpoint] = {}
 
+    def answer(verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None,
+               body: bytes) -> tuple[bytes, int]:
+        """Run one call on its body: the reply bytes and status. A bound or bad input is a 400 with a
+        message; any unexpected failure the verb's safe answer (never a 500)."""
+        try:
+            result = work(body)
+            return (result if isinstance(result, bytes) else dumps(result)), 200  # bytes: encoded already
+        except (RecursionError, orjson.JSONEncodeError) as exc:
+            if isinstance(exc, orjson.JSONEncodeError) and "Recursion" not in str(exc):
+                return internal(verb, exc, fallback, body)
+            exc = too_deep(limits)
+            metrics.errors.labels(verb, exc.kind).inc()
+            log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
+            return dumps({"Error": f"{verb}: {exc}"}), 400
+        except ProtocolError as exc:
+            metrics.errors.labels(verb, exc.kind).inc()
+            log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
+            return dumps({"Error": f"{verb}: {exc}"}), 400
+        except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
+            return internal(verb, exc, fallback, body)
+
+    def internal(verb: str, exc: Exception, fallback: Callable[[bytes], Any] | None, body: bytes) -> tuple[bytes, int]:
+        metrics.errors.labels(verb, "internal").inc()
+        log.error("%s: internal error; answering with the safe fallback", verb, exc_info=exc)
+        if fallback is not None:
+            try:
+                return dumps(fallback(body)), 200
+            except Exception:  # noqa: BLE001
+                log.exception("%s: fallback failed too", verb)
+        return dumps({"Error": f"{verb}: internal error in kso: {type(exc).__name__}: {exc}"}), 200
+
     def handler(verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None = None,
                 threaded: bool = False) -> tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]:
-        """Wrap one verb: read the body within the limit, time it, map errors to 400 with a message,
-        and turn any unexpected failure into the verb's safe answer (never a 500). Returns the FastAPI
-        endpoint and the same handler as a bare ASGI endpoint (for HotRoutes)."""
+        """Wrap one verb: read the body within the limit, time it, answer on the event loop when the body
+        is small and on a worker thread when it is big (or the verb waits on the network: bind). Returns
+        the FastAPI endpoint and the same handler as a bare ASGI endpoint (for HotRoutes)."""
         latency = metrics.latency.labels(verb)
         limit = s.max_body_bytes
 
         async def respond(read: Callable[[], Awaitable[bytes]]) -> tuple[bytes, int]:
             start = time.perf_counter()
-            body = b""
             try:
                 body = await read()
-                result = await run_in_threadpool(work, body) if threaded else work(body)
-                return (result if isinstance(result, bytes) else dumps(result)), 200  # bytes: encoded already
-            except ProtocolError as exc:
+                if len(body) > offload_over:
+                    async with offloaded:
+                        return await run_in_threadpool(answer, verb, work, fallback, body)
+                if threaded:
+                    return await run_in_threadpool(answer, verb, work, fallback, body)
+                return answer(verb, work, fallback, body)
+            except ProtocolError as exc:  # the body's size or framing
                 metrics.errors.labels(verb, exc.kind).inc()
                 log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
                 return dumps({"Error": f"{verb}: {exc}"}), 400
-            except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
-                metrics.errors.labels(verb, "internal").inc()
-                log.exception("%s: internal error; answering with the safe fallback", verb)
-                if fallback is not None:
-                    try:
-                        return dumps(fallback(body)), 200
-                    except Exception:  # noqa: BLE001
-                        log.exception("%s: fallback failed too", verb)
-                return dumps({"Error": f"{verb}: internal error in kso: {type(exc).__name__}: {exc}"}), 200
+            except Exception as exc:  # noqa: BLE001 - a client gone mid-body: the same safe answer as ever
+                return internal(verb, exc, fallback, b"")
             finally:
                 latency.observe(time.perf_counter() - start)
 
@@ -162,29 +212,32 @@ def create_app(extender: Extender) -> FastAPI:
         app.add_api_route(path, endpoints[0], methods=["POST"], include_in_schema=False)
         hot.setdefault(path, endpoints[1])  # the first route registered for a path wins, as in FastAPI
 
+    def extender_args(body: bytes) -> Any:
+        return parse_extender_args(body, limits)
+
     def filter_all_pass(body: bytes) -> dict[str, Any]:
-        args = parse_extender_args(body)
+        args = extender_args(body)
         if args.nodes is not None:
             return {"Nodes": args.node_list, "NodeNames": None, "FailedNodes": {},
                     "FailedAndUnresolvableNodes": {}, "Error": ""}
         return {"NodeNames": args.node_names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
 
     def prioritize_neutral(body: bytes) -> list[dict[str, Any]]:
-        args = parse_extender_args(body)
+        args = extender_args(body)
         names = args.node_names if args.nodes is None else [
             (n.get("metadata") or {}).get("name", "") for n in args.nodes]
         return [{"Host": n, "Score": 0} for n in names or []]
 
     def preempt_echo(body: bytes) -> dict[str, Any]:
-        args = parse_preemption_args(body)
+        args = parse_preemption_args(body, limits)
         return {"NodeNameToMetaVictims": {n: {"Pods": [{"UID": u} for u in v.uids],
                                               "NumPDBViolations": v.pdb_violations}
                                           for n, v in args.candidates.items()}}
 
-    filter_ep = handler("filter", lambda b: extender.filter(parse_extender_args(b)), filter_all_pass)
-    prioritize_ep = handler("prioritize", lambda b: extender.prioritize_json(parse_extender_args(b)), prioritize_neutral)
-    bind_ep = handler("bind", lambda b: extender.bind(parse_binding_args(b)), threaded=True)
-    preempt_ep = handler("preempt", lambda b: extender.preempt(parse_preemption_args(b)), preempt_echo)
+    filter_ep = handler("filter", lambda b: extender.filter(extender_args(b)), filter_all_pass)
+    prioritize_ep = handler("prioritize", lambda b: extender.prioritize_json(extender_args(b)), prioritize_neutral)
+    bind_ep = handler("bind", lambda b: extender.bind(parse_binding_args(b, limits)), threaded=True)
+    preempt_ep = handler("preempt", lambda b: extender.preempt(parse_preemption_args(b, limits)), preempt_echo)
 
     prefix = "/" + s.url_prefix.strip("/") if s.url_prefix.strip("/") else ""
     for verb, ep in (("filter", filter_ep), ("prioritize", prioritize_ep), ("bind", bind_ep), ("preempt", preempt_ep)):
@@ -193,10 +246,10 @@ def create_app(extender: Extender) -> FastAPI:
 
     # kube-safe-scheduler's per-agent routes, one per predicate and priority of the enabled agents.
     for name in extender.predicates:
-        ep = handler("filter", lambda b, n=name: extender.filter(parse_extender_args(b), [n]), filter_all_pass)
+        ep = handler("filter", lambda b, n=name: extender.filter(extender_args(b), [n]), filter_all_pass)
         route(f"/scheduler/predicates/{name}", ep)
     for name in extender.priorities:
-        ep = handler("prioritize", lambda b, n=name: extender.priority(n, parse_extender_args(b)), prioritize_neutral)
+        ep = handler("prioritize", lambda b, n=name: extender.priority(n, extender_args(b)), prioritize_neutral)
         route(f"/scheduler/priorities/{name}", ep)
         if name == "image_score" and image_params is not None:
             # The image-score example's route: <api-prefix>/<priorities-prefix>/image_score.
@@ -208,43 +261,111 @@ def create_app(extender: Extender) -> FastAPI:
     async def version() -> Response:
         return Response(VERSION, media_type="text/plain")
 
+    if admin_routes:
+        add_admin_routes(app, extender)
+    add_debug_routes(app, extender, answer)
+    app.add_middleware(HotRoutes, routes=hot)
+    return app
+
+
+def debug_allowed(setting: str, client_host: str | None) -> bool:
+    """KSO_DEBUG_ROUTES: ON answers anyone, LOOPBACK only clients on this host, OFF nobody."""
+    return setting == "ON" or (setting == "LOOPBACK" and client_host in LOOPBACK_HOSTS)
+
+
+def add_debug_routes(app: FastAPI, extender: Extender,
+                     answer: Callable[[str, Callable[[bytes], Any], Any, bytes], tuple[bytes, int]]) -> None:
+    """/debug/explain (GET by pod, POST with an ExtenderArgs body), on a worker thread: it walks every
+    node of the call in Python. Off or loopback-only unless KSO_DEBUG_ROUTES=ON."""
+    s = extender.settings
+    limits = extender.limits
+
+    def refused(request: Request) -> Response | None:
+        if debug_allowed(s.debug_routes, request.client.host if request.client else None):
+            return None
+        return _json({"Error": f"/debug routes are {'off' if s.debug_routes == 'OFF' else 'for loopback clients only'}"
+                               " (KSO_DEBUG_ROUTES)"}, 404)
+
+    def explain_pod(ref: str, uid: str, nodes: str) -> tuple[bytes, int]:
+        ns, _, name = ref.rpartition("/")
+        pod = extender.state.pending_pod(uid, ns or "default", name)
+        if pod is None:
+            return dumps({"Error": f"pod {ref or uid!r} unknown: kso knows pods it was asked about "
+                                   "or that its cache lists; give ?pod=namespace/name or POST an ExtenderArgs body"}), 404
+        names = [n for n in nodes.split(",") if n] or extender.state.node_names()
+        if len(names) > limits.max_nodes:
+            return dumps({"Error": f"explain: {len(names)} nodes, more than the {limits.max_nodes} allowed per request "
+                                   "(KSO_MAX_NODES); name fewer with ?nodes=a,b"}), 400
+        return dumps(extender.explain(pod, extender.state.view(names))), 200
+
+    @app.get("/debug/explain")
+    async def explain_get(request: Request) -> Response:
+        if (no := refused(request)) is not None:
+            return no
+        q = request.query_params
+        payload, status = await run_in_threadpool(explain_pod, q.get("pod", ""), q.get("uid", ""), q.get("nodes", ""))
+        return Response(payload, status_code=status, media_type=JSON)
+
+    def explain_body(body: bytes) -> dict[str, Any]:
+        args = parse_extender_args(body, limits)
+        return extender.explain(extender.parse_pod(args.pod), extender.resolve(args))
+
+    async def explain_post(request: Request) -> Response:
+        if (no := refused(request)) is not None:
+            return no
+        try:
+            body = await read_body(request, s.max_body_bytes)
+        except ProtocolError as exc:
+            return _json({"Error": f"explain: {exc}"}, 400)
+        payload, status = await run_in_threadpool(answer, "explain", explain_body, None, body)
+        return Response(payload, status_code=status, media_type=JSON)
+
+    app.add_api_route("/debug/explain", explain_post, methods=["POST"], include_in_schema=False)
+
+
+def readiness(extender: Extender) -> tuple[dict[str, Any], int]:
+    """/readyz: ready once the node cache has synced; the forecast source's health as detail (forecasts
+    failing do not make kso unready: the safe agent falls back to node annotations)."""
+    st = extender.state
+    body: dict[str, Any] = {"ready": st.synced, "source": st.source, "nodes": len(st)}
+    if not st.synced:
+        body["reason"] = "node cache has not synced yet"
+    fs = extender.forecast_status
+    if fs is not None:
+        age = None if fs.last_success is None else round(time.time() - fs.last_success, 3)
+        body["forecasts"] = {"source": fs.source, "last_success_age_s": age, "consecutive_failures": fs.consecutive_failures,
+                             "last_error": fs.last_error, "healthy": fs.last_success is not None and fs.consecutive_failures == 0}
+    return body, 200 if st.synced else 503
+
+
+def add_admin_routes(app: FastAPI, extender: Extender) -> None:
+    metrics = extender.metrics
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return Response("ok", media_type="text/plain")
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        st = extender.state
-        if st.synced:
-            return _json({"ready": True, "source": st.source, "nodes": len(st)})
-        return _json({"ready": False, "reason": "node cache has not synced yet", "source": st.source}, 503)
+        body, status = readiness(extender)
+        return _json(body, status)
 
     @app.get("/metrics")
     async def prom_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # The forecasting layer counts its input decisions (spikes removed, units fixed, ...) in its own
+        # registry, since it cannot import the extender's; both are served here.
+        body = generate_latest(metrics.registry) + generate_latest(FORECAST_INPUT_REGISTRY)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/debug/explain")
-    async def explain_get(request: Request) -> Response:
-        q = request.query_params
-        ref = q.get("pod", "")
-        ns, _, name = ref.rpartition("/")
-        pod = extender.state.pending_pod(q.get("uid", ""), ns or "default", name)
-        if pod is None:
-            return _json({"Error": f"pod {ref or q.get('uid', '')!r} unknown: kso knows pods it was asked about "
-                                   "or that its cache lists; give ?pod=namespace/name or POST an ExtenderArgs body"},
-                         404)
-        nodes = [n for n in q.get("nodes", "").split(",") if n] or extender.state.node_names()
-        return _json(extender.explain(pod, extender.state.view(nodes)))
 
-    async def explain_post(request: Request) -> Response:
-        try:
-            args = parse_extender_args(await read_body(request, s.max_body_bytes))
-            pod = extender.parse_pod(args.pod)
-            return _json(extender.explain(pod, extender.resolve(args)))
-        except ProtocolError as exc:
-            metrics.errors.labels("explain", exc.kind).inc()
-            return _json({"Error": f"explain: {exc}"}, 400)
+def create_admin_app(extender: Extender) -> FastAPI:
+    """The admin port's app: /metrics, /healthz, /readyz, /version, nothing else."""
+    app = FastAPI(title="kube-safe-optimizer admin", version=VERSION, docs_url=None, redoc_url=None, openapi_url=None,
+                  redirect_slashes=False)
 
-    app.add_api_route("/debug/explain", explain_post, methods=["POST"], include_in_schema=False)
-    app.add_middleware(HotRoutes, routes=hot)
+    @app.get("/version")
+    async def version() -> Response:
+        return Response(VERSION, media_type="text/plain")
+
+    add_admin_routes(app, extender)
     return app

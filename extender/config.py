@@ -20,14 +20,45 @@ DEFAULT_WEIGHTS = {"safe-overload": 1, "safe-balance": 10, "pigeon-holing": 10, 
 @dataclass
 class ExtenderSettings:
     http_port: int = setting("HTTP_PORT", 80, lo=1, hi=65535)
-    host: str = setting("KSO_HOST", "0.0.0.0")
+    # Loopback by default: kube-scheduler calls its sidecar over 127.0.0.1, and /bind binds any pod.
+    host: str = setting("KSO_HOST", "127.0.0.1")
+    # /metrics, /healthz and /readyz (for Prometheus and the kubelet's probes); 0 = not served apart
+    # (they then stay on the scheduler-facing port).
+    admin_port: int = setting("KSO_ADMIN_PORT", 0, lo=0, hi=65535)
+    admin_host: str = setting("KSO_ADMIN_HOST", "127.0.0.1")
+    # TLS on the scheduler-facing port (uvicorn's ssl options); a client CA makes a client certificate
+    # signed by it mandatory (kube-scheduler's extender tlsConfig can present one).
+    tls_cert_file: str = setting("KSO_TLS_CERT_FILE", "")
+    tls_key_file: str = setting("KSO_TLS_KEY_FILE", "")
+    tls_client_ca_file: str = setting("KSO_TLS_CLIENT_CA_FILE", "")
+    # /debug/*: OFF, LOOPBACK (answered to clients on 127.0.0.1 / ::1 only) or ON.
+    debug_routes: str = setting("KSO_DEBUG_ROUTES", "LOOPBACK", kind="choice:OFF,LOOPBACK,ON")
+    # Seconds a client may take to send a request's headers, then its body; the connection is closed after.
+    header_timeout_s: float = setting("KSO_HEADER_TIMEOUT_S", 5.0, lo=0.1)
+    body_timeout_s: float = setting("KSO_BODY_TIMEOUT_S", 30.0, lo=0.1)
+    # Connections served at once; beyond it uvicorn answers 503 (bounds the memory bodies can take).
+    max_connections: int = setting("KSO_MAX_CONNECTIONS", 32, lo=1)
     log_level: str = setting("LOG_LEVEL", "INFO")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list")
     weights: dict[str, int] = setting("KSO_WEIGHTS", DEFAULT_WEIGHTS, kind="weights")
     # Predicates used by the combined /filter; empty = every predicate of the enabled agents.
     filters: list[str] = setting("KSO_FILTERS", [], kind="list")
-    max_body_bytes: int = setting("KSO_MAX_BODY_BYTES", 64 * 1024 * 1024, lo=1024)
+    # Bounds on one request, checked before any work: a request past one is a 400 naming the setting.
+    # 1 MiB holds KSO_MAX_NODES node names (nodeCacheCapable: true, ~130 KiB) with room, or 300-1,000 full
+    # Node objects (nodeCacheCapable: false). Parsing a body holds the interpreter in one piece (orjson):
+    # ~50-90 ms per MiB on a loaded 2-core machine, the time /healthz and every other call then wait, so
+    # full-node mode on a bigger cluster raises this knowingly.
+    max_body_bytes: int = setting("KSO_MAX_BODY_BYTES", 1024 * 1024, lo=1024)
+    max_json_depth: int = setting("KSO_MAX_JSON_DEPTH", 100, lo=8, hi=250)
+    max_nodes: int = setting("KSO_MAX_NODES", 10_000, lo=1)
+    max_names_per_node: int = setting("KSO_MAX_NAMES_PER_NODE", 4_096, lo=1,
+                                      help="labels, annotations, taints and image names of one Node")
+    max_resources_per_node: int = setting("KSO_MAX_RESOURCES_PER_NODE", 64, lo=5)
+    max_resource_columns: int = setting("KSO_MAX_RESOURCE_COLUMNS", 256, lo=8)
+    max_pod_annotation_bytes: int = setting("KSO_MAX_POD_ANNOTATION_BYTES", 16_384, lo=0)
+    # Bodies above this many bytes are parsed and answered on a worker thread, off the event loop.
+    offload_body_bytes: int = setting("KSO_OFFLOAD_BODY_BYTES", 256 * 1024, lo=0)
     cluster_source: str = setting("KSO_CLUSTER_SOURCE", "auto", kind="choice:AUTO,API,SNAPSHOT,DEMO")
     snapshot_path: str = setting("KSO_SNAPSHOT", "")
     kubeconfig: str = setting("KUBECONFIG", "")

@@ -3,7 +3,10 @@ one process (tests, benchmarks) without clashing."""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -45,3 +48,23 @@ class ExtenderMetrics:
         self.plan_solve_seconds = Histogram("kso_plan_solve_seconds", "Wall time of a background plan solve",
                                             buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r)
         self.plan_age = Gauge("kso_plan_age_seconds", "Age of the plan in use (NaN: none)", registry=r)
+
+    def watch_forecasts(self, status: Callable[[], Any]) -> None:
+        """Forecast-source health from the forecast store's refresh status (last_success: wall clock or
+        None, consecutive_failures: int): a refresh that keeps failing shows here, not only in the log."""
+        r = self.registry
+
+        def last_success() -> float:
+            t = status().last_success
+            return math.nan if t is None else float(t)
+
+        def age() -> float:
+            t = status().last_success
+            return math.inf if t is None else max(0.0, time.time() - t)
+
+        Gauge("kso_forecast_last_success_timestamp_seconds", "Wall clock of the last successful forecast refresh "
+              "(NaN: none yet)", registry=r).set_function(last_success)
+        Gauge("kso_forecast_consecutive_failures", "Forecast refreshes failed in a row since the last success",
+              registry=r).set_function(lambda: float(status().consecutive_failures))
+        Gauge("kso_forecast_age_seconds", "Seconds since the last successful forecast refresh (+Inf: none yet)",
+              registry=r).set_function(age)

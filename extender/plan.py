@@ -242,6 +242,7 @@ class PlanSolver:
         self._last_version = -1
         self._last_solve = 0.0
         self._busy = threading.Lock()
+        self.closed = False  # set by close(): a solve failing after it is the shutdown, not a broken solver
 
     def changed_enough(self) -> bool:
         state = self.cache.state
@@ -273,6 +274,9 @@ class PlanSolver:
             comp = compile_problem(problem)
             plan = plan_from_result(problem, comp, self.solver.solve_plan(problem, options, comp), options.policy)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
+            if self.closed:  # the server is stopping and close() ended the solver under this solve
+                log.info("plan solve stopped: the extender is shutting down")
+                return None
             log.error("plan solve failed: %s; keeping the current plan", exc or type(exc).__name__)
             self.on_solved("error", time.perf_counter() - t0)
             return None
@@ -285,6 +289,7 @@ class PlanSolver:
         return plan
 
     def close(self) -> None:
+        self.closed = True
         self.solver.close()
 
 

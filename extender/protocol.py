@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 
@@ -22,9 +23,52 @@ class ProtocolError(ValueError):
         self.kind = kind
 
 
-def loads(body: bytes) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on one request, checked before any work (defaults: ExtenderSettings)."""
+
+    max_depth: int = 100
+    max_nodes: int = 10_000
+
+
+DEFAULT_LIMITS = Limits()
+
+# +1 for an opening bracket, -1 for a closing one, 0 for any other byte.
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("{"), ord("[")]] = 1
+_BRACKET_STEP[[ord("}"), ord("]")]] = -1
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"{}[]")
+
+
+def check_depth(body: bytes, limit: int) -> None:
+    """400 if ``body`` nests arrays and objects more than ``limit`` deep (orjson alone accepts 1,024 levels,
+    and its encoder stops at 254, so a deep Node could not be echoed back).
+
+    A body with at most ``limit`` opening brackets cannot be deeper (two C counts: kube-scheduler's
+    NodeNames bodies have ~50, so the hot path stops here). Otherwise the running bracket count is taken
+    over the body's brackets in numpy, without telling brackets inside strings apart: balanced ones (managedFields
+    keys, a last-applied-configuration) only add their own depth; a string of closing brackets could hide
+    depth, and the reply encoder's own limit is the backstop for that (a 400 as well, see app.py).
+    """
+    if body.count(b"{") + body.count(b"[") <= limit:
+        return
+    # bytes.translate keeps only the brackets, in C (~10x cheaper than a numpy pass over every byte)
+    brackets = body.translate(None, _NOT_BRACKETS)
+    depth = int(np.cumsum(_BRACKET_STEP[np.frombuffer(brackets, dtype=np.uint8)], dtype=np.int32).max())
+    if depth > limit:
+        raise ProtocolError(f"JSON nested {depth} levels deep, more than the {limit} allowed (KSO_MAX_JSON_DEPTH)",
+                            "too_deep")
+
+
+def too_many_nodes(count: int, what: str, limits: Limits) -> ProtocolError:
+    return ProtocolError(f"{what} lists {count} nodes, more than the {limits.max_nodes} allowed per request "
+                         "(KSO_MAX_NODES)", "too_many_nodes")
+
+
+def loads(body: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     if not body:
         raise ProtocolError("empty request body; expected a JSON object", "malformed_json")
+    check_depth(body, limits.max_depth)
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -67,9 +111,9 @@ def _pod(f: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def parse_extender_args(body: bytes) -> ExtenderArgs:
+def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> ExtenderArgs:
     """Parse a filter / prioritize body."""
-    f = _folded(loads(body))
+    f = _folded(loads(body, limits))
     pod = _pod(f)
     node_list = f.get("nodes")
     names = f.get("nodenames")
@@ -82,6 +126,8 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
             raw_items = []
         if not isinstance(raw_items, list):
             raise ProtocolError("Nodes.items must be an array", "wrong_type")
+        if len(raw_items) > limits.max_nodes:
+            raise too_many_nodes(len(raw_items), "Nodes.items", limits)
         for i, item in enumerate(raw_items):
             if not isinstance(item, dict):
                 raise ProtocolError(f"Nodes.items[{i}] must be a Node object", "wrong_type")
@@ -89,6 +135,8 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
     if names is not None:
         if not isinstance(names, list):
             raise ProtocolError(f"NodeNames must be an array of strings, got {type(names).__name__}", "wrong_type")
+        if len(names) > limits.max_nodes:
+            raise too_many_nodes(len(names), "NodeNames", limits)
         # Checked in C first (every item exactly a str, none empty); the loop only finds the culprit.
         if not set(map(type, names)) <= {str} or "" in names:
             for i, n in enumerate(names):
@@ -108,8 +156,8 @@ class BindingArgs:
     node: str
 
 
-def parse_binding_args(body: bytes) -> BindingArgs:
-    f = _folded(loads(body))
+def parse_binding_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> BindingArgs:
+    f = _folded(loads(body, limits))
     values = {}
     for key, label, required in (("podname", "PodName", True), ("podnamespace", "PodNamespace", False),
                                  ("poduid", "PodUID", False), ("node", "Node", True)):
@@ -165,8 +213,8 @@ def _victims(node: str, value: Any, meta: bool) -> Victims:
     return Victims(uids, None if meta else pods, n_pdb)
 
 
-def parse_preemption_args(body: bytes) -> PreemptionArgs:
-    f = _folded(loads(body))
+def parse_preemption_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> PreemptionArgs:
+    f = _folded(loads(body, limits))
     pod = _pod(f)
     candidates: dict[str, Victims] = {}
     for key, meta in (("nodenametovictims", False), ("nodenametometavictims", True)):
@@ -176,6 +224,8 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
         if not isinstance(value, dict):
             raise ProtocolError(f"{'NodeNameToMetaVictims' if meta else 'NodeNameToVictims'} must be an object",
                                 "wrong_type")
+        if len(value) + len(candidates) > limits.max_nodes:
+            raise too_many_nodes(len(value) + len(candidates), "NodeNameToVictims", limits)
         for node, victims in value.items():
             if node not in candidates:
                 candidates[node] = _victims(node, victims, meta)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import os
-from collections.abc import Callable
+import signal
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from extender.config import Config
-from extender.plan import PlanCache, PlanSolver
+from extender.plan import PlanCache, PlanSolver, prometheus_usage
 from extender.service import Extender
 from kso.cluster import ClusterState
 from kso.settings import parse_log_level
@@ -29,7 +33,8 @@ class Running:
     api_client: Any = None  # the kubernetes ApiClient when the cluster source is the API server
 
     def close(self) -> None:
-        for fn in self.stop:
+        # Last started, first stopped: the plan jobs stop before the solver they call.
+        for fn in reversed(self.stop):
             fn()
 
 
@@ -39,15 +44,18 @@ def _in_cluster() -> bool:
 
 def choose_source(config: Config) -> str:
     s = config.settings
-    if s.cluster_source != "AUTO":
-        return s.cluster_source
+    # Upper-cased here: a value from the environment is normalised by its parser, the default is not.
+    source = s.cluster_source.upper()
+    if source != "AUTO":
+        return source
     if s.snapshot_path:
         return "SNAPSHOT"
     kubeconfig = s.kubeconfig or str(Path.home() / ".kube" / "config")
     if _in_cluster() or Path(kubeconfig).exists():
         return "API"
-    log.warning("no cluster found (not in a pod, no kubeconfig, no KSO_SNAPSHOT): serving the embedded "
-                "demo cluster; set KSO_CLUSTER_SOURCE=API to insist on an API server")
+    log.warning("NO CLUSTER FOUND (not in a pod, no kubeconfig at %s, no KSO_SNAPSHOT): serving the embedded "
+                "DEMO cluster, so every real node kube-scheduler asks about is unknown and passed unjudged; "
+                "set KSO_CLUSTER_SOURCE=API to insist on an API server", kubeconfig)
     return "DEMO"
 
 
@@ -88,7 +96,9 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     problems = config.validate()
     if problems:
         raise SystemExit("kso: bad configuration: " + "; ".join(problems))
-    state = ClusterState() if state is None else state
+    s = config.settings
+    if state is None:
+        state = ClusterState(max_resource_columns=s.max_resource_columns, max_pod_annotation_bytes=s.max_pod_annotation_bytes)
     source = choose_source(config)
     stop: list[Callable[[], Any]] = []
     binder: Any
@@ -112,7 +122,8 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
             stats, stop_forecasts = started
             stop.append(stop_forecasts)
     plan = make_plan_cache(config, state)
-    extender = Extender(config, state, binder, stats, plan)
+    # API mode: the watched cache is the only source of cluster state (request bodies never write it).
+    extender = Extender(config, state, binder, stats, plan, cache_bodies=source != "API")
     if plan is not None:
         plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
         plan.load_file()  # a restarted extender answers from the last plan at once
@@ -155,7 +166,9 @@ def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: f
             extender.metrics.plan_solves.labels(result).inc()
             extender.metrics.plan_solve_seconds.observe(seconds)
 
-        solver = PlanSolver(cache, (lambda: store.snapshot()) if store is not None else None, solved)
+        # The config file's KSO_PROMETHEUS_URL counts too (config.env merges it), not only the process's.
+        solver = PlanSolver(cache, (lambda: store.snapshot()) if store is not None else None, solved,
+                            usage=prometheus_usage(extender.config.env))
 
         def tick() -> None:
             if extender.state.synced:  # never plan on a half-listed cluster
@@ -178,24 +191,167 @@ def uvicorn_level(level: int) -> str:
     return "critical"
 
 
-def serve(config: Config) -> None:
+def configure_logging(level: int) -> None:
+    """LOG_LEVEL sets kso's own loggers ("kso.*"); other libraries log at WARNING and above (or at LOG_LEVEL
+    when it is higher). force=True: the CLI may have installed a handler already."""
+    logging.basicConfig(level=max(level, logging.WARNING), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        force=True)
+    logging.getLogger("kso").setLevel(level)
+
+
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one request
+
+
+def timed_protocol(header_timeout_s: float, body_timeout_s: float) -> type:
+    """uvicorn's httptools protocol with a deadline per request: its headers must arrive within
+    header_timeout_s of its first byte (or of the connection), its body within body_timeout_s of the
+    headers; otherwise the connection is closed. uvicorn only times out idle keep-alive connections, so a
+    client sending a byte a second would hold a connection (and its buffered body) for ever."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class TimedHttpToolsProtocol(HttpToolsProtocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            log.debug("closing a connection that sent no complete request in time")
+            self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm(header_timeout_s)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_bytes = 0
+            if self._deadline is None:
+                self._arm(header_timeout_s)
+
+        def _count(self, n: int) -> None:
+            # httptools keeps every header uvicorn is given: bound them as most servers do.
+            self._head_bytes = getattr(self, "_head_bytes", 0) + n
+            if self._head_bytes > MAX_HEAD_BYTES:
+                log.debug("closing a connection whose request line and headers passed %d bytes", MAX_HEAD_BYTES)
+                self.transport.close()
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value))
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._arm(body_timeout_s)
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return TimedHttpToolsProtocol
+
+
+def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tuple[Any, Any]:
+    """uvicorn configs of the scheduler-facing server (TLS when configured) and the admin server
+    (None when KSO_ADMIN_PORT is 0)."""
+    import ssl
+
     import uvicorn
 
-    from extender.app import create_app
+    s = config.settings
+    common = {"log_level": uvicorn_level(level), "access_log": False, "loop": "uvloop",
+              "http": timed_protocol(s.header_timeout_s, s.body_timeout_s), "limit_concurrency": s.max_connections,
+              "timeout_keep_alive": 5, "server_header": False}
+    tls: dict[str, Any] = {}
+    if s.tls_cert_file:
+        tls = {"ssl_certfile": s.tls_cert_file, "ssl_keyfile": s.tls_key_file or None}
+        if s.tls_client_ca_file:
+            tls |= {"ssl_ca_certs": s.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    main = uvicorn.Config(app, host=s.host, port=s.http_port, **common, **tls)
+    admin = None if admin_app is None else uvicorn.Config(admin_app, host=s.admin_host, port=s.admin_port, **common)
+    return main, admin
+
+
+async def serve_until_stopped(main_config: Any, admin_config: Any) -> None:
+    """Run the scheduler-facing and admin servers on one event loop (so /healthz answers only when the
+    loop that serves the scheduler does); SIGTERM / SIGINT stop both."""
+    import uvicorn
+
+    class AdminServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # the main server owns the signals
+            yield
+
+    admin = None if admin_config is None else AdminServer(admin_config)
+
+    class MainServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if admin is not None:
+                admin.should_exit = True
+
+    main = MainServer(main_config)
+    if admin is None:
+        await main.serve()
+        return
+    admin_task = asyncio.ensure_future(admin.serve())
+    await main.serve()
+    admin.should_exit = True
+    await admin_task
+
+
+def serve(config: Config) -> None:
+    import uvloop
+
+    from extender.app import create_admin_app, create_app
 
     level = parse_log_level(config.settings.log_level)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level)
+    s = config.settings
+    if bool(s.tls_cert_file) != bool(s.tls_key_file) or (s.tls_client_ca_file and not s.tls_cert_file):
+        raise SystemExit("kso: TLS needs both KSO_TLS_CERT_FILE and KSO_TLS_KEY_FILE (and KSO_TLS_CLIENT_CA_FILE needs them)")
     running = build(config)
-    start_plan_jobs(running)
-    app = create_app(running.extender)
-    # The node cache is long-lived: move it out of the collector's reach and collect young objects
-    # less often. Parsing one full-nodes body creates ~160k containers; with default thresholds that
-    # triggers repeated full collections over the cache (measured: 92 ms -> 21 ms per 500-node parse).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    # Signals recorded, not acted on, until the servers have stopped and running.close() has run: uvicorn
+    # re-raises the signal it caught once it is done, which with the default handler would kill the
+    # process before the solver child was stopped (it then outlived the server, and with it the
+    # multiprocessing resource tracker).
+    stopped_by: list[int] = []
+    previous = {sig: signal.signal(sig, lambda n, _f: stopped_by.append(n)) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        uvicorn.run(app, host=config.settings.host, port=config.settings.http_port,
-                    log_level=uvicorn_level(level), access_log=False, loop="uvloop", http="httptools")
+        start_plan_jobs(running)
+        app = create_app(running.extender, admin_routes=s.admin_port == 0)
+        admin_app = create_admin_app(running.extender) if s.admin_port else None
+        main_config, admin_config = server_configs(config, app, admin_app, level)
+        # The node cache is long-lived: move it out of the collector's reach and collect young objects
+        # less often. Parsing one full-nodes body creates ~160k containers; with default thresholds that
+        # triggers repeated full collections over the cache (measured: 92 ms -> 21 ms per 500-node parse).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 100)
+        # A worker thread answering a big body hands the interpreter back to the event loop every 1 ms
+        # instead of 5: /healthz under the worst allowed requests, p99 51 -> 32 ms and max 104 -> 51 ms in
+        # one back-to-back run on a loaded 2-core machine (benchmarks/README.md, adversarial.py).
+        sys.setswitchinterval(0.001)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve_until_stopped(main_config, admin_config))
     finally:
         running.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopped_by:
+        log.info("stopped by %s", signal.Signals(stopped_by[0]).name)

@@ -21,10 +21,10 @@ from extender.agents.safe import SafeAgent
 from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan import PlanCache
-from extender.protocol import BindingArgs, ExtenderArgs, PreemptionArgs, ProtocolError
+from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
 from kso.cluster import ClusterState, NodeView
 from kso.kube import Binder
-from kso.objects import ObjectError, PodInfo, node_from_k8s, pod_from_k8s
+from kso.objects import NodeInfo, ObjectError, PodInfo, node_from_k8s, pod_from_k8s
 from kso.resources import CPU, MEMORY
 from kso.stats import NodeStatsSource
 
@@ -78,6 +78,11 @@ class Verdicts:
         return self.n - sum(self.passed())
 
 
+def clamp_scores(scores: Any) -> np.ndarray:
+    """An agent's scores as floats in 0..MAX_PRIORITY; NaN (an agent that could not judge) counts 0."""
+    return np.nan_to_num(np.clip(np.asarray(scores, dtype=float), 0, MAX_PRIORITY), nan=0.0)
+
+
 def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: str) -> Any:
     """Run one agent function; an agent bug is logged and counted, and the agent sits this call out
     (kso must never block scheduling because one heuristic failed)."""
@@ -91,10 +96,17 @@ def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: s
 
 class Extender:
     def __init__(self, config: Config, state: ClusterState, binder: Binder,
-                 stats: NodeStatsSource | None = None, plan: PlanCache | None = None) -> None:
+                 stats: NodeStatsSource | None = None, plan: PlanCache | None = None,
+                 cache_bodies: bool = True) -> None:
         self.config = config
         self.settings = config.settings
         self.state = state
+        # False (API mode): the watched cache is the only source of cluster state; Nodes and Pods in
+        # request bodies are judged for their call and never written into it. True (snapshot, demo):
+        # a body's nodes refresh the cache and its pending pods are remembered, as the only source there is.
+        self.cache_bodies = cache_bodies
+        s = self.settings
+        self.limits = Limits(max_depth=s.max_json_depth, max_nodes=s.max_nodes)
         self.binder = binder
         self.agents: dict[str, Agent] = {}
         for name in self.settings.agents:
@@ -113,6 +125,9 @@ class Extender:
         self.filters = [p for p in wanted if p in self.predicates]
         self.weights = {p: w for p, w in self.settings.weights.items() if p in self.priorities and w > 0}
         self.metrics = ExtenderMetrics(state.age_seconds, lambda: float(len(state)))
+        self.forecast_status = getattr(getattr(stats, "store", None), "status", None)
+        if self.forecast_status is not None:
+            self.metrics.watch_forecasts(lambda: self.forecast_status)
         self.plan = plan
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
@@ -124,34 +139,83 @@ class Extender:
             info = pod_from_k8s(pod)
         except ObjectError as exc:
             raise ProtocolError(str(exc), "bad_pod") from None
-        if not info.node_name:
+        if not info.node_name and self.cache_bodies:
             self.state.remember_pending(info)
         return info
 
+    def body_node(self, i: int, item: dict[str, Any]) -> NodeInfo:
+        """Nodes.items[i] as a NodeInfo, within the per-node bounds (checked on the raw object first)."""
+        s = self.settings
+        meta, status, spec = (item.get(k) if isinstance(item.get(k), dict) else {} for k in ("metadata", "status", "spec"))
+        alloc = status.get("allocatable") if status.get("allocatable") is not None else status.get("capacity")
+        if isinstance(alloc, dict) and len(alloc) > s.max_resources_per_node:
+            raise ProtocolError(f"Nodes.items[{i}] lists {len(alloc)} resources, more than the {s.max_resources_per_node} "
+                                "allowed (KSO_MAX_RESOURCES_PER_NODE)", "too_many_resources")
+        images = status.get("images")
+        names = sum(len(x) for x in (meta.get("labels"), meta.get("annotations"), spec.get("taints"))
+                    if isinstance(x, (dict, list)))
+        if isinstance(images, list):
+            names += sum(len(img.get("names") or ()) for img in images if isinstance(img, dict)
+                         and isinstance(img.get("names"), list))
+        if names > s.max_names_per_node:
+            raise ProtocolError(f"Nodes.items[{i}] lists {names} labels, annotations, taints and image names, more "
+                                f"than the {s.max_names_per_node} allowed (KSO_MAX_NAMES_PER_NODE)", "too_many_names")
+        try:
+            return node_from_k8s(item)
+        except ObjectError as exc:
+            raise ProtocolError(f"Nodes.items[{i}]: {exc}", "bad_node") from None
+
     def resolve(self, args: ExtenderArgs) -> NodeView:
-        """The call's nodes as rows of the cache. Full Node objects in the call refresh the cache
-        when it does not have that resourceVersion yet (the call is then the freshest source)."""
+        """The call's nodes as rows of the cache. Full Node objects in the call: with cache_bodies they
+        refresh the cache when it does not have that resourceVersion yet; without, the cache's row is
+        used for a node it knows and a node it does not know is judged from the body for this call only."""
         if args.nodes is not None:
             names: list[str] = []
+            scratch: list[NodeInfo] = []
             for i, item in enumerate(args.nodes):
                 meta = item.get("metadata")
                 name = meta.get("name") if isinstance(meta, dict) else None
                 rv = meta.get("resourceVersion", "") if isinstance(meta, dict) else ""
                 if not isinstance(name, str) or not name:
                     raise ProtocolError(f"Nodes.items[{i}] has no metadata.name", "bad_node")
-                if not self.state.knows(name, rv if isinstance(rv, str) else ""):
-                    try:
-                        self.state.upsert_node(node_from_k8s(item))
-                    except ObjectError as exc:
-                        raise ProtocolError(f"Nodes.items[{i}]: {exc}", "bad_node") from None
+                if self.cache_bodies:
+                    if not self.state.knows(name, rv if isinstance(rv, str) else ""):
+                        self.state.upsert_node(self.body_node(i, item))
+                elif not self.state.knows(name):
+                    scratch.append(self.body_node(i, item))
                 names.append(name)
-            return self.state.view(names)
+            view = self.state.view(names)
+            return view if not scratch else self._with_body_nodes(view, scratch)
         view = self.state.view(args.node_names or [])
         unknown = len(view) - int(view.known.sum())
         if unknown:
             self.metrics.unknown_nodes.inc(unknown)
             log.debug("%d node(s) not in the node cache; passed unjudged", unknown)
         return view
+
+    def _with_body_nodes(self, view: NodeView, nodes: list[NodeInfo]) -> NodeView:
+        """``view`` with the rows of the nodes the cache does not know filled from their Node objects, by a
+        throw-away ClusterState of just those nodes (no pods: nothing is known to run there)."""
+        s = self.settings
+        scratch = ClusterState(max_resource_columns=s.max_resource_columns)
+        for node in nodes:
+            scratch.upsert_node(node)
+        other = scratch.view(view.names)
+        take = other.known
+        merged = {}
+        for field in ("mean_free", "std_free", "forecast_free", "recent", "congestion"):
+            merged[field] = np.where(take.reshape((-1,) + (1,) * (getattr(view, field).ndim - 1)),
+                                     getattr(other, field), getattr(view, field))
+        alloc = view.alloc.copy()
+        requested = view.requested.copy()
+        for res, col in view.columns.items():
+            o = other.columns.get(res)
+            alloc[take, col] = other.alloc[take, o] if o is not None else 0.0
+            requested[take, col] = 0.0
+        node_list = [b if t else a for a, b, t in zip(view.nodes, other.nodes, take.tolist(), strict=True)]
+        return NodeView(names=view.names, known=view.known | take, alloc=alloc, requested=requested,
+                        columns=view.columns, node_list=node_list, image_node_count=view.image_node_count,
+                        total_nodes=view.total_nodes, **merged)
 
     @staticmethod
     def _no_capacity(view: NodeView) -> np.ndarray:
@@ -232,7 +296,7 @@ class Extender:
             s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, verb)
             if s is None:
                 continue
-            s = np.clip(np.asarray(s, dtype=float), 0, MAX_PRIORITY)
+            s = clamp_scores(s)
             per[name] = s
             total += w * s
             weight_sum += w
@@ -284,7 +348,7 @@ class Extender:
         """One agent priority, raw (kube-safe-scheduler's /scheduler/priorities/<name>)."""
         call = Call(self.parse_pod(args.pod), self.resolve(args))
         s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, "prioritize")
-        scores = [0] * len(call.view) if s is None else [int(x) for x in np.asarray(s).tolist()]
+        scores = [0] * len(call.view) if s is None else clamp_scores(s).astype(int).tolist()
         return [{"Host": h, "Score": v} for h, v in zip(call.view.names, scores, strict=True)]
 
     # ---- bind --------------------------------------------------------------------------------
@@ -357,12 +421,16 @@ class Extender:
         hit = np.array([bool(slots and slots.get(n, 0) > 0) for n in view.names], dtype=bool)
         combined = self._apply_plan(combined, hit if hit.any() else None)
         weight_sum = sum(self.weights[p] for p in per) or 1
-        details: dict[str, dict[str, Any]] = {}
+        details: dict[str, dict[str, Any]] = {}  # agent -> per-node values
+        call_wide: dict[str, dict[str, Any]] = {}  # agent -> values of the whole call
         for name, agent in self.agents.items():
             try:
-                details[name] = agent.explain(call)
+                d = agent.explain(call)
             except Exception as exc:  # noqa: BLE001 - explain must always answer
-                details[name] = {"error": str(exc)}
+                d = {"error": str(exc)}
+            per_node = agent.explain_per_node
+            details[name] = {k: v for k, v in d.items() if k in per_node and isinstance(v, list) and len(v) == len(view)}
+            call_wide[name] = {k: v for k, v in d.items() if k not in details[name]}
         rows = []
         for i, node in enumerate(view.names):
             weighted = sum(self.weights[p] * float(s[i]) for p, s in per.items()) / weight_sum
@@ -376,8 +444,7 @@ class Extender:
                 "weighted_mean": round(weighted, 4),
                 "score": int(combined[i]),
                 "plan_slots": int(slots.get(node, 0)) if slots else 0,
-                "details": {a: {k: v[i] for k, v in d.items() if isinstance(v, list) and len(v) == len(view)}
-                            for a, d in details.items()},
+                "details": {a: {k: v[i] for k, v in d.items()} for a, d in details.items()},
             })
         rows.sort(key=lambda r: (not r["passed"], -r["score"], -r["weighted_mean"]))
         return {
@@ -388,6 +455,7 @@ class Extender:
             "weights": self.weights,
             "winner": rows[0]["node"] if rows and rows[0]["passed"] else None,
             "nodes": rows,
+            "agents": call_wide,
             "plan": self.plan.describe() if self.plan is not None else None,
             "cache": {"source": self.state.source, "synced": self.state.synced,
                       "age_s": None if math.isinf(a := self.state.age_seconds()) else round(a, 3)},

@@ -21,12 +21,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from forecasting import quality
 from forecasting.models._base import (
     DAY_BINS,
     QUANTILES,
     Grid,
     GridForecaster,
     assemble,
+    check_many,
     horizon_bins,
     resample,
 )
@@ -175,7 +177,10 @@ class ConformalForecaster(GridForecaster):
     ) -> list[NodeForecast]:
         if not series:
             return []
-        return self.forecast_grid(resample(series, now, self.history_s), series, horizon_s)
+        series = check_many(series, now, self.history_s)
+        fcs = self.forecast_grid(resample(series, now, self.history_s, self.robust_input), series, horizon_s)
+        quality.record(fcs)
+        return fcs
 
     def forecast_grid(self, grid: Grid, series: Sequence[UtilisationSeries], horizon_s: float) -> list[NodeForecast]:
         h = horizon_bins(horizon_s)
@@ -203,6 +208,8 @@ class ConformalForecaster(GridForecaster):
                         f"{self.name.removesuffix('+conformal')}: only {hb * 300 / 3600:.1f} h of history (< "
                         f"{self.min_bins * 300 / 3600:.1f} h needed); fell back to {fc.model}"
                     )
+                    if quality.SHORT_HISTORY not in fc.flags:
+                        fc.flags.append(quality.SHORT_HISTORY)
             else:
                 fcs = self.base.forecast_grid(sub, sub_series, horizon_s)
             for r, fc in zip(short, fcs, strict=True):
@@ -211,7 +218,7 @@ class ConformalForecaster(GridForecaster):
 
     # mean = point_T;  q_p = min(cap, point_T + sigma_T r_(ceil((n+1) p))) with r = (y_{t+j} - point_t) / sigma_t
     # and cap = history_cap, then q_p = max(q_p, y_T) for p >= FLOOR_FROM_Q (see bound_quantiles);
-    # std = sigma_T * std of the normalised scores (sigma = 1 when scaling is off)
+    # std = (p95 - mean) / 1.645 (models._base.band_std): the spread of the calibrated band, not of the scores
     def _calibrate(
         self, grid: Grid, series: Sequence[UtilisationSeries], h: int, horizon_s: float
     ) -> list[NodeForecast]:
@@ -225,9 +232,8 @@ class ConformalForecaster(GridForecaster):
         )
         scores = residual_scores(grid, points, h, self.window_bins, burn_in, sigma)
         qscore, n = conformal_quantiles(scores)
-        std = score_std(scores)
         q = self.bound_quantiles(grid, point, point[:, None] + sigma[:, -1:] * qscore)
-        std = std * sigma[:, -1]
+        std = np.zeros(len(point))  # replaced by the band's spread in assemble
         notes: list[list[str]] = [[] for _ in series]
         few = n < MIN_SCORES
         models = [self.name] * len(series)
@@ -242,7 +248,10 @@ class ConformalForecaster(GridForecaster):
                 models[r] = fc.model
                 notes[r].append(f"{self.name}: only {int(n[r])} residuals (< {MIN_SCORES}); uncalibrated quantiles")
                 notes[r].extend(x for x in fc.notes if x not in grid.notes[r])
-        return assemble(grid, series, point, std, q, horizon_s, models, notes)
+        fcs = assemble(grid, series, point, std, q, horizon_s, models, notes)
+        for r in np.flatnonzero(few):
+            fcs[r].flags.append(quality.UNCALIBRATED)
+        return fcs
 
     def rolling_points(self, grid: Grid, h: int) -> np.ndarray:
         return self.base.rolling_points(grid, h)

@@ -68,7 +68,7 @@ def _rows(store: ForecastStore, now: float, limit: int | None) -> list[dict[str,
             f: NodeForecast | None = per.get(res)
             row[res] = None if f is None else {"mean": f.mean, "p95": f.p95, "std": f.std, "p99": f.p99,
                                                  "model": f.model, "age_s": store.age_s(node, res, now),
-                                                 "stale": f.stale, "notes": f.notes}
+                                                 "stale": f.stale, "flags": f.flags, "notes": f.notes}
         rows.append(row)
     return rows
 

@@ -29,6 +29,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from forecasting.quality import LAGGING_SAMPLES
 from forecasting.types import UtilisationSeries
 from kso.settings import load_settings, setting
 
@@ -87,6 +88,18 @@ class PrometheusSettings:
         "KSO_QUERY_NODE_CPU", '1 - avg by ($by) (rate(node_cpu_seconds_total{mode="idle"}[5m]))')
     query_node_memory: str = setting(
         "KSO_QUERY_NODE_MEMORY", "1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes")
+    # Partial windows: at a step after a node's newest scrape, rate(...[5m]) sees only part of its window and
+    # extrapolates (an idle node 2-3 minutes behind reads 30-70 % busy), and a gauge repeats its last value.
+    # Steps whose newest raw sample is more than one scrape interval old are dropped; '' turns a check off.
+    scrape_interval_s: float = setting("KSO_PROMETHEUS_SCRAPE_INTERVAL", 60.0, lo=1.0, hi=3600.0,
+                                       help="node-exporter scrape interval, seconds (steps with older samples "
+                                            "are not read as load)")
+    query_node_cpu_newest: str = setting(
+        "KSO_QUERY_NODE_CPU_NEWEST", 'min by ($by) (timestamp(node_cpu_seconds_total{mode="idle"}))',
+        help="range query: time of the newest raw cpu sample per node at each step ('' to skip the check)")
+    query_node_memory_newest: str = setting(
+        "KSO_QUERY_NODE_MEMORY_NEWEST", "min by ($by) (timestamp(node_memory_MemAvailable_bytes))",
+        help="range query: time of the newest raw memory sample per node at each step ('' to skip the check)")
     query_node_cpu_capacity: str = setting(
         "KSO_QUERY_NODE_CPU_CAPACITY", '1000 * count by ($by) (node_cpu_seconds_total{mode="idle"})',
         help="instant query: node cpu capacity in millicores ('' to skip)")
@@ -256,8 +269,42 @@ class PrometheusSource:
         y[idx[ok]] = v[ok]
         return y
 
+    def _newest(self, query: str, start: float, end: float, grid: np.ndarray,
+                uname: dict[str, str]) -> dict[str, np.ndarray]:
+        """Per node, the time of its newest raw sample at each step (NaN: none within the lookback); the
+        oldest of a node's series when several report it."""
+        if not query:
+            return {}
+        out: dict[str, np.ndarray] = {}
+        for item in self._range(query, start, end):
+            labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+            node = self._node_name(labels, uname)
+            if node is None:
+                continue
+            ts = self._to_grid(item.get("values") or [], grid)
+            out[node] = np.fmin(out[node], ts) if node in out else ts
+        return out
+
+    # step k is stale when grid_k - newest_k > scrape interval (or no newest sample): its value came from a
+    # partial rate window or is a repeated gauge, not the node's load at that step
+    def _drop_lagging(self, node: str, resource: str, y: np.ndarray, grid: np.ndarray,
+                      newest: np.ndarray) -> bool:
+        """NaN out ``y`` (in place) where it is stale; True when the trailing steps were (the forecast is
+        then marked)."""
+        with np.errstate(invalid="ignore"):
+            stale = ~(grid - newest <= self.settings.scrape_interval_s) & ~np.isnan(y)
+        if not stale.any():
+            return False
+        have = np.flatnonzero(~np.isnan(y))
+        trailing = bool(stale[have[-1]])
+        y[stale] = math.nan
+        self.notes.append(f"{node}/{resource}: {int(stale.sum())} steps whose newest sample was more than "
+                          f"{self.settings.scrape_interval_s:.0f}s older (partial windows) not read as load")
+        return trailing
+
     def _collect(self, result: list[dict[str, Any]], resource: str, grid: np.ndarray, uname: dict[str, str],
-                 capacity: dict[str, float], out: SeriesByNode) -> None:
+                 capacity: dict[str, float], out: SeriesByNode,
+                 newest: dict[str, np.ndarray] | None = None) -> None:
         groups: dict[str, list[np.ndarray]] = {}
         for item in result:
             labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
@@ -276,7 +323,13 @@ class PrometheusSource:
                 count = (~np.isnan(stack)).sum(axis=0)
                 y = np.where(count > 0, np.nansum(stack, axis=0) / np.maximum(count, 1), math.nan)
             else:
-                y = ys[0]
+                y = ys[0].copy()
+            lagging = False
+            fresh = (newest or {}).get(node)
+            if fresh is not None and np.isfinite(fresh).any():
+                lagging = self._drop_lagging(node, resource, y, grid, fresh)
+            elif newest:
+                self.notes.append(f"{node}/{resource}: no newest-sample times; partial windows not detected")
             have = np.flatnonzero(~np.isnan(y))
             if have.size == 0:
                 self.notes.append(f"{node}/{resource}: no finite samples in the window")
@@ -284,8 +337,12 @@ class PrometheusSource:
             # Trim leading/trailing steps without data (the node appeared late or stopped reporting:
             # the newest sample's time then shows its age); interior gaps stay NaN.
             lo, hi = have[0], have[-1] + 1
-            out.setdefault(node, {})[resource] = UtilisationSeries(
-                node, resource, grid[lo:hi].copy(), y[lo:hi].copy(), capacity.get(node, math.nan))
+            series = UtilisationSeries(node, resource, grid[lo:hi].copy(), y[lo:hi].copy(), capacity.get(node, math.nan))
+            if lagging:
+                series.flags.append(LAGGING_SAMPLES)
+                series.notes.append(f"newest {int(len(grid) - hi)} steps dropped: the node's newest samples are more "
+                                    f"than {self.settings.scrape_interval_s:.0f}s behind the query end")
+            out.setdefault(node, {})[resource] = series
 
     def _capacity(self, query: str, at: float, uname: dict[str, str]) -> dict[str, float]:
         if not query:
@@ -315,9 +372,11 @@ class PrometheusSource:
         mem_raw = self._range(s.query_node_memory, start, end)
         cap_cpu = self._capacity(s.query_node_cpu_capacity, end, uname)
         cap_mem = self._capacity(s.query_node_memory_capacity, end, uname)
+        new_cpu = self._newest(s.query_node_cpu_newest, start, end, grid, uname)
+        new_mem = self._newest(s.query_node_memory_newest, start, end, grid, uname)
         out: SeriesByNode = {}
-        self._collect(cpu_raw, "cpu", grid, uname, cap_cpu, out)
-        self._collect(mem_raw, "memory", grid, uname, cap_mem, out)
+        self._collect(cpu_raw, "cpu", grid, uname, cap_cpu, out, new_cpu)
+        self._collect(mem_raw, "memory", grid, uname, cap_mem, out, new_mem)
         self.notes = list(dict.fromkeys(self.notes))  # a fallback note per series would repeat
         if (cpu_raw or mem_raw) and not out and self.unmapped:
             seen = sorted({k for labels in self.unmapped for k in labels if k != "resource"})

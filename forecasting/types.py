@@ -23,6 +23,9 @@ class UtilisationSeries:
     t: np.ndarray
     y: np.ndarray
     capacity: float = math.nan
+    # What the source or the input checks found and did (forecasting.quality); carried onto the forecast.
+    notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.t = np.asarray(self.t, dtype=float)
@@ -41,6 +44,9 @@ class NodeForecast:
     node: str
     resource: str
     mean: float
+    # Gaussian-equivalent spread of the upper tail: (p95 - mean) / 1.645, so mean + 1.645 std = p95 and a
+    # consumer that models utilisation as mean +- std (the safe agent, kube-safe-scheduler's std-free-*
+    # annotations) sees the calibrated band, not a raw residual spread (see models._base.assemble).
     std: float
     p50: float
     p90: float
@@ -52,6 +58,8 @@ class NodeForecast:
     newest_sample_age_s: float  # age of the newest sample when computed
     stale: bool = False
     notes: list[str] = field(default_factory=list)
+    # machine-readable marks (forecasting.quality: short-history, spike-removed, lagging-samples, ...)
+    flags: list[str] = field(default_factory=list)
 
     def age_s(self, now: float) -> float:
         """Age of the newest sample behind this forecast, now."""

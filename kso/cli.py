@@ -21,6 +21,10 @@ def _extender(args: argparse.Namespace) -> int:
         env["HTTP_PORT"] = str(args.port)
     if args.host:
         env["KSO_HOST"] = args.host
+    if args.admin_port is not None:
+        env["KSO_ADMIN_PORT"] = str(args.admin_port)
+    if args.admin_host:
+        env["KSO_ADMIN_HOST"] = args.admin_host
     if args.snapshot:
         env["KSO_CLUSTER_SOURCE"], env["KSO_SNAPSHOT"] = "SNAPSHOT", args.snapshot
     if args.demo:
@@ -43,11 +47,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kso", description="kube-safe-optimizer: safe, forecast-driven placement")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("extender", help="serve the kube-scheduler extender (filter/prioritize/bind/preempt)")
     p.add_argument("--port", type=int, help="listen port (default HTTP_PORT or 80)")
-    p.add_argument("--host", help="listen address (default KSO_HOST or 0.0.0.0)")
+    p.add_argument("--host", help="listen address (default KSO_HOST or 127.0.0.1)")
+    p.add_argument("--admin-port", type=int, help="port of /metrics, /healthz, /readyz (default KSO_ADMIN_PORT; "
+                                                  "0 = on the main port)")
+    p.add_argument("--admin-host", help="listen address of the admin port (default KSO_ADMIN_HOST or 127.0.0.1)")
     p.add_argument("--snapshot", help="serve a cluster snapshot file (nodes and pods, YAML/JSON) instead of the API")
     p.add_argument("--demo", action="store_true", help="serve the embedded demo cluster")
     p.add_argument("--agents", help="comma-separated agents to enable (default KSO_AGENTS)")
@@ -75,7 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - bad input ends in one line, not a traceback (--debug shows it)
+        if args.debug:
+            raise
+        print(error_line(args.command, exc), file=sys.stderr)
+        return 1
+
+
+def error_line(command: str, exc: BaseException) -> str:
+    """One line for an error: the command, the exception's kind and its message (newlines folded)."""
+    text = " ".join(str(exc).split())
+    return f"kso {command}: error: {type(exc).__name__}{': ' + text if text else ''} (--debug shows the traceback)"
 
 
 if __name__ == "__main__":

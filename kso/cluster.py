@@ -13,14 +13,14 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
 import orjson
 
-from kso.objects import NodeInfo, PodInfo, normalize_image
+from kso.objects import NodeInfo, PodInfo, normalize_image, trim_annotations
 from kso.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
 
 # Node annotations written by kube-safe-scheduler's annotator (sic: "forcasted"). Units: cpu in
@@ -36,6 +36,12 @@ STAT_SCALE = np.array([1.0, 1.0 / MIB])
 # Image-size columns kept for the images pods asked about most recently (image-locality), each one
 # float64 per row: 256 x 8 bytes per node at most (10 MiB at 5,000 nodes).
 IMAGE_COLUMNS = 256
+# Resource columns (one float64 per row in alloc and in requested): every node or pod naming a new
+# extended resource adds one. Past the cap, columns no node or pod uses any more are dropped; if none
+# is free, the new resource is ignored (counted in dropped_resources) rather than grown without end.
+MAX_RESOURCE_COLUMNS = 256
+# Annotation bytes (keys and values) kept per remembered pod; the largest are dropped first.
+MAX_POD_ANNOTATION_BYTES = 16_384
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority: the scores host_scores_json has ready-made entries for
 
 
@@ -117,9 +123,14 @@ class NodeView:
 class ClusterState:
     """Thread-safe columnar store of nodes and bound pods. Row 0 is a sentinel for unknown nodes."""
 
-    def __init__(self, recent_window_s: float = 300.0, pending_pod_memory: int = 10_000) -> None:
+    def __init__(self, recent_window_s: float = 300.0, pending_pod_memory: int = 10_000,
+                 max_resource_columns: int = MAX_RESOURCE_COLUMNS,
+                 max_pod_annotation_bytes: int = MAX_POD_ANNOTATION_BYTES) -> None:
         self.lock = threading.RLock()
         self.recent_window_s = recent_window_s
+        self.max_resource_columns = max(max_resource_columns, len(CORE_RESOURCES))
+        self.max_pod_annotation_bytes = max_pod_annotation_bytes
+        self.dropped_resources = 0  # resource quantities not kept because every column was in use
         self.columns: dict[str, int] = {r: i for i, r in enumerate(CORE_RESOURCES)}
         self._capacity = 0
         self._rows: dict[str, int] = {}
@@ -171,14 +182,48 @@ class ClusterState:
             self._nodes = [None]
         self._capacity = capacity
 
-    def _column(self, resource: str) -> int:
+    def _column(self, resource: str) -> int | None:
+        """The column of ``resource``, added if new; None when the column cap leaves no room."""
         col = self.columns.get(resource)
         if col is None:
-            col = len(self.columns)
-            self.columns[resource] = col
-            self.alloc = np.hstack([self.alloc, np.full((self._capacity, 1), math.nan)])
-            self.requested = np.hstack([self.requested, np.zeros((self._capacity, 1))])
+            return self._add_columns([resource]).get(resource)
         return col
+
+    def _add_columns(self, resources: Iterable[str]) -> dict[str, int]:
+        """Add columns for the new ones of ``resources`` in one step (one copy of alloc and requested,
+        not one per resource), within max_resource_columns. Returns resource -> column of those kept."""
+        new = [r for r in dict.fromkeys(resources) if r not in self.columns]
+        if new and len(self.columns) + len(new) > self.max_resource_columns:
+            self._evict_unused_columns()
+        room = max(0, self.max_resource_columns - len(self.columns))
+        if len(new) > room:
+            self.dropped_resources += len(new) - room
+            new = new[:room]
+        if new:
+            base = len(self.columns)
+            for k, r in enumerate(new):
+                self.columns[r] = base + k
+            self.alloc = np.hstack([self.alloc, np.full((self._capacity, len(new)), math.nan)])
+            self.requested = np.hstack([self.requested, np.zeros((self._capacity, len(new)))])
+        return {r: c for r in resources if (c := self.columns.get(r)) is not None}
+
+    def _evict_unused_columns(self) -> None:
+        """Drop the extended-resource columns no node has allocatable of and no pod requests."""
+        rows = list(self._rows.values())
+        used = (np.nan_to_num(self.alloc[rows]) != 0).any(axis=0) | (self.requested != 0).any(axis=0)
+        for pod in self.pods.values():
+            for r in pod.requests:
+                c = self.columns.get(r)
+                if c is not None:
+                    used[c] = True
+        used[: len(CORE_RESOURCES)] = True
+        if used.all():
+            return
+        keep = np.flatnonzero(used)
+        names = list(self.columns)
+        self.columns = {names[c]: i for i, c in enumerate(keep.tolist())}
+        self.alloc = self.alloc[:, keep]
+        self.requested = self.requested[:, keep]
 
     def _row_for(self, name: str) -> int:
         row = self._rows.get(name)
@@ -211,11 +256,10 @@ class ClusterState:
             self._nodes[row] = node
             self._count_images(node, +1)
             self._update_image_columns(row, old, node)
-            for res in node.allocatable:
-                self._column(res)
+            cols = self._add_columns(node.allocatable)
             self.alloc[row, :] = 0.0
-            for res, value in node.allocatable.items():
-                self.alloc[row, self.columns[res]] = value
+            for res, col in cols.items():
+                self.alloc[row, col] = node.allocatable[res]
             ann = node.annotations
             for i in range(2):
                 self.mean_free[row, i] = _annotation_float(ann, ANNOTATION_MEAN_FREE[i])
@@ -299,7 +343,8 @@ class ClusterState:
     def _account(self, pod: PodInfo, row: int, sign: int) -> None:
         for res, value in pod.requests.items():
             col = self._column(res)
-            self.requested[row, col] += sign * value
+            if col is not None:
+                self.requested[row, col] += sign * value
 
     # ---- pods --------------------------------------------------------------------------------
     def upsert_pod(self, pod: PodInfo, observed_binding: bool = False) -> None:
@@ -318,7 +363,7 @@ class ClusterState:
             self._pending.pop(pod.uid, None)
             if old is not None:
                 if old.node_name == pod.node_name and old.requests == pod.requests:
-                    self.pods[pod.uid] = pod
+                    self.pods[pod.uid] = self._bounded(pod)
                     self.assumed.pop(pod.uid, None)
                     return
                 self._unbind(old)
@@ -334,7 +379,15 @@ class ClusterState:
             if old is not None:
                 self._unbind(old)
 
+    def _bounded(self, pod: PodInfo) -> PodInfo:
+        """``pod`` with at most max_pod_annotation_bytes of annotations (a copy when some are dropped)."""
+        ann = pod.annotations
+        if not ann or sum(map(len, ann.values())) + sum(map(len, ann)) <= self.max_pod_annotation_bytes:
+            return pod
+        return replace(pod, annotations=trim_annotations(ann, self.max_pod_annotation_bytes))
+
     def _bind(self, pod: PodInfo) -> None:
+        pod = self._bounded(pod)
         self.pods[pod.uid] = pod
         self._pods_by_node.setdefault(pod.node_name, set()).add(pod.uid)
         row = self._rows.get(pod.node_name)
@@ -365,6 +418,7 @@ class ClusterState:
             return list(self.pods.values())
 
     def remember_pending(self, pod: PodInfo) -> None:
+        pod = self._bounded(pod)
         with self.lock:
             self._pending[pod.uid] = pod
             self._pending.move_to_end(pod.uid)

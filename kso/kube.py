@@ -4,7 +4,7 @@ ClusterWatcher is a small reflector (client-go's list-then-watch loop) for two r
 JSON (orjson) instead of the client's models: building a V1Pod per pod costs far more than kso's own
 parse, and a big cluster's pod list would take seconds and hundreds of MB as models.
 
-Binding uses ``create_namespaced_binding`` with ``_preload_content=False``: the API answers a binding
+Binding uses ``create_namespaced_pod_binding`` with ``_preload_content=False``: the API answers a binding
 with a ``Status``, which the client fails to deserialise as a V1Binding ("target" is required; see
 kubernetes-client/python issues #547 and #825, still true in v37 as a pydantic ValidationError), so
 letting the client parse the response would turn every successful bind into an exception.
@@ -39,19 +39,29 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_GONE = 410
 
+# Connections the client keeps per host. urllib3's default (10, kept by the kubernetes client) is far below
+# kso's concurrent users of one ApiClient: kube-scheduler binds pods concurrently and the extender runs
+# each bind on a thread of anyio's default pool (40 threads), next to the two watches and the plan
+# ConfigMap poll. A pool smaller than that opens and throws away a connection per overflowing request
+# ("Connection pool is full, discarding connection", a TLS handshake each); 64 is never full.
+API_POOL_MAXSIZE = 64
+
 
 class KubeConfigError(RuntimeError):
     """Neither in-cluster configuration nor a usable kubeconfig was found."""
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """An ApiClient for the cluster kso runs in (service account), else for the kubeconfig.
+def load_api_client(kubeconfig: str | None = None, context: str | None = None,
+                    pool_maxsize: int = API_POOL_MAXSIZE) -> client.ApiClient:
+    """An ApiClient for the cluster kso runs in (service account), else for the kubeconfig, keeping up to
+    ``pool_maxsize`` connections to the API server.
 
     An explicit ``kubeconfig`` or ``context`` means the operator chose a kubeconfig, so in-cluster
     configuration is not tried then. Raises KubeConfigError saying what was tried and why it failed."""
     problems: list[str] = []
     if kubeconfig is None and context is None:
         cfg = client.Configuration()
+        cfg.connection_pool_maxsize = pool_maxsize
         try:
             config.load_incluster_config(client_configuration=cfg)
             return client.ApiClient(configuration=cfg)
@@ -60,7 +70,10 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     where = kubeconfig or config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION
     try:
         # persist_config=False: a sidecar must not rewrite the operator's kubeconfig (token refresh).
-        return config.new_client_from_config(config_file=kubeconfig, context=context, persist_config=False)
+        cfg = client.Configuration()
+        cfg.connection_pool_maxsize = pool_maxsize
+        return config.new_client_from_config(config_file=kubeconfig, context=context, persist_config=False,
+                                             client_configuration=cfg)
     except Exception as exc:  # the loader raises ConfigException, OSError, yaml and KeyError alike
         problems.append(f"kubeconfig {where}{f' context {context}' if context else ''}: {exc}")
     raise KubeConfigError(
@@ -507,8 +520,11 @@ class ApiBinder:
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         try:
-            resp = self._core.create_namespaced_binding(
-                namespace, body, _preload_content=False, _request_timeout=self.timeout_s
+            # pods/{name}/binding, as kube-scheduler's DefaultBinder: kube-apiserver (v1.36.2, measured)
+            # ignores the uid precondition on the namespace's bindings collection (create_namespaced_binding)
+            # and would bind a re-created pod of the same name.
+            resp = self._core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False, _request_timeout=self.timeout_s
             )
             try:
                 resp.data  # noqa: B018 - read the body so the connection goes back to the pool

@@ -68,6 +68,20 @@ def normalize_image(ref: str) -> str:
     return name
 
 
+def trim_annotations(annotations: dict[str, str], limit: int) -> dict[str, str]:
+    """The annotations that fit in ``limit`` bytes (key + value lengths), smallest first, in their
+    original order: one huge value (a last-applied-configuration) goes before many small ones."""
+    budget = limit
+    kept: set[str] = set()
+    for key in sorted(annotations, key=lambda k: len(k) + len(annotations[k])):
+        size = len(key) + len(annotations[key])
+        if size > budget:
+            break
+        budget -= size
+        kept.add(key)
+    return {k: v for k, v in annotations.items() if k in kept}
+
+
 @dataclass(slots=True, frozen=True)
 class Toleration:
     key: str

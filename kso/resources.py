@@ -26,6 +26,12 @@ DEFAULT_NONZERO_CPU_MILLI = 100.0
 DEFAULT_NONZERO_MEMORY_BYTES = 200.0 * MIB
 
 
+# The largest quantity kso accepts, in canonical units (1e15 cores in millicores, ~888 PiB in bytes):
+# Kubernetes keeps quantities in int64 (9.2e18), and anything near float64's range would overflow the
+# sums and ratios the agents compute (a node with cpu "1e308" scored -2^63).
+MAX_CANONICAL_QUANTITY = 1e18
+
+
 class QuantityError(ValueError):
     """A Kubernetes quantity that cannot be used: unparsable, negative, NaN or infinite."""
 
@@ -80,9 +86,13 @@ def parse_resource_list(resources: Any, what: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, raw in resources.items():
         try:
-            out[name] = canonical(name, parse_quantity(raw))
+            value = canonical(name, parse_quantity(raw))
         except QuantityError as exc:
             raise QuantityError(f"{what}[{name}]: {exc}") from None
+        if not value <= MAX_CANONICAL_QUANTITY:
+            raise QuantityError(f"{what}[{name}]: quantity {raw!r} is out of range (above {MAX_CANONICAL_QUANTITY:g} "
+                                f"{'millicores' if name == CPU else 'units'})")
+        out[name] = value
     return out
 
 

@@ -14,6 +14,8 @@ into node-exporter-shaped series (a synthetic mapping, labelled as such in ``Pro
 - worker-1 stops reporting for 40 min (a gap), worker-2's counters reset to 0 (a reboot), worker-0 has
   MemTotal 0 (-> +Inf ratio) and a NaN MemAvailable for a few scrapes, and worker-3 is scraped twice
   (a second exporter at 10.0.0.4:9101: duplicate series for one node);
+- worker-4 is an idle node (cpu 2 %, memory 30 %, constant) whose last ``LAG_SCRAPES`` scrapes are
+  missing: a node whose scrapes lag or stopped, so a query ending now sees partial rate windows;
 - cAdvisor series for one pod (two containers) built from vm-004.
 
 The OpenMetrics file is backfilled with ``promtool tsdb create-blocks-from openmetrics`` and served by the
@@ -47,6 +49,7 @@ GAP_NODE, GAP_START_MIN, GAP_MINUTES = "worker-1", 300, 40
 RESET_NODE, RESET_MIN = "worker-2", 400
 NAN_NODE, INF_MINUTES, NAN_MINUTES = "worker-0", (100, 101, 102), (200,)
 DUP_NODE, DUP_INSTANCE = "worker-3", "10.0.0.4:9101"
+LAG_NODE, LAG_SCRAPES, LAG_CPU, LAG_MEM = "worker-4", 2, 0.02, 0.3
 POD = ("shop", "web-0")
 
 
@@ -202,6 +205,7 @@ def build(workdir: Path, now: float | None = None) -> PromServer:
     t0 = t[0] + TRACE_OFFSET_S
     sources.append(("worker-3", _step_values(t, d.cpu_util_percent.to_numpy(float) / 100, t0 + rel),
                     _step_values(t, d.mem_util_percent.to_numpy(float) / 100, t0 + rel), rel, 4, 512 * 2.0**30))
+    sources.append((LAG_NODE, np.full(n, LAG_CPU), np.full(n, LAG_MEM), rel, 2, 16 * 2.0**30))
 
     families: dict[str, list[str]] = {"node_cpu_seconds": [], "node_memory_MemAvailable_bytes": [],
                                       "node_memory_MemTotal_bytes": [], "node_uname_info": [],
@@ -214,6 +218,8 @@ def build(workdir: Path, now: float | None = None) -> PromServer:
         present = np.ones(n, dtype=bool)
         if name == GAP_NODE:
             present[GAP_START_MIN: GAP_START_MIN + GAP_MINUTES] = False
+        if name == LAG_NODE:
+            present[n - LAG_SCRAPES:] = False
         busy = np.cumsum(interval * STEP)
         idle = np.cumsum((1 - interval) * STEP)
         if name == RESET_NODE:  # reboot just after scrape RESET_MIN - 1: counters restart from 0

@@ -190,11 +190,35 @@ def _mutate(doc: Any, path: tuple, value: Any, delete: bool) -> Any:
     return doc
 
 
+def _nest(draw: st.DrawFn, leaf: bytes) -> bytes:
+    """``leaf`` inside 50..1,100 levels of arrays and objects (orjson parses up to 1,024; kso allows 100)."""
+    depth = draw(st.integers(50, 1100))
+    opener = draw(st.sampled_from([b"[", b'{"k":']))
+    closer = b"]" if opener == b"[" else b"}"
+    return opener * depth + leaf + closer * depth
+
+
 @st.composite
 def mutated_bodies(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["mutate", "mutate", "mutate", "json", "bytes", "truncate"]))
+    kind = draw(st.sampled_from(["mutate", "mutate", "mutate", "json", "bytes", "truncate", "deep", "huge"]))
     if kind == "json":
         return json.dumps(draw(json_value)).encode()
+    if kind == "deep":  # a deep value at the top, in the Pod, or inside a Node that filter would echo
+        seed = json.dumps(draw(st.sampled_from(SEEDS))).encode()
+        deep = _nest(draw, b"0")
+        at = draw(st.sampled_from(["top", "pod", "node", "alone"]))
+        if at == "alone":
+            return deep
+        if at == "node" and b'"items": [{' in seed:
+            return seed.replace(b'"items": [{', b'"items": [{"x": ' + deep + b", ", 1)
+        if at == "pod" and b'"Pod": {' in seed:
+            return seed.replace(b'"Pod": {', b'"Pod": {"x": ' + deep + b", ", 1)
+        return b'{"x": ' + deep + b", " + seed[1:]
+    if kind == "huge":  # around the test server's 200,000-byte bound: many names, or one long string
+        n = draw(st.integers(150_000, 260_000))
+        if draw(st.booleans()):
+            return orjson.dumps({"Pod": GOOD_POD, "NodeNames": [f"n{i % 3}" for i in range(n // 6)]})
+        return orjson.dumps({"Pod": {**GOOD_POD, "x": "y" * n}, "NodeNames": ["n1"]})
     if kind == "bytes":
         return draw(st.binary(max_size=200))
     seed = draw(st.sampled_from(SEEDS))
@@ -227,3 +251,38 @@ def test_fuzz_every_route(client: Client, route: str, data: bytes) -> None:
         if route == "/prioritize":
             assert all(0 <= s["Score"] <= 10 for s in reply)
     assert internal_errors(client) == before, f"{route} hit an internal error on {data[:300]!r}"
+
+
+# ---- the admin port's app: /metrics, /healthz, /readyz and nothing else, whatever is sent ---------------
+@pytest.fixture(scope="module")
+def admin(client: Client) -> Iterator[int]:
+    from extender.app import create_admin_app
+    from extender.demo import BackgroundServer
+
+    with BackgroundServer(create_admin_app(client.extender)) as srv:  # type: ignore[attr-defined]
+        yield srv.port
+
+
+ADMIN_PATHS = ["/metrics", "/healthz", "/readyz", "/version", "/filter", "/bind", "/debug/explain", "/metrics/",
+               "/healthz/../filter", "//metrics", "/%2e%2e/filter"]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(path=st.one_of(st.sampled_from(ADMIN_PATHS), st.text(min_size=1, max_size=30).map(lambda t: "/" + t.replace(" ", ""))),
+       method=st.sampled_from(["GET", "POST", "PUT", "HEAD", "DELETE"]), data=mutated_bodies())
+def test_fuzz_admin_port(admin: int, path: str, method: str, data: bytes) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=10)
+    try:
+        conn.putrequest(method, path.encode("utf-8", "replace").decode("latin-1"), skip_accept_encoding=True)
+    except (http.client.InvalidURL, ValueError, UnicodeError):
+        return  # not a request http.client can send
+    conn.putheader("Content-Length", str(len(data)))
+    conn.endheaders(data)
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    assert resp.status < 500, (method, path, resp.status, body[:200])
+    if resp.status == 200:
+        assert method in ("GET", "HEAD") and path in ("/metrics", "/healthz", "/readyz", "/version"), (method, path)
+    assert resp.status not in (301, 302, 307, 308), (method, path)

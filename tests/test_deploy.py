@@ -120,6 +120,10 @@ def _flag(args: list[str], name: str) -> str:
     raise AssertionError(f"{name} not in {args}")
 
 
+def _admin_port() -> int:
+    return int(_flag(_container(_deployment()["spec"]["template"]["spec"], "kso")["args"], "--admin-port"))
+
+
 def _kso_port() -> int:
     return int(_flag(_container(_deployment()["spec"]["template"]["spec"], "kso")["args"], "--port"))
 
@@ -548,9 +552,11 @@ def test_extender_url_points_at_the_sidecar() -> None:
     assert url.path.rstrip("/") == _settings().get("KSO_URL_PREFIX", "").rstrip("/")
     dep = _deployment()["spec"]["template"]["spec"]
     kso = _container(dep, "kso")
-    assert [p["containerPort"] for p in kso["ports"]] == [_kso_port()]
-    # The kubelet's probes and Prometheus come from outside the pod's loopback.
-    assert _flag(kso["args"], "--host") in ("0.0.0.0", "::")
+    # The scheduler-facing port (with /bind) stays on the pod's loopback; only the admin port is exposed,
+    # on the pod IP, for the kubelet's probes and Prometheus.
+    assert _flag(kso["args"], "--host") in ("127.0.0.1", "::1")
+    assert _flag(kso["args"], "--admin-host") in ("0.0.0.0", "::")
+    assert [p["containerPort"] for p in kso["ports"]] == [_admin_port()] and _admin_port() != _kso_port()
 
 
 def test_scheduler_profile_and_leader_election() -> None:
@@ -567,11 +573,12 @@ def test_scheduler_profile_and_leader_election() -> None:
 # ------------------------------------------------------------------------------------- the live kso app
 
 @contextmanager
-def _live_app(env: dict[str, str]) -> Iterator[Any]:
-    """kso's FastAPI app configured by the kso-settings ConfigMap (+ env), in-process."""
+def _live_app(env: dict[str, str], admin: bool = False) -> Iterator[Any]:
+    """kso's FastAPI app configured by the kso-settings ConfigMap (+ env), in-process; with ``admin`` the
+    admin port's app instead of the scheduler-facing one."""
     from fastapi.testclient import TestClient
 
-    from extender.app import create_app
+    from extender.app import create_admin_app, create_app
     from extender.config import load_config
     from extender.server import build
     from kso.stats import AnnotationStats
@@ -579,7 +586,7 @@ def _live_app(env: dict[str, str]) -> Iterator[Any]:
     config = load_config({**_settings(), **env})
     running = build(config, stats=AnnotationStats())  # no Prometheus refresh thread in a test
     try:
-        with TestClient(create_app(running.extender)) as client:
+        with TestClient(create_admin_app(running.extender) if admin else create_app(running.extender)) as client:
             yield client
     finally:
         running.close()
@@ -631,15 +638,16 @@ def test_probes_and_metrics_hit_routes_that_exist() -> None:
     assert kso["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness must not depend on the API server"
     svc = _one("Service", "kso-metrics")
     ann = svc["metadata"]["annotations"]
-    with _live_app({"KSO_CLUSTER_SOURCE": "DEMO"}) as client:
+    with _live_app({"KSO_CLUSTER_SOURCE": "DEMO"}, admin=True) as client:  # the admin port's app
         for p in probes:
-            assert port_names.get(p["port"], p["port"]) == _kso_port()
+            assert port_names.get(p["port"], p["port"]) == _admin_port()
             assert p.get("scheme", "HTTP") == "HTTP"
             assert client.get(p["path"]).status_code == 200, p
         assert client.get("/no-such-probe").status_code == 404
         metrics = client.get(ann["prometheus.io/path"])
         assert metrics.status_code == 200 and "# TYPE" in metrics.text
-    assert int(ann["prometheus.io/port"]) == _kso_port() and ann["prometheus.io/scrape"] == "true"
+        assert client.post("/filter", json={}).status_code in (404, 405), "the admin port serves no scheduler verb"
+    assert int(ann["prometheus.io/port"]) == _admin_port() and ann["prometheus.io/scrape"] == "true"
 
 
 def test_metrics_service_selects_the_sidecar() -> None:
@@ -648,7 +656,7 @@ def test_metrics_service_selects_the_sidecar() -> None:
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     kso_ports = {p["name"]: p["containerPort"] for p in _container(_deployment()["spec"]["template"]["spec"], "kso")["ports"]}
     [port] = svc["spec"]["ports"]
-    assert kso_ports[port["targetPort"]] == _kso_port()
+    assert kso_ports[port["targetPort"]] == _admin_port()
     pdb = _one("PodDisruptionBudget", "kso-scheduler")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pdb["spec"]["minAvailable"] < _deployment()["spec"]["replicas"], "a PDB at full size would block every drain"
@@ -664,7 +672,7 @@ def test_optional_servicemonitor_and_networkpolicy_match() -> None:
     assert {e["path"] for e in sm["spec"]["endpoints"]} == {svc["metadata"]["annotations"]["prometheus.io/path"]}
     np_ = _one("NetworkPolicy", "kso-scheduler-ingress")
     assert np_["spec"]["podSelector"]["matchLabels"].items() <= _deployment()["spec"]["template"]["metadata"]["labels"].items()
-    assert [p["port"] for rule in np_["spec"]["ingress"] for p in rule["ports"]] == [_kso_port()]
+    assert [p["port"] for rule in np_["spec"]["ingress"] for p in rule["ports"]] == [_admin_port()]
 
 
 # ----------------------------------------------------------------------------- settings and the commands

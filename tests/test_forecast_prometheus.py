@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ from forecasting.prometheus import (
     PrometheusSource,
     PrometheusUnavailable,
 )
+from forecasting.quality import LAGGING_SAMPLES
 from forecasting.store import ForecastStore, StoreSettings
 from tests import prom_server as ps
 
@@ -59,7 +61,7 @@ def _expected_cpu(prom: ps.PromServer, node: str, t: np.ndarray, closed: bool) -
 def test_recovers_trace_utilisation(prom: ps.PromServer) -> None:
     src = _source(prom)
     out = src.node_series()
-    assert sorted(out) == ["worker-0", "worker-1", "worker-2", "worker-3"]
+    assert sorted(out) == ["worker-0", "worker-1", "worker-2", "worker-3", "worker-4"]
     closed = _closed_windows(prom)
     for node, per in out.items():
         cpu, mem = per["cpu"], per["memory"]
@@ -81,19 +83,19 @@ def test_recovers_trace_utilisation(prom: ps.PromServer) -> None:
 
 def test_node_name_mappings(prom: ps.PromServer) -> None:
     uname = _source(prom, node_mapping="UNAME")
-    assert sorted(uname.node_series()) == ["worker-0", "worker-1", "worker-2", "worker-3"]
+    assert sorted(uname.node_series()) == ["worker-0", "worker-1", "worker-2", "worker-3", "worker-4"]
     # worker-3 is exported twice (10.0.0.4:9100 and :9101): merged into one series, and said so.
     assert any("worker-3/memory: merged 2 series" in n for n in uname.notes)
 
     label = _source(prom, node_mapping="LABEL", node_label="node")
     by_label = label.node_series()
-    assert sorted(by_label) == ["worker-0", "worker-1", "worker-2", "worker-3"]
+    assert sorted(by_label) == ["worker-0", "worker-1", "worker-2", "worker-3", "worker-4"]
     np.testing.assert_allclose(by_label["worker-2"]["cpu"].y, uname.node_series()["worker-2"]["cpu"].y,
                                equal_nan=True)
 
     regex = _source(prom, node_mapping="REGEX", node_regex=r"^([\d.]+):\d+$", node_regex_label="instance")
     by_ip = regex.node_series()
-    assert sorted(by_ip) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert sorted(by_ip) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]
     assert any("10.0.0.4/cpu: merged 2 series" in n for n in regex.notes)
 
 
@@ -286,3 +288,34 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
     assert 0 < model.mean["cpu"] < 2000  # millicores, below the 2-core request this pod never reaches
     # a pod without history gives nothing (its class counts at its requests)
     assert class_usage_from_history([pod], {}) == {}
+
+
+def test_lagging_node_is_not_read_as_busy(prom: ps.PromServer) -> None:
+    """Issue 15, finding 5: an idle node whose newest scrapes are 2-3 minutes older than the query end read
+    30-70 % busy (rate() over a partial window, extrapolated). Steps whose newest raw sample is more than one
+    scrape interval old are dropped, and the node's series and forecast are marked."""
+    now = float(prom.scrapes[-1]) + ps.STEP + 1.0  # query end: one minute after the healthy nodes' last scrape
+    end = math.floor(now / ps.STEP) * ps.STEP
+    unchecked = _source(prom, query_node_cpu_newest="", query_node_memory_newest="").node_series(now)[ps.LAG_NODE]
+    assert unchecked["cpu"].y[-1] > 0.2, unchecked["cpu"].y[-5:]  # the failure the check exists for
+
+    src = _source(prom)
+    out = src.node_series(now)
+    for res, truth in (("cpu", ps.LAG_CPU), ("memory", ps.LAG_MEM)):
+        s = out[ps.LAG_NODE][res]
+        fin = np.isfinite(s.y)
+        np.testing.assert_allclose(s.y[fin][-30:], truth, atol=1e-6, err_msg=res)
+        # newest scrape at end - 3 min: steps end and end - 1 min are partial; end - 2 min is the newest kept
+        assert s.t[-1] == end - ps.LAG_SCRAPES * ps.STEP, (s.t[-1] - end)
+        assert LAGGING_SAMPLES in s.flags and any("behind the query end" in n for n in s.notes)
+    assert any(f"{ps.LAG_NODE}/cpu:" in n and "partial windows" in n for n in src.notes)
+    for node in ("worker-0", "worker-3"):  # scraped up to a minute before the end: untouched, unmarked
+        assert out[node]["cpu"].t[-1] == end and LAGGING_SAMPLES not in out[node]["cpu"].flags
+
+    store = ForecastStore(StoreSettings(stale_after_s=900.0, horizon_s=1800.0, refresh_s=60.0))
+    assert store.refresh(src, get_forecaster(), 1800.0, now=now)
+    fc = store.get(ps.LAG_NODE, "cpu")
+    assert fc is not None and not fc.stale and LAGGING_SAMPLES in fc.flags
+    assert fc.p95 < ps.LAG_CPU + 0.01 and fc.mean < ps.LAG_CPU + 0.01, fc
+    healthy = store.get("worker-0", "cpu")
+    assert healthy is not None and LAGGING_SAMPLES not in healthy.flags

@@ -56,6 +56,8 @@ class Agent:
     ``predicates`` / ``priorities`` with route name -> bound method."""
 
     name: ClassVar[str] = ""
+    # The keys of explain()'s result that hold one value per node of the call; the others are call-wide.
+    explain_per_node: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type] = object
 
     def __init__(self, params: Any) -> None:
@@ -64,5 +66,6 @@ class Agent:
         self.priorities: dict[str, Priority] = {}
 
     def explain(self, call: Call) -> dict[str, Any]:
-        """Per-node intermediate values for /debug/explain (name -> list per node)."""
+        """Intermediate values for /debug/explain: name -> list per node for the keys in explain_per_node,
+        name -> call-wide value for the others."""
         return {}

@@ -28,6 +28,7 @@ def congestion_score(factor: np.ndarray, factor_max: int) -> np.ndarray:
 
 class CongestionAgent(Agent):
     name = "congestion"
+    explain_per_node = ("congestion_factor",)
     Params = CongestionParams
 
     def __init__(self, params: CongestionParams) -> None:

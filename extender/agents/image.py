@@ -56,6 +56,7 @@ def image_locality_score(sizes: np.ndarray, spread: np.ndarray, n_containers: in
 
 class ImageAgent(Agent):
     name = "image"
+    explain_per_node = ("image_bytes_present",)
     Params = ImageParams
 
     def __init__(self, params: ImageParams) -> None:

@@ -230,6 +230,7 @@ class PigeonResult:
 
 class PigeonAgent(Agent):
     name = "pigeon"
+    explain_per_node = ("pigeon_value",)
     Params = PigeonParams
 
     def __init__(self, params: PigeonParams) -> None:

@@ -130,6 +130,7 @@ class SafeInputs:
 
 class SafeAgent(Agent):
     name = "safe"
+    explain_per_node = ("stats_source", *(f"{r}_{k}" for r in RESOURCE_NAMES for k in ("mu", "sigma", "risk")))
     Params = SafeParams
 
     def __init__(self, params: SafeParams, stats: NodeStatsSource | None = None) -> None:

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from forecasting import quality
 from forecasting.types import NodeForecast, UtilisationSeries
 
 STEP_S = 300.0  # the grid every model works on: 5 minutes, the Bitbrains sampling period
 DAY_BINS = 288  # 24 h / 5 min: the daily season length on the grid
 DEFAULT_HISTORY_S = 7 * 86400.0  # history kept per series (the benchmark's "up to 7 days")
 STALE_AFTER_S = 900.0  # newest sample older than three grid steps -> flagged stale
+GAPPY_SHARE = 0.5  # fewer observed 5-minute bins than this share of the history -> flagged gappy-history
 Y_MAX = 1000.0  # utilisation ratios beyond this are data errors; clipping keeps sums finite
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -50,6 +52,7 @@ class Grid:
     now: np.ndarray  # (S,) forecast origin per series
     last_t: np.ndarray  # (S,) time of the newest finite sample at or before now (NaN if none)
     notes: list[list[str]] = field(default_factory=list)  # per-series data-quality notes
+    flags: list[list[str]] = field(default_factory=list)  # per-series forecasting.quality flags
 
     @property
     def n_obs(self) -> np.ndarray:
@@ -62,17 +65,26 @@ class Grid:
     def subset(self, rows: np.ndarray) -> Grid:
         return Grid(
             self.values[rows], self.observed[rows], self.start[rows], self.now[rows], self.last_t[rows],
-            [self.notes[i] for i in rows],
+            [self.notes[i] for i in rows], [self.flags[i] for i in rows],
         )
 
 
+def check_many(series: Sequence[UtilisationSeries], now: float | None, history_s: float) -> list[UtilisationSeries]:
+    """forecasting.quality.check_series on each series: units, order, duplicates and range fixed, with notes."""
+    return [quality.check_series(s, now, history_s, Y_MAX) for s in series]
+
+
 def resample(
-    series: Sequence[UtilisationSeries], now: float | None = None, history_s: float = DEFAULT_HISTORY_S
+    series: Sequence[UtilisationSeries], now: float | None = None, history_s: float = DEFAULT_HISTORY_S,
+    robust: bool = True,
 ) -> Grid:
     """Average each series' finite samples into 5-minute bins ending at ``now`` (per series: its newest
     sample time, NaN value or not, when ``now`` is None), interpolate internal gaps linearly and carry the newest value
     forward over a trailing gap, so that irregular sampling (Alibaba: 10-300 s), jitter (Bitbrains) and
-    NaN never reach a model."""
+    NaN never reach a model. ``robust``: isolated gross outliers are replaced by their neighbours
+    (forecasting.quality.despike), so one corrupt sample neither moves the centre nor sets the band;
+    the baselines that stand for other systems take the data as it is (robust=False).
+    Series are expected in seconds and sorted (``check_many``); values are clipped to [0, Y_MAX] here too."""
     n = max(1, round(history_s / STEP_S))
     S = len(series)
     values = np.zeros((S, n))
@@ -81,10 +93,13 @@ def resample(
     nows = np.zeros(S)
     last_t = np.full(S, np.nan)
     notes: list[list[str]] = []
+    flags: list[list[str]] = []
     idx_all = np.arange(n)
     for i, s in enumerate(series):
         t, y = s.t, s.y
-        note: list[str] = []
+        note: list[str] = list(s.notes)
+        flag: list[str] = list(s.flags)
+        flags.append(flag)
         ok = np.isfinite(t) & np.isfinite(y)
         if now is None:
             # the newest sample time, even if its value is NaN: trailing NaNs then show up as sample age
@@ -96,15 +111,17 @@ def resample(
         tf, yf = t[ok], y[ok]
         if len(yf) and (yf.min() < 0.0 or yf.max() > Y_MAX):
             note.append(f"values outside [0, {Y_MAX:g}] clipped")
+            flag.append(quality.VALUES_OUT_OF_RANGE)
             yf = np.clip(yf, 0.0, Y_MAX)
         if len(tf):
-            last_t[i] = tf[-1]
+            last_t[i] = tf.max()
         # bin k back from now: (now-(k+1)*300, now-k*300]; column = n-1-k
         k = np.floor((now_i - tf) / STEP_S).astype(np.int64)
         keep = k < n
         col = (n - 1) - k[keep]
         if col.size == 0:
             note.append("no finite samples in the history window")
+            flag.append(quality.NO_DATA)
             notes.append(note)
             continue
         sums = np.bincount(col, weights=yf[keep], minlength=n)
@@ -122,8 +139,15 @@ def resample(
         gaps = (n - first) - int(obs.sum())
         if gaps > 0:
             note.append(f"{gaps} empty 5-min bins of {n - first} filled by interpolation")
+        if obs.sum() < GAPPY_SHARE * (n - first):
+            flag.append(quality.GAPPY_HISTORY)
+        if n - first < min(DAY_BINS, n):
+            note.append(f"only {(n - first) * STEP_S / 3600:.1f} h of history (a day or more is expected)")
+            flag.append(quality.SHORT_HISTORY)
         notes.append(note)
-    return Grid(values, observed, start, nows, last_t, notes)
+    if robust:
+        quality.despike(values, observed, notes, flags)
+    return Grid(values, observed, start, nows, last_t, notes, flags)
 
 
 def monotone(q: np.ndarray) -> np.ndarray:
@@ -143,10 +167,16 @@ def assemble(
     model: str | Sequence[str],
     extra_notes: Sequence[list[str]] | None = None,
 ) -> list[NodeForecast]:
-    """Turn per-series arrays into NodeForecasts, guaranteeing finite, non-negative, monotone output."""
+    """Turn per-series arrays into NodeForecasts, guaranteeing finite, non-negative, monotone output.
+
+    ``std`` is replaced by the spread the band implies (formula above ``band_std``): a model's own spread
+    (a residual std, say) can disagree with its calibrated, capped quantiles by orders of magnitude, and
+    the safe agent and the std-free annotations read std as the band's width. The argument is kept so
+    models say what they computed; it is not returned."""
+    del std
     mean = np.clip(np.where(np.isfinite(mean), mean, 0.0), 0.0, None)
-    std = np.clip(np.where(np.isfinite(std), std, 0.0), 0.0, None)
     q = monotone(np.clip(quantiles, 0.0, None))
+    std = band_std(mean, q)
     out: list[NodeForecast] = []
     for i, s in enumerate(series):
         lt = grid.last_t[i]
@@ -154,6 +184,7 @@ def assemble(
         notes = list(grid.notes[i])
         if extra_notes is not None:
             notes.extend(extra_notes[i])
+        flags = list(grid.flags[i]) if grid.flags else []
         out.append(
             NodeForecast(
                 node=s.key,
@@ -170,9 +201,17 @@ def assemble(
                 newest_sample_age_s=age,
                 stale=age > STALE_AFTER_S,
                 notes=notes,
+                flags=flags,
             )
         )
     return out
+
+
+# std = max(p95 - mean, 0) / z_0.95: the sd of the Gaussian with this mean and this p95. It is never above
+# what the band allows (p95 is capped by the week's top values in the calibrated models) and equals the
+# model's sd for the Gaussian baselines, whose p95 is mean + z_0.95 sd.
+def band_std(mean: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return np.maximum(q[:, 2] - mean, 0.0) / Z[2]
 
 
 def gaussian(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -213,6 +252,7 @@ class GridForecaster:
     min_bins: int = 1
     fallback: str | None = None
     history_s: float = DEFAULT_HISTORY_S
+    robust_input: bool = True  # False for the baselines that stand for other systems (see resample)
 
     def _predict(
         self, grid: Grid, h: int, series: Sequence[UtilisationSeries]
@@ -230,8 +270,10 @@ class GridForecaster:
     ) -> list[NodeForecast]:
         if not series:
             return []
-        grid = resample(series, now, self.history_s)
-        return self.forecast_grid(grid, series, horizon_s)
+        series = check_many(series, now, self.history_s)
+        fcs = self.forecast_grid(resample(series, now, self.history_s, self.robust_input), series, horizon_s)
+        quality.record(fcs)
+        return fcs
 
     def forecast_grid(
         self, grid: Grid, series: Sequence[UtilisationSeries], horizon_s: float
@@ -268,6 +310,8 @@ class GridForecaster:
             for fc in fcs:
                 fc.stale = True
                 fc.notes.append(f"{self.name}: no usable history; zero forecast")
+                if quality.NO_DATA not in fc.flags:
+                    fc.flags.append(quality.NO_DATA)
             return fcs
         from forecasting.models import get_forecaster  # registry imports the model modules
 
@@ -279,4 +323,6 @@ class GridForecaster:
                 f"{self.name}: only {hb * STEP_S / 3600:.1f} h of history (< {self.min_bins * STEP_S / 3600:.1f} h"
                 f" needed); fell back to {fc.model}"
             )
+            if quality.SHORT_HISTORY not in fc.flags:
+                fc.flags.append(quality.SHORT_HISTORY)
         return fcs

@@ -1,0 +1,528 @@
+"""End to end: the real kube-scheduler schedules pods on fake nodes, alone and through extenders.
+
+    python -m benchmarks.e2e [--nodes 100] [--pods 1000] [--rounds 2] [--configs alone,kso,...]
+                             [--kso-env KEY=VALUE ...]
+
+A real control plane (benchmarks.controlplane: etcd + kube-apiserver) holds N Node objects of mixed
+shapes (4/8/16/32 cores, 110 pods each; no kubelet); each run creates P pending pods (100m cpu, 128Mi,
+``schedulerName: kso-scheduler``) in a fresh namespace, then starts kube-scheduler with one
+configuration and measures until every pod is bound:
+
+- ``alone``: the profile with no extender (kube-scheduler's own plugins);
+- ``kso``: kso as deploy/scheduler-config.yaml configures it, without ``bindVerb`` (NodeNames, the
+  scheduler binds); ``kso-bind``: the same with kso binding (deploy/ as shipped); ``kso-full``:
+  ``nodeCacheCapable: false`` (full Node objects in every call), no bind;
+- ``trivial``: a stdlib extender (``python -m benchmarks.e2e --trivial-extender PORT``) that passes every
+  node and scores 0, NodeNames: the cost of the extender protocol itself.
+
+kso runs as README says (``python -m kso.cli extender --port P`` with KUBECONFIG pointing at the
+cluster, no KSO_CLUSTER_SOURCE), one process for the whole benchmark, plus one for each extra
+``--kso-env`` variant (``kso[KEY=VALUE]``). Throughput is (P - 1) / (last bind - first bind), bind times
+seen by a watch on the namespace, so the scheduler's start-up is not counted. Rounds run the
+configurations in ABBA order (forward, then reversed) so the machine's drift falls on all alike; the table
+gives medians over rounds. Per run: pods/s and its ratio to ``alone`` of the same round; kso's per-verb
+mean and p99 (from its /metrics histogram, differenced over the run); pods per node (max, p95); the
+1-minute load average. Between runs the pods are force-deleted and the nodes are empty again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import http.server
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from benchmarks.controlplane import Component, ControlPlane, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY_SCHEDULER_CONFIG = REPO / "deploy" / "scheduler-config.yaml"
+SCHEDULER_NAME = "kso-scheduler"
+NODE_SHAPES = (("4", "16Gi"), ("8", "32Gi"), ("16", "64Gi"), ("32", "128Gi"))
+
+
+# ------------------------------------------------------------------------------------------- objects
+
+
+def node_manifest(name: str, cpu: str, memory: str, *, pods: str = "110", labels: dict[str, str] | None = None,
+                  taints: list[dict[str, str]] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    alloc = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                              **(labels or {})}, "annotations": annotations or {}},
+        "spec": {"taints": taints} if taints else {},
+        "status": {"capacity": alloc, "allocatable": alloc,
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }
+
+
+def pod_manifest(name: str, *, cpu: str = "100m", memory: str = "128Mi", scheduler: str = SCHEDULER_NAME,
+                 node_selector: dict[str, str] | None = None, tolerations: list[dict[str, str]] | None = None,
+                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def bench_nodes(n: int, prefix: str = "e2e-node") -> list[dict[str, Any]]:
+    return [node_manifest(f"{prefix}-{i:04d}", *NODE_SHAPES[i % len(NODE_SHAPES)]) for i in range(n)]
+
+
+def in_parallel(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 8) -> list[Any]:
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, items))
+
+
+def create_nodes(api_client: Any, nodes: list[dict[str, Any]]) -> None:
+    """Creates the Nodes, then writes their status (a create ignores status; there is no kubelet)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+
+    def one(node: dict[str, Any]) -> None:
+        core.create_node(node)
+        core.patch_node_status(node["metadata"]["name"], {"status": node["status"]})
+
+    in_parallel(one, nodes)
+
+
+def delete_nodes(api_client: Any, names: Iterable[str]) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    in_parallel(lambda n: core.delete_node(n), list(names))
+
+
+def create_pods(api_client: Any, namespace: str, pods: list[dict[str, Any]]) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    in_parallel(lambda p: core.create_namespaced_pod(namespace, p), pods)
+
+
+class BindWatch:
+    """Watches a namespace's pods and records when each one got its node (first sighting of spec.nodeName).
+
+    Watches from resourceVersion "0" (whatever the watch cache has, then every change) and starts again
+    the same way when the stream ends or reports an error: a bind seen twice keeps its first time."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.bound: dict[str, tuple[str, float]] = {}
+        self.cond = threading.Condition()
+        self._stopped = threading.Event()
+        self._resp: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"bind-watch-{namespace}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._resp = self.core.list_namespaced_pod(self.namespace, watch=True, resource_version="0",
+                                                           _preload_content=False, timeout_seconds=300)
+                if self._stopped.is_set():
+                    break
+                for line in self._resp:
+                    if line.strip():
+                        self._event(orjson.loads(line))
+            except Exception:  # noqa: BLE001 - closed by stop(), or a dropped stream: watch again
+                time.sleep(0.1)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        node = (obj.get("spec") or {}).get("nodeName")
+        name = (obj.get("metadata") or {}).get("name")
+        if event.get("type") != "ERROR" and node and name and name not in self.bound:
+            with self.cond:
+                self.bound[name] = (node, time.monotonic())
+                self.cond.notify_all()
+
+    def wait(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while len(self.bound) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(min(left, 1.0))
+        return True
+
+    def stop(self) -> None:
+        self._stopped.set()
+        # shutdown(), not close(): close() waits for the reader thread's lock on the TLS socket.
+        try:
+            if self._resp is not None:
+                self._resp.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+        self._thread.join(5)
+
+
+def delete_namespace_pods(api_client: Any, namespace: str, timeout: float = 60.0) -> None:
+    """Force-deletes every pod (no kubelet would ever confirm a graceful delete) and waits until none is left."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + timeout
+    while core.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------------- extenders
+
+
+def deploy_scheduler_config() -> dict[str, Any]:
+    """The KubeSchedulerConfiguration embedded in deploy/scheduler-config.yaml (its ConfigMap's config.yaml)."""
+    cm = yaml.safe_load(DEPLOY_SCHEDULER_CONFIG.read_text())
+    return yaml.safe_load(cm["data"]["config.yaml"])
+
+
+def scheduler_config(extender_url: str | None, *, bind: bool = False, node_cache: bool = True,
+                     qps: int = 5000) -> dict[str, Any]:
+    """deploy/'s configuration with kso at ``extender_url`` (None = no extender: kube-scheduler alone);
+    ``bind`` keeps deploy/'s bindVerb, ``node_cache`` its nodeCacheCapable. qps/burst high so the client
+    side of kube-scheduler is not what is measured."""
+    cfg = copy.deepcopy(deploy_scheduler_config())
+    cfg["clientConnection"] = {"qps": qps, "burst": qps}
+    extenders = cfg.pop("extenders", [])
+    if extender_url is not None:
+        ext = dict(extenders[0])
+        ext["urlPrefix"] = extender_url
+        if not bind:
+            ext.pop("bindVerb", None)
+        ext["nodeCacheCapable"] = node_cache
+        cfg["extenders"] = [ext]
+    return cfg
+
+
+def tree_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return env
+
+
+@dataclass
+class ExtenderProcess:
+    """An HTTP extender in its own process on 127.0.0.1; ``url`` is its urlPrefix."""
+
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    ready_path: str = "/readyz"
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ExtenderProcess:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([*self.argv, str(self.port)], env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+        comp = Component(self.log.stem, self.proc, self.log, self.port)
+        from benchmarks.controlplane import _wait_ready
+
+        _wait_ready(comp, self.url + self.ready_path, timeout)
+        return self
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=10) as resp:
+            return resp.read().decode()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            Component(self.log.stem, self.proc, self.log).stop()
+
+    def __enter__(self) -> ExtenderProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
+    """``kso extender --port P`` as README says: a kubeconfig and nothing else (KSO_CLUSTER_SOURCE unset).
+    Bound to 127.0.0.1 so a test never opens a port beyond the machine."""
+    e = tree_env(**{"KUBECONFIG": str(kubeconfig), "LOG_LEVEL": "WARNING", "KSO_HOST": "127.0.0.1", **env})
+    e.pop("KSO_CLUSTER_SOURCE", None)
+    return ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], e, log)
+
+
+def trivial_process(log: Path) -> ExtenderProcess:
+    return ExtenderProcess([sys.executable, "-m", "benchmarks.e2e", "--trivial-extender"], tree_env(), log,
+                           ready_path="/healthz")
+
+
+class TrivialHandler(http.server.BaseHTTPRequestHandler):
+    """The reference extender: filter passes every node, prioritize scores each 0, nothing else."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: without this, delayed ACKs add ~40 ms
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._reply(b"ok")
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = orjson.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        names = body.get("NodeNames") or body.get("nodenames") or []
+        if self.path.endswith("/filter"):
+            out: Any = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
+        else:
+            out = [{"Host": n, "Score": 0} for n in names]
+        self._reply(orjson.dumps(out))
+
+    def _reply(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def parse_metrics(text: str) -> dict[tuple[str, str], float]:
+    """Prometheus text -> {(metric name, label text): value}."""
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$", line)
+        if m:
+            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def metric_sum(metrics: dict[tuple[str, str], float], name: str, **labels: str) -> float:
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(v for (n, lab), v in metrics.items() if n == name and all(w in lab for w in want))
+
+
+def verb_latency(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], verb: str) -> dict[str, float]:
+    """Calls, mean and p50/p99 of one verb over the interval between two scrapes.
+
+    A quantile is read off the cumulative histogram: the upper bound of the first bucket whose count
+    reaches q * total (an upper estimate, at bucket resolution)."""
+    name = "kso_extender_request_duration_seconds"
+    count = metric_sum(after, f"{name}_count", verb=verb) - metric_sum(before, f"{name}_count", verb=verb)
+    total = metric_sum(after, f"{name}_sum", verb=verb) - metric_sum(before, f"{name}_sum", verb=verb)
+    buckets: list[tuple[float, float]] = []
+    for (n, lab), v in after.items():
+        if n == f"{name}_bucket" and f'verb="{verb}"' in lab:
+            le = re.search(r'le="([^"]+)"', lab)
+            if le:
+                buckets.append((float(le.group(1)), v - before.get((n, lab), 0.0)))
+    buckets.sort()
+    res = {"calls": count, "mean_ms": 1000 * total / count if count else math.nan}
+    for q in (0.5, 0.99):
+        res[f"p{int(q * 100)}_ms"] = next((1000 * le for le, c in buckets if count and c >= q * count), math.nan)
+    return res
+
+
+def pods_per_node(bound: dict[str, tuple[str, float]]) -> tuple[int, float]:
+    """(max, p95) of pods per node, over the nodes that got at least one pod."""
+    counts = sorted(Counter(node for node, _ in bound.values()).values())
+    if not counts:
+        return 0, math.nan
+    return counts[-1], counts[min(len(counts) - 1, math.ceil(0.95 * len(counts)) - 1)]
+
+
+# --------------------------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RunResult:
+    config: str
+    round: int
+    pods_per_s: float
+    wall_s: float
+    max_per_node: int
+    p95_per_node: float
+    nodes_used: int
+    load1: float
+    verbs: dict[str, dict[str, float]] = field(default_factory=dict)
+    filtered: float = 0.0  # nodes kso's filter rejected during the run (all predicates)
+    ratio: float = math.nan
+
+
+def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, Any], pods: int, rnd: int,
+             kso: ExtenderProcess | None, timeout: float) -> RunResult:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    # Namespaces stay Terminating without a namespace controller: a fresh name per run.
+    ns = f"e2e-r{rnd}-{re.sub(r'[^a-z0-9-]+', '-', config_name.lower())[:40].strip('-')}-{os.urandom(3).hex()}"
+    core.create_namespace({"metadata": {"name": ns, "annotations": {"kso.io/e2e-config": config_name}}})
+    try:
+        watch = BindWatch(api, ns)
+        create_pods(api, ns, [pod_manifest(f"p{i:05d}") for i in range(pods)])
+        before = parse_metrics(kso.get("/metrics")) if kso else {}
+        t0 = time.monotonic()
+        sched = cp.start_scheduler(sched_cfg, name=f"sched-{config_name}")
+        try:
+            done = watch.wait(pods, timeout)
+        finally:
+            cp.stop_component(sched)
+            watch.stop()
+        if not done:
+            raise RuntimeError(f"{config_name}: {len(watch.bound)} of {pods} pods bound in {timeout:.0f} s "
+                               f"(scheduler log {sched.log})")
+        times = sorted(t for _, t in watch.bound.values())
+        after = parse_metrics(kso.get("/metrics")) if kso else {}
+        mx, p95 = pods_per_node(watch.bound)
+        verbs = {v: verb_latency(before, after, v) for v in ("filter", "prioritize", "bind")} if kso else {}
+        filtered = (metric_sum(after, "kso_extender_nodes_filtered_total")
+                    - metric_sum(before, "kso_extender_nodes_filtered_total")) if kso else 0.0
+        return RunResult(config_name, rnd, (len(times) - 1) / max(times[-1] - times[0], 1e-9), times[-1] - t0,
+                         mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered)
+    finally:
+        delete_namespace_pods(api, ns)
+        core.delete_namespace(ns)
+
+
+def abba(configs: list[str], rounds: int) -> list[tuple[int, str]]:
+    order: list[tuple[int, str]] = []
+    for r in range(rounds):
+        order += [(r, c) for c in (configs if r % 2 == 0 else list(reversed(configs)))]
+    return order
+
+
+def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_variants: dict[str, dict[str, str]],
+                  timeout: float, out: Callable[[str], None] = print) -> list[RunResult]:
+    results: list[RunResult] = []
+    with ControlPlane() as cp:
+        api = cp.api_client()
+        create_nodes(api, bench_nodes(nodes))
+        logs = cp.workdir or Path(".")
+        extenders: dict[str, ExtenderProcess] = {}
+        try:
+            if any(c.startswith("kso") for c in configs):
+                extenders["kso"] = kso_process(cp.kubeconfig, logs / "kso.log").start()
+            for label, env in kso_variants.items():
+                extenders[label] = kso_process(cp.kubeconfig, logs / f"{label}.log", **env).start()
+            if "trivial" in configs:
+                extenders["trivial"] = trivial_process(logs / "trivial.log").start()
+            all_configs = configs + list(kso_variants)
+            for rnd, name in abba(all_configs, rounds):
+                ext = extenders.get("kso" if name in ("kso", "kso-bind", "kso-full") else name)
+                cfg = scheduler_config(None if name == "alone" else ext.url if ext else None,
+                                       bind=name == "kso-bind", node_cache=name != "kso-full")
+                kso = ext if name != "trivial" else None
+                res = run_once(cp, api, name, cfg, pods, rnd, kso, timeout)
+                out(f"  round {rnd} {name:<28} {res.pods_per_s:7.1f} pods/s  max/p95 per node {res.max_per_node}/"
+                    f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  load {res.load1:.1f}")
+                results.append(res)
+        finally:
+            for ext in extenders.values():
+                ext.stop()
+            for label, ext in extenders.items():
+                n = ext.log.read_text(errors="replace").count("Connection pool is full") if ext.log.exists() else 0
+                out(f"  {label}: {n} 'Connection pool is full' warnings")
+    alone = {r.round: r.pods_per_s for r in results if r.config == "alone"}
+    for r in results:
+        r.ratio = r.pods_per_s / alone[r.round] if r.round in alone else math.nan
+    return results
+
+
+def _med(values: list[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return statistics.median(vals) if vals else math.nan
+
+
+def table(results: list[RunResult]) -> str:
+    names = list(dict.fromkeys(r.config for r in results))
+    lines = ["| configuration | pods/s | ratio to alone | pods/node max / p95 | filter mean / p99 ms | "
+             "prioritize mean / p99 ms | bind mean / p50 / p99 ms | load avg |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        rs = [r for r in results if r.config == name]
+
+        def verb(v: str, keys: tuple[str, ...], rs: list[RunResult] = rs) -> str:
+            vals = [_med([r.verbs[v][k] for r in rs if v in r.verbs and r.verbs[v]["calls"]]) for k in keys]
+            return "-" if all(math.isnan(x) for x in vals) else " / ".join(f"{x:.1f}" for x in vals)
+
+        lines.append(
+            f"| {name} | {_med([r.pods_per_s for r in rs]):.0f} | {_med([r.ratio for r in rs]):.2f} | "
+            f"{_med([r.max_per_node for r in rs]):.0f} / {_med([r.p95_per_node for r in rs]):.0f} | "
+            f"{verb('filter', ('mean_ms', 'p99_ms'))} | {verb('prioritize', ('mean_ms', 'p99_ms'))} | "
+            f"{verb('bind', ('mean_ms', 'p50_ms', 'p99_ms'))} | {_med([r.load1 for r in rs]):.1f} |")
+    return "\n".join(lines)
+
+
+def _parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    env = dict(kv.strip().split("=", 1) for kv in text.split(";") if "=" in kv)
+    if not env:
+        raise argparse.ArgumentTypeError(f"--kso-env wants KEY=VALUE[;KEY=VALUE]: {text!r}")
+    return f"kso[{text}]", env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--configs", default="alone,kso,kso-bind,kso-full,trivial",
+                    help="comma-separated: alone, kso, kso-bind, kso-full, trivial")
+    ap.add_argument("--kso-env", action="append", default=[], type=_parse_variant,
+                    help="an extra kso process with these settings (NodeNames, no bind), e.g. "
+                         "'KSO_WEIGHTS=safe-balance=10,pigeon-holing=1;POLICY_OBJECTIVE=LOAD_BALANCE'")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one run's pods to bind")
+    ap.add_argument("--json", metavar="PATH", help="also write every run as JSON")
+    ap.add_argument("--trivial-extender", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.trivial_extender:
+        http.server.ThreadingHTTPServer(("127.0.0.1", args.trivial_extender), TrivialHandler).serve_forever()
+        return 0
+    # SIGTERM (timeout, CI) unwinds like Ctrl-C, so the control plane and extenders are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = set(configs) - {"alone", "kso", "kso-bind", "kso-full", "trivial"}
+    if unknown:
+        ap.error(f"unknown configurations: {', '.join(sorted(unknown))}")
+    variants = dict(args.kso_env)
+    print(f"e2e: {args.nodes} nodes x {args.pods} pods, {args.rounds} rounds (ABBA), cpu count {os.cpu_count()}, "
+          f"load avg at start {os.getloadavg()[0]:.1f}", flush=True)
+    results = run_benchmark(args.nodes, args.pods, args.rounds, configs, variants, args.timeout,
+                            lambda s: print(s, flush=True))
+    print()
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
