@@ -21,7 +21,7 @@ from forecasting.inputs import DEFAULT_SERIES, add_forecast_args, refresh_once, 
 from forecasting.store import ForecastStore
 from forecasting.types import RESOURCES, NodeForecast
 from kso.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
-from kso.inputs import InputError, add_cluster_args, load_nodes
+from kso.inputs import add_cluster_args, load_nodes
 from kso.objects import NodeInfo
 from kso.resources import CPU, MEMORY, MIB
 from kso.settings import load_settings
@@ -78,11 +78,7 @@ def _pct(v: float | None) -> str:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    try:
-        store, source, now = _compute(args)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    store, source, now = _compute(args)
     rows = _rows(store, now, args.nodes)
     status = store.describe(now)
     if args.json:
@@ -155,11 +151,7 @@ def cmd_annotate_cost(args: argparse.Namespace) -> int:
     except node_costs.PriceFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        nodes, api = _cluster_nodes(args)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    nodes, api = _cluster_nodes(args)
     if args.random:
         per_node, missing = node_costs.random_prices(nodes, args.seed), []
     else:
@@ -192,12 +184,8 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     if args.assign_traces and not args.trace:
         print("error: --assign-traces needs --trace", file=sys.stderr)
         return 2
-    try:
-        nodes, api = _cluster_nodes(args)
-        store, source, now = _compute(args)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    nodes, api = _cluster_nodes(args)
+    store, source, now = _compute(args)
     if store.last_error:
         print(f"error: {store.last_error}", file=sys.stderr)
         return 1

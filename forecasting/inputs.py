@@ -56,7 +56,8 @@ def refresh_once(args: argparse.Namespace, n_series: int) -> tuple[ForecastStore
             # A trace's clock is its own: ages are measured from the trace's end, not from today.
             now = source.now()
         except (TraceError, OSError, ValueError) as exc:
-            raise InputError(f"trace {args.trace}: {exc}") from None
+            text = str(exc)  # TraceError already names the trace
+            raise InputError(text if text.startswith(f"trace {args.trace}") else f"trace {args.trace}: {text}") from None
     else:
         from forecasting.prometheus import PrometheusSource
 

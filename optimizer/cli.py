@@ -109,11 +109,8 @@ def cmd_plan(args: argparse.Namespace, abort_attempts: int = 0) -> int:
         problem = openb_problem(n_nodes, n_pods, seed=args.seed, u_star=settings.u_star, eps=settings.eps)
         load_from = f"{SOURCES}; {USAGE_LABEL}"
     else:
-        try:
-            state, forecasts, now, load_from = _cluster_and_forecasts(args)
-        except InputError as exc:
-            print(f"kso plan: {exc}", file=sys.stderr)
-            return 1
+        # An unusable input raises InputError: kso/cli.py prints it on one line (exit 1).
+        state, forecasts, now, load_from = _cluster_and_forecasts(args)
         # (a Prometheus that just failed is not asked again)
         class_usage, usage_from = _class_usage(args, state) if forecasts is not None else ({}, "")
         load_from += usage_from
