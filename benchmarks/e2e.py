@@ -225,9 +225,9 @@ def scheduler_config(extender_url: str | None, *, bind: bool = False, node_cache
     return cfg
 
 
-def tree_env(**extra: str) -> dict[str, str]:
+def tree_env(tree: Path = REPO, **extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
 
 
@@ -241,6 +241,7 @@ class ExtenderProcess:
     ready_path: str = "/readyz"
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    cwd: Path = REPO  # the checkout whose kso runs
 
     @property
     def url(self) -> str:
@@ -249,7 +250,7 @@ class ExtenderProcess:
     def start(self, timeout: float = 60.0) -> ExtenderProcess:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([*self.argv, str(self.port)], env=self.env, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd)
         comp = Component(self.log.stem, self.proc, self.log, self.port)
         from benchmarks.controlplane import _wait_ready
 
@@ -274,9 +275,12 @@ class ExtenderProcess:
 def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
     """``kso extender --port P`` as README says: a kubeconfig and nothing else (KSO_CLUSTER_SOURCE unset).
     Bound to 127.0.0.1 so a test never opens a port beyond the machine."""
-    e = tree_env(**{"KUBECONFIG": str(kubeconfig), "LOG_LEVEL": "WARNING", "KSO_HOST": "127.0.0.1", **env})
+    # KSO_BENCH_TREE=DIR (a --kso-env variant): run the kso of another checkout, e.g. the commit before a change;
+    # DIR relative to the working directory (the variant's label names files, so it cannot hold a "/").
+    tree = Path(env.pop("KSO_BENCH_TREE", str(REPO))).resolve()
+    e = tree_env(tree, KUBECONFIG=str(kubeconfig), LOG_LEVEL="WARNING", KSO_HOST="127.0.0.1", **env)
     e.pop("KSO_CLUSTER_SOURCE", None)
-    return ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], e, log)
+    return ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], e, log, cwd=tree)
 
 
 def trivial_process(log: Path) -> ExtenderProcess:

@@ -9,6 +9,7 @@ bound since the plan was made on the next reconcile).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -21,7 +22,7 @@ import orjson
 from kso.cluster import ClusterState
 from kso.objects import PodInfo
 from optimizer.plan import PlacementPlan, PlanError, load_plan, write_plan
-from optimizer.problem import class_key
+from optimizer.problem import PlacementProblem, class_key
 from optimizer.settings import PlanSettings
 
 log = logging.getLogger("kso.plan")
@@ -242,6 +243,7 @@ class PlanSolver:
         self._last_version = -1
         self._last_solve = 0.0
         self._busy = threading.Lock()
+        self._said_no_statistics = False
         self.closed = False  # set by close(): a solve failing after it is the shutdown, not a broken solver
 
     def changed_enough(self) -> bool:
@@ -270,6 +272,15 @@ class PlanSolver:
             if not problem.classes:
                 self._last_version, self._last_solve = version, time.time()
                 return None
+            if not s.plan_without_statistics and not has_load_statistics(problem):
+                if not self._said_no_statistics:
+                    log.warning("plan: not solving while no node has load statistics (no fresh forecast, no load "
+                                "annotations): the agents decide; KSO_PLAN_WITHOUT_STATISTICS=true plans by requests")
+                    self._said_no_statistics = True
+                self._last_version, self._last_solve = version, time.time()
+                self.on_solved("no-statistics", time.perf_counter() - t0)
+                return None
+            self._said_no_statistics = False
             options = s.solver_options()
             comp = compile_problem(problem)
             plan = plan_from_result(problem, comp, self.solver.solve_plan(problem, options, comp), options.policy)
@@ -291,6 +302,11 @@ class PlanSolver:
     def close(self) -> None:
         self.closed = True
         self.solver.close()
+
+
+def has_load_statistics(problem: PlacementProblem) -> bool:
+    """Whether any node's current load is known (a fresh forecast or load annotations) for any resource."""
+    return any(math.isfinite(load.mean) for node in problem.nodes for load in node.load.values())
 
 
 def prometheus_usage(env: dict[str, str] | None = None) -> Callable[[ClusterState], dict[str, Any]]:

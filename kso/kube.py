@@ -12,6 +12,7 @@ letting the client parse the response would turn every successful bind into an e
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import threading
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 # Terminal pods hold no resources on their node, and in a busy cluster they outnumber live ones (Jobs);
 # the server drops them from the list and, for the watch, sends DELETED when a pod becomes terminal.
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+# Binds in flight at most: the extender runs each bind in Starlette's thread pool, whose anyio limiter
+# allows 40 threads; kube-scheduler binds each pod in its own goroutine, so all of them can be busy.
+BIND_POOL_SIZE = 40
 
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
@@ -506,8 +511,16 @@ class Binder(Protocol):
 class ApiBinder:
     """Binds pods through the API server (a Binding, as kube-scheduler's DefaultBinder does)."""
 
-    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0) -> None:
-        self._core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0, pool_size: int = BIND_POOL_SIZE) -> None:
+        # Its own client, on a copy of the configuration with a pool for ``pool_size`` binds in flight (or the
+        # given client's, if larger): binds never wait behind, or share a pool with, the watches' long-lived
+        # streams and the plan's polls, and a client made without load_api_client's pool size (urllib3's
+        # 10) cannot turn kube-scheduler's concurrent binds into a new TLS connection per bind, discarded
+        # after it ("Connection pool is full"), which made binds take 100s of ms.
+        cfg = copy.deepcopy(api_client.configuration)
+        cfg.connection_pool_maxsize = max(pool_size, cfg.connection_pool_maxsize or 0)
+        self._api_client = client.ApiClient(configuration=cfg)
+        self._core = client.CoreV1Api(self._api_client)
         self.timeout_s = timeout_s
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:

@@ -25,6 +25,12 @@ class PlanSettings:
     relative_gap: float = setting("KSO_SOLVER_GAP", 0.01, lo=0, hi=1)
     configmap: str = setting("KSO_PLAN_CONFIGMAP", "kso-system/kso-plan",
                              help="namespace/name of the ConfigMap kso reoptimize --execute publishes; empty = off")
+    # With no load statistics the safe bound sees requests only, and a binpack plan then fills nodes to their
+    # pod limit (measured end to end: 100-110 pods on 5-8 of 100 nodes, against 18 for kube-scheduler alone),
+    # which is packing by requests, not by forecast load: the extender does not solve until some node has a
+    # forecast or load annotations, unless asked to.
+    plan_without_statistics: bool = setting("KSO_PLAN_WITHOUT_STATISTICS", False,
+                                            help="re-solve in the extender even when no node has load statistics")
     cost_key: str = setting("KSO_PLAN_COST_KEY", "hightower.com/cost", help="node annotation or label with its cost")
     # A plan that counts pods another scheduler will place reserves room for them that kso's own pods then
     # cannot use; deploy/settings.yaml sets kso-scheduler.

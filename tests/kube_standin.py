@@ -176,6 +176,12 @@ class _Change:
         self.old = old
 
 
+class _Listener(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5; kube-apiserver's is the system's (4096): dozens of clients
+    # connecting at once (concurrent binds) must queue, not be reset.
+    request_queue_size = 128
+
+
 class StandinApiServer:
     """Threaded HTTP server on 127.0.0.1 with a random port. Use as a context manager or start()/stop()."""
 
@@ -197,7 +203,7 @@ class StandinApiServer:
         self._extra: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in EXTRA}
         self.evictions: list[tuple[str, str, int]] = []  # (namespace, name, HTTP status) of every eviction request
         self.fail_evictions: dict[str, int] = {}  # "namespace/name" -> status every eviction of that pod gets
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = _Listener(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.standin = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None

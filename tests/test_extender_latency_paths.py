@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from extender.agents.base import Call, PredicateResult
 from extender.agents.image import ImageAgent, ImageParams, image_locality_score
-from extender.agents.safe import RESOURCE_NAMES, SafeAgent, SafeInputs, SafeParams, beta_risk
+from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, beta_risk
 from extender.app import create_app
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
@@ -491,3 +491,62 @@ def _copy(state: ClusterState) -> ClusterState:
     for pod in state.bound_pods():
         out.upsert_pod(pod)
     return out
+
+
+def reference_safe_inputs(agent: SafeAgent, call: Call) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mu, sigma, valid as SafeAgent._inputs computed them before it was made faster (np.clip, nan_to_num)."""
+    view = call.view
+    stats = agent.stats.free_stats(view)
+    cap = view.stat_capacity()
+    free = np.where(np.isnan(stats.forecast_free), stats.mean_free,
+                    (1.0 - agent.w) * stats.mean_free + agent.w * stats.forecast_free)
+    demand = np.array([call.pod.requests.get("cpu", 0.0), call.pod.requests.get("memory", 0.0) / 2**20])
+    used = np.maximum(cap - free, 0.0) + view.recent
+    valid = ~np.isnan(free) & (cap > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.clip((used + demand) / cap, 0.0, 1.0)
+        sigma = np.clip(np.nan_to_num(stats.std_free, nan=0.0) / cap, 0.0, 1.0)
+    return np.where(valid, mu, 0.0), np.where(valid, sigma, 0.0), valid
+
+
+annotation = st.one_of(st.none(), st.sampled_from(["0", "-0", "-1", "1e400", "inf", "nan", "x", "0.5", "1e-300"]),
+                       st.floats(0, 1e6, allow_nan=False).map(repr))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["0", "1", "4", "500m", "64"]), st.sampled_from(["0", "1Mi", "8Gi"]),
+                          st.lists(annotation, min_size=6, max_size=6)), min_size=1, max_size=10),
+       st.sampled_from(["0", "250m", "3"]), st.sampled_from(["0", "100Mi", "9Gi"]), st.integers(0, 100))
+def test_safe_inputs_equal_the_reference(nodes: list[tuple[str, str, list[str | None]]], cpu: str, memory: str,
+                                         weight: int) -> None:
+    """mu, sigma and valid bit for bit as the straightforward formula, with missing, unparsable, zero,
+    negative-zero and huge statistics, forecasts on some nodes, and nodes without capacity."""
+    keys = ("mean-free-cpu", "mean-free-memory", "std-free-cpu", "std-free-memory", "forcasted-free-cpu",
+            "forcasted-free-memory")
+    state = ClusterState()
+    for i, (c, m, values) in enumerate(nodes):
+        ann = {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+        state.upsert_node(node_from_k8s(make_node(f"n{i}", cpu=c, memory=m, annotations=ann)))
+    agent = SafeAgent(SafeParams(forecast_weight=weight))
+    pod = pod_from_k8s(make_pod("p", cpu=cpu, memory=memory))
+    view = state.view([f"n{i}" for i in range(len(nodes))] + ["unknown"])
+    got = agent._inputs(Call(pod, view))
+    for a, b in zip((got.mu, got.sigma, got.valid), reference_safe_inputs(agent, Call(pod, view)), strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(st.integers(0, 40), tricky, st.one_of(tricky, st.just(0.05))), min_size=1, max_size=12),
+                min_size=1, max_size=6), st.integers(1, 100))
+def test_risk_memo_answers_as_betainc(calls: list[list[tuple[int, float, float]]], u_star: int) -> None:
+    """Call after call (slots reused with the same or other inputs, the memo growing), the memo's risk is
+    bit for bit safe_overload_risk's."""
+    memo = RiskMemo(u_star / 100)
+    for entries in calls:
+        slots = np.array([e[0] for e in entries], dtype=np.intp)
+        mu = np.array([e[1] for e in entries])
+        sigma = np.array([e[2] for e in entries])
+        var, spread = sigma * sigma, mu * (1.0 - mu)
+        fits = (mu != 0) & (sigma != 0) & (var < spread)
+        got = memo.fitted_risk(slots[fits], mu[fits], sigma[fits], var[fits], spread[fits])
+        assert got.tobytes() == safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()

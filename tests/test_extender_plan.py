@@ -14,10 +14,11 @@ import pytest
 from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
-from extender.plan import PlanCache
+from extender.plan import PlanCache, PlanSolver
 from extender.server import Running, start_plan_jobs
 from extender.service import Extender
 from kso.kube import RecordingBinder
+from kso.objects import node_from_k8s
 from kso.settings import load_settings
 from optimizer.inputs import problem_from_state
 from optimizer.model import SolverOptions
@@ -139,10 +140,21 @@ def test_restarted_extender_answers_from_the_plan_file(tmp_path: Path) -> None:
 
 
 def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
-    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5"}) as (client, ext, cache):
+    """Out of the box the background solve waits for load statistics: with none (no forecast, no load
+    annotations) a binpack plan would fill nodes by requests alone, so the agents decide and the metric
+    says why. Once a node carries kube-safe-scheduler's load annotations, the plan is solved in its child."""
+    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_INTERVAL_S": "5"}) as (client, ext, cache):
         running = Running(ext, [])
         start_plan_jobs(running, solve=True, first_solve_delay_s=0.1)
         try:
+            deadline = time.time() + 60
+            while metric(client, 'kso_plan_solves_total{result="no-statistics"}') < 1 and time.time() < deadline:
+                time.sleep(0.2)
+            assert metric(client, 'kso_plan_solves_total{result="no-statistics"}') >= 1
+            assert cache.describe()["plan"] is None
+            annotated = make_node("n1", cpu="4", memory="8Gi", annotations={
+                "mean-free-cpu": "3500", "std-free-cpu": "100", "mean-free-memory": "7000", "std-free-memory": "100"})
+            ext.state.upsert_node(node_from_k8s(annotated))
             deadline = time.time() + 90
             while cache.describe()["plan"] is None and time.time() < deadline:
                 time.sleep(0.2)
@@ -154,6 +166,15 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
             assert max(scores(client, PENDING[1]).values()) == 10
         finally:
             running.close()
+
+
+def test_without_statistics_the_plan_is_solved_when_asked(tmp_path: Path) -> None:
+    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_WITHOUT_STATISTICS": "true"}) as (_, ext, cache):
+        solver = PlanSolver(cache, usage=lambda state: {})
+        try:
+            assert solver.solve() is not None
+        finally:
+            solver.close()
 
 
 def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> None:

@@ -84,8 +84,8 @@ def test_report_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert f"]({name})" in (tmp_path / "report.md").read_text()
 
 
-def test_kso_plan_replay_follows_cp_sat_plans_over_http() -> None:
-    """Four 10-core nodes, small pods arriving over time: the plan-driven policy solves plans, the HTTP
+def test_kso_plan_replay_follows_cp_sat_plans() -> None:
+    """Four 10-core nodes, small pods arriving over time: the plan-driven policy solves plans, the
     prioritize follows them (plan hits), every pod is placed, and binpack leaves nodes empty."""
     steps = 9
     cpu = np.array([10000.0] * 4)

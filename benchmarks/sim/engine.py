@@ -1,19 +1,33 @@
-"""The discrete-event replay: 5-minute steps, pods arriving and leaving, one policy placing them.
+"""The discrete-event replay: 5-minute steps, pods arriving and leaving, one policy placing them, a
+cluster-autoscaler model provisioning and removing nodes. The same rules for every policy.
 
 Step k (time ``k * step_s`` from the replay start), in this order:
 
 1. pods whose departure step is k leave their node (``policy.released``); pending pods whose departure
    step has come leave the queue unplaced (counted as *failed*);
-2. pods arriving at step k join the queue, in arrival order (a heap keyed by (arrival time, index));
-3. ``policy.observe(view)``: the policy sees what monitoring knows by now: every node's usage up to the end
-   of step k-1, requests, the recent bindings (bound during step k, not yet in any metric), the queue;
-4. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
-   engine checks the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``;
-   unplaced pods stay queued for the next step;
-5. the truth for step k: each node's usage = sum over its pods of request x usage ratio (hidden from
-   policies until step k+1), recorded in the history.
+2. nodes whose provisioning ends at k become ready (schedulable);
+3. pods arriving at step k join the queue (ordered by (step queued, index));
+4. ``policy.observe(view)``: the policy sees what monitoring knows by now: every node's measured usage up
+   to the end of step k-1, requests, the recent bindings, the queue; then ``policy.evictions(view)`` may
+   name bound pods to move (re-optimisation): each is evicted and re-queued (a *move*, counted);
+5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
+   engine checks the node is ready and the requests fit (a policy cannot overcommit requests), binds, and
+   calls ``policy.bound``; unplaced pods stay queued;
+6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
+   trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
+   allocatable, the pod using the most memory above its request is OOM-killed (counted) and re-queued for
+   step k+1. Cpu is compressible: a node's cpu demand above allocatable is throttled; the excess is
+   counted as unmet cpu (core-minutes). Monitoring records what ran (throttled cpu, memory after kills);
+   overload episodes are judged on demand;
+7. the autoscaler (``Autoscaler``, when given): pods the scheduler could not place this step and that no
+   ready or provisioning node could hold by requests (a first-fit with the scheduler's resource
+   predicates, as the cluster-autoscaler simulates) start the provisioning of the next nodes of the pool,
+   ready ``provision_steps`` later; a ready node whose requested cpu and memory have both been below
+   ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is removed if empty, or (at
+   most ``max_nonempty_per_step`` per step) if its pods fit elsewhere by requests; its pods are evicted and
+   re-queued for step k+1. Every step a node is provisioning or ready is billed (node-hours).
 
-The engine, the trace and the seed are the same for every policy; only ``place`` differs.
+The engine, the trace and the seed are the same for every policy; only ``place`` (and ``evictions``) differ.
 """
 
 from __future__ import annotations
@@ -45,13 +59,23 @@ class SimPod:
     qos: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[tuple[str, str], ...] = ()  # (key, effect); effect "" tolerates every effect of key
-    node: int = -1  # index of its node once bound
+    cpu_limit: float = 0.0  # 0: no limit
+    memory_limit: float = 0.0
+    owner: str = ""  # the Deployment (workload class) the pod belongs to; "" for a bare pod
+    node: int = -1  # index of its node while bound
     bound_step: int = -1
     attempts: int = 0
+    queued_step: int = -1  # the step it (re-)entered the queue
+    ever_bound: bool = False
+    waits: list[int] = field(default_factory=list)  # steps spent in the queue, per queue entry that ended bound
 
     @property
     def requests(self) -> np.ndarray:
         return np.array([self.cpu, self.memory])
+
+    @property
+    def limits(self) -> np.ndarray:
+        return np.array([self.cpu_limit, self.memory_limit])
 
 
 @dataclass(slots=True)
@@ -78,12 +102,15 @@ class SimView:
         self.unschedulable = np.zeros(len(self.node_names), dtype=bool)
         self.requested = np.zeros((len(self.node_names), 2))  # sum of bound pods' requests
         self.pod_count = np.zeros(len(self.node_names), dtype=np.int64)
+        self.limited = np.zeros((len(self.node_names), 2))  # sum of bound pods' max(limit, request)
         # usage_history[:, j] = true usage (cpu milli, memory bytes) of step j; only j < step is visible
         self._usage = np.zeros((len(self.node_names), scenario.n_steps, 2))
         self.step = 0
         self.recent: list[Binding] = []  # bound during this step: no metric shows them yet
         self.pending: list[SimPod] = []  # the queue at observe time, in scheduling order
         self.running: dict[int, SimPod] = {}  # pod index -> bound pod
+        self.active = np.ones(len(self.node_names), dtype=bool)  # provisioned and ready (the autoscaler's pool)
+        self._scenario = scenario
         self._upcoming: list[SimPod] = []  # all pods sorted by arrival (for plan-driven policies)
         self._forecasts: dict[tuple[int, str, float], dict[str, np.ndarray]] = {}
 
@@ -147,6 +174,15 @@ class SimView:
         lo, hi = self.step + 1, self.step + horizon_steps
         return [p for p in self._upcoming if lo <= p.arrival_step <= hi]
 
+    def pod_usage(self, pod: SimPod, window_steps: int) -> np.ndarray:
+        """(w, 2) measured usage (cpu milli, memory bytes) of a bound pod over its last ``window_steps``
+        finished steps on its current node (what cAdvisor / the metrics pipeline would show)."""
+        lo = max(pod.bound_step, self.step - window_steps)
+        if pod.node < 0 or lo >= self.step:
+            return np.zeros((0, 2))
+        ratio = self._scenario.pod_usage[pod.index, lo: self.step, :].astype(float)
+        return ratio * np.array([pod.cpu, pod.memory])
+
     def free(self) -> np.ndarray:
         """(N, 2) allocatable minus requested."""
         return self.alloc - self.requested
@@ -158,7 +194,8 @@ class Policy:
     - ``observe(sim)``: once per step, before that step's scheduling;
     - ``place(pod, sim)``: a node name, or None (unschedulable now; retried next step);
     - ``bound(pod, node, sim)``: after the engine bound the pod;
-    - ``released(pod, node, sim)``: after a bound pod left its node.
+    - ``released(pod, node, sim)``: after a bound pod left its node (departure, eviction, OOM kill);
+    - ``evictions(sim)``: after ``observe``, indices of bound pods to move (re-optimisation); default none.
     ``latencies`` (verb -> seconds per call) and ``mode`` are reported when a policy calls an extender."""
 
     name = "policy"
@@ -179,7 +216,30 @@ class Policy:
 
     def released(self, pod: SimPod, node: str, sim: SimView) -> None: ...
 
+    def evictions(self, sim: SimView) -> list[int]:
+        return []
+
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Autoscaler:
+    """The cluster-autoscaler model (defaults after CA's: scale-down-utilization-threshold 0.5,
+    scale-down-unneeded-time 10 min; a node takes a few minutes to boot: one 5-minute step)."""
+
+    provision_steps: int = 1
+    scale_down_threshold: float = 0.5
+    scale_down_unneeded_steps: int = 2
+    min_nodes: int = 1
+    max_nonempty_per_step: int = 1
+    initial_nodes: int | None = None  # nodes ready at step 0, the first of the pool; None: all
+
+    def describe(self) -> str:
+        return (f"cluster-autoscaler model: scale up when pods are pending (nodes of the pool in order, first-fit by "
+                f"requests, ready after {self.provision_steps} step(s)); scale down a node below "
+                f"{self.scale_down_threshold:.0%} requested cpu and memory for {self.scale_down_unneeded_steps} steps "
+                f"(empty ones at once, at most {self.max_nonempty_per_step} non-empty per step, only if its pods fit "
+                f"elsewhere by requests; its pods re-queued); min {self.min_nodes} node(s); provisioned node-steps billed")
 
 
 @dataclass
@@ -187,102 +247,296 @@ class RunResult:
     policy: str
     mode: str
     scenario: str
-    usage: np.ndarray  # (N, T, 2) true usage, absolute
+    usage: np.ndarray  # (N, T, 2) measured usage, absolute (cpu throttled at allocatable, memory after OOM kills)
     alloc: np.ndarray  # (N, 2)
     requested: np.ndarray  # (N, T, 2) requests bound during each step (after scheduling)
     pods_on_node: np.ndarray  # (N, T) pod count during each step
     pods: list[SimPod]
     attempts: int
-    rejected_placements: int  # policy answers the engine refused (requests did not fit)
+    rejected_placements: int  # policy answers the engine refused (requests did not fit, node not ready)
     wall_s: float
     latencies: dict[str, list[float]]
     step_s: float
     median_pod: np.ndarray  # (2,) median request of the scenario's pods
     extra: dict[str, Any] = field(default_factory=dict)
+    demand: np.ndarray | None = None  # (N, T, 2) what the node's pods asked for (before throttling / kills)
+    provisioned: np.ndarray | None = None  # (N, T) bool: billed (provisioning or ready)
+    unmet_cpu_core_min: np.ndarray | None = None  # (N, T) throttled cpu, core-minutes
+    oom_kills: list[tuple[int, int, int]] = field(default_factory=list)  # (step, pod, node)
+    ca_evictions: int = 0  # pods evicted by autoscaler scale-down
+    moves: int = 0  # pods evicted by the policy (re-optimisation)
+    scale_ups: int = 0  # nodes provisioned by the autoscaler
+    scale_downs: int = 0  # nodes removed by the autoscaler
+    pending_per_step: np.ndarray | None = None  # (T,) pods in the queue after scheduling
+    waits_steps: list[int] = field(default_factory=list)  # per queue entry: steps until bound (or until it ended)
+    autoscaler: str = "none (fixed pool)"
 
 
 def _fits(view: SimView, node: int, pod: SimPod) -> bool:
     free = view.alloc[node] - view.requested[node]
-    return bool(free[0] >= pod.cpu and free[1] >= pod.memory and view.pod_count[node] < view.max_pods[node])
+    return bool(view.active[node] and free[0] >= pod.cpu and free[1] >= pod.memory
+                and view.pod_count[node] < view.max_pods[node])
 
 
-def run(scenario: Scenario, policy: Policy, progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Replay ``scenario`` with ``policy``; returns the truth and the accounting."""
-    t_start = time.perf_counter()
-    view = SimView(scenario)
-    pods = [SimPod(i, name, f"sim-{i:06d}", float(scenario.pod_cpu[i]), float(scenario.pod_memory[i]),
-                   int(scenario.pod_arrival[i]), int(scenario.pod_departure[i]), scenario.pod_qos[i])
-            for i, name in enumerate(scenario.pod_names)]
-    view._upcoming = sorted(pods, key=lambda p: (p.arrival_step, p.index))
-    arrivals: list[tuple[int, int]] = [(p.arrival_step, p.index) for p in pods]
-    heapq.heapify(arrivals)
-    queue: list[tuple[int, int]] = []  # (arrival step, index): the scheduling queue, oldest first
-    T, N = scenario.n_steps, scenario.n_nodes
-    requested_t = np.zeros((N, T, 2))
-    count_t = np.zeros((N, T), dtype=np.int64)
-    attempts = rejected = 0
-    policy.setup(view)
-    by_departure: dict[int, list[int]] = {}
-    for k in range(T):
+# First-fit of requests (cpu, memory, one pod slot) into free capacity; returns the node chosen or -1 and
+# updates ``free`` / ``slots`` in place. The autoscaler's simulation uses it (CA runs the scheduler's
+# resource predicates, not the scoring).
+def first_fit(free: np.ndarray, slots: np.ndarray, req: tuple[float, float], candidates: np.ndarray) -> int:
+    ok = (free[candidates, 0] >= req[0]) & (free[candidates, 1] >= req[1]) & (slots[candidates] > 0)
+    hit = np.flatnonzero(ok)
+    if not len(hit):
+        return -1
+    node = int(candidates[hit[0]])
+    free[node] -= req
+    slots[node] -= 1
+    return node
+
+
+class _Replay:
+    """One run's mutable state and the engine's rules; ``run`` drives it step by step."""
+
+    def __init__(self, scenario: Scenario, policy: Policy, autoscaler: Autoscaler | None) -> None:
+        self.s, self.policy, self.ca = scenario, policy, autoscaler
+        self.view = view = SimView(scenario)
+        lim_c = scenario.pod_cpu_limit if scenario.pod_cpu_limit is not None else np.zeros(scenario.n_pods)
+        lim_m = scenario.pod_memory_limit if scenario.pod_memory_limit is not None else np.zeros(scenario.n_pods)
+        owners = scenario.pod_owner or [""] * scenario.n_pods
+        self.pods = [SimPod(i, name, f"sim-{i:06d}", float(scenario.pod_cpu[i]), float(scenario.pod_memory[i]),
+                            int(scenario.pod_arrival[i]), int(scenario.pod_departure[i]), scenario.pod_qos[i],
+                            cpu_limit=float(lim_c[i]), memory_limit=float(lim_m[i]), owner=owners[i])
+                     for i, name in enumerate(scenario.pod_names)]
+        view._upcoming = sorted(self.pods, key=lambda p: (p.arrival_step, p.index))
+        self.arrivals = [(p.arrival_step, p.index) for p in self.pods]
+        heapq.heapify(self.arrivals)
+        self.departures: dict[int, list[int]] = {}
+        for p in self.pods:
+            self.departures.setdefault(p.departure_step, []).append(p.index)
+        self.queue: list[tuple[int, int]] = []  # (step queued, index)
+        N, T = scenario.n_nodes, scenario.n_steps
+        self.ready_at = np.full(N, -1, dtype=np.int64)  # provisioning: the step the node becomes ready
+        self.unneeded = np.zeros(N, dtype=np.int64)
+        if autoscaler is not None and autoscaler.initial_nodes is not None:
+            view.active[:] = False
+            view.active[: autoscaler.initial_nodes] = True
+        self.requested_t = np.zeros((N, T, 2))
+        self.count_t = np.zeros((N, T), dtype=np.int64)
+        self.demand = np.zeros((N, T, 2))
+        self.provisioned = np.zeros((N, T), dtype=bool)
+        self.unmet = np.zeros((N, T))
+        self.pending_t = np.zeros(T, dtype=np.int64)
+        self.oom: list[tuple[int, int, int]] = []
+        self.waits: list[int] = []
+        self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
+
+    # ---- pods ----
+    def enqueue(self, i: int, step: int) -> None:
+        self.pods[i].queued_step = step
+        self.queue.append((step, i))
+
+    def release(self, i: int) -> None:
+        pod, view = self.pods[i], self.view
+        node = pod.node
+        view.requested[node] -= (pod.cpu, pod.memory)
+        view.limited[node] -= np.maximum(pod.limits, pod.requests)
+        view.pod_count[node] -= 1
+        del view.running[i]
+        pod.node = -1
+        self.policy.released(pod, view.node_names[node], view)
+
+    def evict(self, i: int, requeue_step: int) -> None:
+        """Evicted, OOM-killed or drained: off its node, back in the queue (a new pod of its Deployment)."""
+        self.release(i)
+        if self.pods[i].departure_step > requeue_step:
+            self.enqueue(i, requeue_step)
+
+    def bind(self, i: int, node: int, k: int) -> None:
+        pod, view = self.pods[i], self.view
+        pod.node, pod.bound_step, pod.ever_bound = node, k, True
+        pod.waits.append(k - pod.queued_step)
+        self.waits.append(k - pod.queued_step)
+        view.requested[node] += (pod.cpu, pod.memory)
+        view.limited[node] += np.maximum(pod.limits, pod.requests)
+        view.pod_count[node] += 1
+        view.running[i] = pod
+        view.recent.append(Binding(pod, node, k))
+
+    # ---- one step ----
+    def begin(self, k: int) -> None:
+        view = self.view
         view.step = k
-        # 1. departures (bound pods free their requests; pending pods give up)
-        for i in by_departure.pop(k, []):
-            pod = pods[i]
-            if pod.node >= 0 and i in view.running:
-                node = pod.node
-                view.requested[node] -= (pod.cpu, pod.memory)
-                view.pod_count[node] -= 1
-                del view.running[i]
-                policy.released(pod, view.node_names[node], view)
-        queue = [(a, i) for a, i in queue if pods[i].departure_step > k]
-        # 2. arrivals
-        while arrivals and arrivals[0][0] <= k:
-            a, i = heapq.heappop(arrivals)
-            queue.append((a, i))
-        queue.sort()
-        # 3. monitoring
+        for i in self.departures.pop(k, []):
+            if i in view.running:
+                self.release(i)
+        gone = [(a, i) for a, i in self.queue if self.pods[i].departure_step <= k]
+        for a, _ in gone:  # waited until it left unplaced: a censored wait
+            self.waits.append(k - a)
+        self.queue = [(a, i) for a, i in self.queue if self.pods[i].departure_step > k]
+        ready = self.ready_at == k
+        view.active[ready] = True
+        self.ready_at[ready] = -1
+        view.unschedulable[:] = ~view.active  # a node not provisioned (or removed) is not in the API: never feasible
+        while self.arrivals and self.arrivals[0][0] <= k:
+            _, i = heapq.heappop(self.arrivals)
+            self.enqueue(i, k)
+        self.queue.sort()
         view.recent = []
-        view.pending = [pods[i] for _, i in queue]
-        policy.observe(view)
-        # 4. scheduling
-        still: list[tuple[int, int]] = []
-        free = view.alloc - view.requested
-        for a, i in queue:
-            pod = pods[i]
+        view.pending = [self.pods[i] for _, i in self.queue]
+        self.policy.observe(view)
+        for i in self.policy.evictions(view):
+            if i in view.running:
+                self.moves += 1
+                self.evict(i, k)
+        self.queue.sort()
+
+    def schedule(self, k: int) -> list[int]:
+        view, still, unplaced = self.view, [], []
+        free = np.where(view.active[:, None], view.alloc - view.requested, -1.0)
+        for a, i in self.queue:
+            pod = self.pods[i]
             pod.attempts += 1
-            attempts += 1
-            # No node can hold the requests: every policy must answer None, so skip asking (saves time at scale).
+            self.attempts += 1
+            # No ready node can hold the requests: every policy must answer None, so skip asking (saves time).
             if not ((free[:, 0] >= pod.cpu) & (free[:, 1] >= pod.memory)).any():
                 still.append((a, i))
+                unplaced.append(i)
                 continue
-            name = policy.place(pod, view)
+            name = self.policy.place(pod, view)
             node = view.node_index.get(name, -1) if name is not None else -1
             if node < 0 or not _fits(view, node, pod):
-                rejected += name is not None
+                self.rejected += name is not None
                 still.append((a, i))
+                unplaced.append(i)
                 continue
-            pod.node, pod.bound_step = node, k
-            view.requested[node] += (pod.cpu, pod.memory)
+            self.bind(i, node, k)
             free[node] -= (pod.cpu, pod.memory)
-            view.pod_count[node] += 1
-            view.running[i] = pod
-            view.recent.append(Binding(pod, node, k))
-            by_departure.setdefault(max(pod.departure_step, k + 1), []).append(i)
-            policy.bound(pod, name, view)  # type: ignore[arg-type]
-        queue = still
-        # 5. truth for step k
+            self.policy.bound(pod, name, view)  # type: ignore[arg-type]
+        self.queue = still
+        return unplaced
+
+    def truth(self, k: int) -> None:
+        view, s, N = self.view, self.s, self.s.n_nodes
         if view.running:
             idx = np.fromiter(view.running.keys(), dtype=np.int64, count=len(view.running))
-            nodes = np.fromiter((pods[i].node for i in idx.tolist()), dtype=np.int64, count=len(idx))
-            ratio = scenario.pod_usage[idx, k, :].astype(float)
-            for r, req in enumerate((scenario.pod_cpu, scenario.pod_memory)):
-                view._usage[:, k, r] = np.bincount(nodes, weights=req[idx] * ratio[:, r], minlength=N)
-        requested_t[:, k] = view.requested
-        count_t[:, k] = view.pod_count
+            nodes = np.fromiter((self.pods[i].node for i in idx.tolist()), dtype=np.int64, count=len(idx))
+            use = s.pod_usage[idx, k, :].astype(float) * np.stack([s.pod_cpu[idx], s.pod_memory[idx]], axis=1)
+            for r in range(2):
+                self.demand[:, k, r] = np.bincount(nodes, weights=use[:, r], minlength=N)
+            mem = self.demand[:, k, 1].copy()
+            for node in np.flatnonzero(mem > view.alloc[:, 1]).tolist():
+                on = np.flatnonzero(nodes == node)
+                alive = np.ones(len(on), dtype=bool)
+                while mem[node] > view.alloc[node, 1] and alive.any():
+                    over = np.where(alive, use[on, 1] - s.pod_memory[idx[on]], -np.inf)
+                    j = int(np.argmax(over))
+                    alive[j] = False
+                    mem[node] -= use[on[j], 1]
+                    victim = int(idx[on[j]])
+                    self.oom.append((k, victim, node))
+                    self.evict(victim, k + 1)
+            view._usage[:, k, 1] = mem
+            cpu = self.demand[:, k, 0]
+            view._usage[:, k, 0] = np.minimum(cpu, view.alloc[:, 0])
+            # unmet cpu (core-minutes) = (demand - allocatable)+ [millicores] / 1000 x step minutes
+            self.unmet[:, k] = np.clip(cpu - view.alloc[:, 0], 0.0, None) / 1000.0 * s.step_s / 60.0
+        self.requested_t[:, k] = view.requested
+        self.count_t[:, k] = view.pod_count
+
+    def autoscale(self, k: int, unplaced: list[int]) -> None:
+        view, ca = self.view, self.ca
+        # billed for step k: the nodes that were provisioning or ready during it (a node removed at the end of
+        # step k is billed for k; one ordered at the end of step k from k+1)
+        self.provisioned[:, k] = view.active | (self.ready_at >= 0)
+        self.pending_t[k] = len(self.queue)
+        if ca is not None:
+            self._scale_up(k, [i for i in unplaced if self.pods[i].node < 0], ca)
+            self._scale_down(k, ca)
+
+    def _scale_up(self, k: int, pending: list[int], ca: Autoscaler) -> None:
+        view = self.view
+        up = view.active | (self.ready_at >= 0)
+        free = np.where(up[:, None], view.alloc - view.requested, 0.0)
+        slots = np.where(up, view.max_pods - view.pod_count, 0)
+        spare = np.flatnonzero(~up)  # the pool's nodes not provisioned, in pool order
+        opened: list[int] = []
+        for i in pending:
+            req = (self.pods[i].cpu, self.pods[i].memory)
+            if first_fit(free, slots, req, np.flatnonzero(up)) >= 0:
+                continue  # fits a ready/provisioning node by requests: CA does not add one for it
+            for node in spare.tolist():
+                if node in opened or view.alloc[node, 0] < req[0] or view.alloc[node, 1] < req[1]:
+                    continue
+                opened.append(node)
+                up[node] = True
+                free[node] = view.alloc[node]
+                slots[node] = view.max_pods[node]
+                first_fit(free, slots, req, np.array([node]))
+                break
+        for node in opened:
+            self.ready_at[node] = k + ca.provision_steps
+            self.unneeded[node] = 0
+        self.scale_ups += len(opened)
+
+    def _scale_down(self, k: int, ca: Autoscaler) -> None:
+        view = self.view
+        share = (view.requested / view.alloc).max(axis=1)
+        low = view.active & (share < ca.scale_down_threshold)
+        self.unneeded = np.where(low, self.unneeded + 1, 0)
+        candidates = np.flatnonzero(self.unneeded >= ca.scale_down_unneeded_steps)
+        n_up = int(view.active.sum() + (self.ready_at >= 0).sum())
+        removed: list[int] = []
+        for node in candidates[view.pod_count[candidates] == 0].tolist():
+            if n_up - len(removed) <= ca.min_nodes:
+                break
+            removed.append(node)
+        nonempty = candidates[view.pod_count[candidates] > 0]
+        nonempty = nonempty[np.argsort(share[nonempty], kind="stable")]
+        drained = 0
+        for node in nonempty.tolist():
+            if drained >= ca.max_nonempty_per_step or n_up - len(removed) <= ca.min_nodes:
+                break
+            others = np.flatnonzero(view.active & ~np.isin(np.arange(len(share)), [*removed, node]))
+            free = view.alloc - view.requested
+            slots = view.max_pods - view.pod_count
+            on = [p for p in view.running.values() if p.node == node]
+            if all(first_fit(free, slots, (p.cpu, p.memory), others) >= 0 for p in on):
+                removed.append(node)
+                drained += 1
+        for node in removed:
+            for p in [p for p in view.running.values() if p.node == node]:
+                self.ca_evictions += 1
+                self.evict(p.index, k + 1)
+            view.active[node] = False
+            self.unneeded[node] = 0
+        self.scale_downs += len(removed)
+
+    def result(self, wall_s: float) -> RunResult:
+        s, view = self.s, self.view
+        T = s.n_steps
+        for a, _ in self.queue:  # still waiting at the end: a censored wait
+            self.waits.append(T - a)
+        median_pod = np.array([np.median(s.pod_cpu), np.median(s.pod_memory)]) if s.n_pods else np.zeros(2)
+        return RunResult(self.policy.name, self.policy.mode, s.name, view._usage, view.alloc.copy(), self.requested_t,
+                         self.count_t, self.pods, self.attempts, self.rejected, wall_s, self.policy.latencies, s.step_s,
+                         median_pod, extra=getattr(self.policy, "extra", {}), demand=self.demand,
+                         provisioned=self.provisioned, unmet_cpu_core_min=self.unmet, oom_kills=self.oom,
+                         ca_evictions=self.ca_evictions, moves=self.moves, scale_ups=self.scale_ups,
+                         scale_downs=self.scale_downs, pending_per_step=self.pending_t, waits_steps=self.waits,
+                         autoscaler=self.ca.describe() if self.ca else "none (fixed pool)")
+
+
+def run(scenario: Scenario, policy: Policy, progress: Callable[[int, int], None] | None = None,
+        autoscaler: Autoscaler | None = None) -> RunResult:
+    """Replay ``scenario`` with ``policy`` (and the autoscaler, if given); returns the truth and the accounting."""
+    t_start = time.perf_counter()
+    replay = _Replay(scenario, policy, autoscaler)
+    policy.setup(replay.view)
+    T = scenario.n_steps
+    for k in range(T):
+        replay.begin(k)
+        unplaced = replay.schedule(k)
+        replay.truth(k)
+        replay.autoscale(k, unplaced)
         if progress is not None:
             progress(k + 1, T)
     policy.close()
-    median_pod = np.array([np.median(scenario.pod_cpu), np.median(scenario.pod_memory)]) if scenario.n_pods else np.zeros(2)
-    return RunResult(policy.name, policy.mode, scenario.name, view._usage, view.alloc.copy(), requested_t, count_t, pods,
-                     attempts, rejected, time.perf_counter() - t_start, policy.latencies, scenario.step_s, median_pod,
-                     extra=getattr(policy, "extra", {}))
+    return replay.result(time.perf_counter() - t_start)

@@ -21,7 +21,7 @@ class RunMetrics:
     pending_end: int  # never placed, still waiting at the end of the replay
     failed: int  # never placed and left the trace (deleted while pending)
     attempts: int  # scheduling attempts (each pod in the queue, each step)
-    overload_events: int  # node-steps with cpu or memory usage above u_star of allocatable
+    overload_events: int  # node-steps with cpu or memory demand above u_star of allocatable
     overload_events_100: int  # ... above 100 %
     overload_cpu: int  # node-steps above u_star in cpu
     overload_memory: int
@@ -38,6 +38,16 @@ class RunMetrics:
     latency_ms: dict[str, tuple[float, float, int]]  # verb -> (p50, p99, calls)
     wall_s: float
     extra: dict[str, float] = field(default_factory=dict)  # policy-specific timings and counters
+    overload_episodes: int = 0  # runs of consecutive node-steps whose demand exceeds U* (cpu or memory)
+    overload_node_steps: int = 0  # node-steps whose demand exceeds U* (the episodes' total length)
+    unmet_cpu_core_min: float = 0.0  # cpu demand above allocatable, throttled
+    oom_kills: int = 0
+    provisioned_node_hours: float = 0.0  # billed: provisioning or ready node-steps x step length
+    pending_mean: float = 0.0  # pods in the queue after scheduling, mean over steps
+    pending_p95_min: float = 0.0  # p95 over queue entries of the time until bound (censored at departure / end)
+    ca_evictions: int = 0
+    scale_ups: int = 0
+    scale_downs: int = 0
     per_step_overloads: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     per_step_nodes_in_use: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     util: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # (N, T, 2)
@@ -61,6 +71,16 @@ def fragmentation(free: np.ndarray, in_use: np.ndarray, median_pod: np.ndarray) 
     return np.nan_to_num(frac, nan=0.0)
 
 
+# Episodes: per node, the number of rising edges of the boolean series above[t] (a run of consecutive
+# node-steps above U* is one episode).
+def episodes(above: np.ndarray) -> int:
+    """Count of runs of True along the last axis, summed; ``above`` (N, T) bool."""
+    if above.size == 0:
+        return 0
+    starts = above[:, 1:] & ~above[:, :-1]
+    return int(above[:, 0].sum() + starts.sum())
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values) * 1e3, q)) if values else float("nan")
 
@@ -68,10 +88,13 @@ def _pct(values: list[float], q: float) -> float:
 def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
     T = result.usage.shape[1]
     util = result.usage / result.alloc[:, None, :]
-    events, severity = overload_counts(util, u_star)
+    demand = (result.demand if result.demand is not None else result.usage) / result.alloc[:, None, :]
+    events, severity = overload_counts(demand, u_star)
     in_use = result.pods_on_node > 0
-    placed = [p for p in result.pods if p.node >= 0]
-    never = [p for p in result.pods if p.node < 0]
+    placed = [p for p in result.pods if p.ever_bound or p.node >= 0]
+    billed = result.provisioned if result.provisioned is not None else in_use
+    waits = np.array(result.waits_steps, dtype=float) * result.step_s / 60.0
+    never = [p for p in result.pods if not (p.ever_bound or p.node >= 0)]
     pending_end = sum(1 for p in never if p.departure_step >= T)
     free = result.alloc[:, None, :] - result.requested
     frag = fragmentation(free, in_use, result.median_pod)
@@ -84,14 +107,19 @@ def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
     return RunMetrics(
         policy=result.policy, mode=result.mode, u_star=u_star, pods_total=len(result.pods), scheduled=len(placed),
         pending_end=pending_end, failed=len(never) - pending_end, attempts=result.attempts,
-        overload_events=int(events.sum()), overload_events_100=int((util.max(axis=2) > 1.0).sum()),
-        overload_cpu=int((util[:, :, 0] > u_star).sum()), overload_memory=int((util[:, :, 1] > u_star).sum()),
+        overload_events=int(events.sum()), overload_events_100=int((demand.max(axis=2) > 1.0).sum()),
+        overload_cpu=int((demand[:, :, 0] > u_star).sum()), overload_memory=int((demand[:, :, 1] > u_star).sum()),
         severity_sum=float(severity.sum()), severity_max=float(severity.max()) if severity.size else 0.0,
         node_hours=float(n_used * result.step_s / 3600.0), nodes_in_use_mean=float(in_use.sum(axis=0).mean()),
         fragmentation_cpu=float(frag[:, 0].mean()), fragmentation_memory=float(frag[:, 1].mean()),
         spread_cpu=float(spread[:, 0].mean()), spread_memory=float(spread[:, 1].mean()),
-        mean_util_cpu=float(util[:, :, 0][in_use].mean()) if n_used else 0.0, pods_moved=0,
+        mean_util_cpu=float(util[:, :, 0][in_use].mean()) if n_used else 0.0, pods_moved=result.moves,
         latency_ms={verb: (_pct(v, 50), _pct(v, 99), len(v)) for verb, v in result.latencies.items()},
         wall_s=result.wall_s, extra=dict(result.extra), per_step_overloads=events.sum(axis=0),
         per_step_nodes_in_use=in_use.sum(axis=0),
-        util=util)
+        util=demand, overload_episodes=episodes(events), overload_node_steps=int(events.sum()),
+        unmet_cpu_core_min=float(result.unmet_cpu_core_min.sum()) if result.unmet_cpu_core_min is not None else 0.0,
+        oom_kills=len(result.oom_kills), provisioned_node_hours=float(billed.sum() * result.step_s / 3600.0),
+        pending_mean=float(result.pending_per_step.mean()) if result.pending_per_step is not None else 0.0,
+        pending_p95_min=float(np.percentile(waits, 95)) if len(waits) else 0.0, ca_evictions=result.ca_evictions,
+        scale_ups=result.scale_ups, scale_downs=result.scale_downs)

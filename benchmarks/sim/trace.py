@@ -85,6 +85,10 @@ class Scenario:
     node_taints: list[list[tuple[str, str, str]]] = field(default_factory=list)  # (key, value, effect)
     sources: tuple[str, ...] = SOURCES
     notes: list[str] = field(default_factory=list)
+    pod_cpu_limit: np.ndarray | None = None  # (P,) limits (0: none); None: no pod has limits
+    pod_memory_limit: np.ndarray | None = None
+    pod_owner: list[str] = field(default_factory=list)  # the Deployment of each pod ("" bare)
+    usage_label: str = USAGE_LABEL  # what is real and what is synthetic about the usage, in every output
 
     def __post_init__(self) -> None:
         n = len(self.node_names)
@@ -119,7 +123,7 @@ class Scenario:
         return (f"{self.name}: {self.n_nodes} nodes ({self.node_cpu.sum() / 1000:.0f} cores, "
                 f"{self.node_memory.sum() / 2**40:.1f} TiB), {self.n_pods} pods over {self.n_steps} steps of "
                 f"{self.step_s / 60:.0f} min; requested load mean cpu {load[:, 0].mean():.0%} / memory "
-                f"{load[:, 1].mean():.0%} (peak {load[:, 0].max():.0%} / {load[:, 1].max():.0%}); {USAGE_LABEL}")
+                f"{load[:, 1].mean():.0%} (peak {load[:, 0].max():.0%} / {load[:, 1].max():.0%}); {self.usage_label}")
 
 
 # ---- Bitbrains utilisation on the 5-minute grid --------------------------------------------------------------

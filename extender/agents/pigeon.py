@@ -124,7 +124,7 @@ class DemandStats:
     def updated(self, demand: np.ndarray) -> DemandStats:
         count = min(self.count + 1, DEMAND_WINDOW)
         w = 1.0 / count
-        outer = np.outer(demand, demand)
+        outer = demand[:, None] * demand  # = np.outer(demand, demand), without its wrapper's overhead
         if self.mean is None or self.second is None or self.mean.shape != demand.shape:
             return DemandStats(count, demand.copy(), outer)
         return DemandStats(count, (1 - w) * self.mean + w * demand, (1 - w) * self.second + w * outer)
@@ -148,7 +148,7 @@ def demand_gamma(stats: DemandStats, cap: np.ndarray, unit: np.ndarray | float =
         unit = np.broadcast_to(unit, total.shape)
     avgcap = np.where(count > 0, total / np.maximum(count, 1), unit)
     mu = stats.mean / avgcap
-    cov = stats.second / np.outer(avgcap, avgcap) - np.outer(mu, mu)
+    cov = stats.second / (avgcap[:, None] * avgcap) - mu[:, None] * mu  # np.outer, inline
     return float(albert_zhang(mu, np.asarray(mu @ cov @ mu)))
 
 

@@ -3,18 +3,21 @@ annotated load statistics. The maths is in kso.safety; this file turns a call in
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
 from kso.resources import CPU, MEMORY, MIB
-from kso.safety import balance_score, overload_score, safe_overload_risk
+from kso.safety import balance_score, overload_score
 from kso.settings import setting
 from kso.stats import AnnotationStats, NodeStatsSource
 
 RESOURCE_NAMES = ("cpu", "memory")
+_RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
 
 
 @dataclass
@@ -65,19 +68,77 @@ def beta_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
     where the rule uses it: where mu = 0, sigma = 0 or no Beta fits (sigma^2 >= mu (1 - mu), e.g. a node
     at 100%), the rule's special cases decide, and betainc (~0.2 us a value) is not run."""
     var = sigma * sigma
-    fits = (mu != 0) & (sigma != 0) & (var < mu * (1.0 - mu))
+    spread = mu * (1.0 - mu)
+    fits = (mu != 0) & (sigma != 0) & (var < spread)
     if fits.all():
-        return safe_overload_risk(mu, sigma, u_star)
-    # The special cases in safe_overload_risk's order, starting from what its NaN rule makes of a
-    # value no case covers (1: NaN inputs); every finite entry outside ``fits`` meets one of them.
-    rank = np.ones(mu.shape)
-    rank = np.where(var >= mu * (1.0 - mu), 0.0, rank)
+        return _fitted_risk(mu, var, spread, u_star)
+    risk = _special_risk(mu, sigma, var, spread, u_star)
+    if fits.any():
+        risk[fits] = _fitted_risk(mu[fits], var[fits], spread[fits], u_star)
+    return risk
+
+
+def _fitted_risk(mu: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
+    """safe_overload_risk where a Beta fits (mu != 0, sigma != 0, var < spread = mu (1 - mu)): there none of
+    its special cases applies, so the risk is 1 - I_{U*}(alpha, beta), NaN read as rank 1, computed with
+    safe_overload_risk's own operations in its order (the same bits)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a var that underflowed to 0
+        t = spread / var - 1.0
+        rank = betainc(mu * t, (1.0 - mu) * t, u_star)
+    return 1.0 - np.where(np.isnan(rank), 1.0, rank)
+
+
+def _special_risk(mu: np.ndarray, sigma: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
+    """safe_overload_risk's special cases in its order, starting from what its NaN rule makes of a value no
+    case covers (rank 1: NaN inputs); every finite entry where no Beta fits meets one of them."""
+    rank = np.where(var >= spread, 0.0, 1.0)
     rank = np.where((sigma == 0) & (mu > u_star), 0.0, rank)
     rank = np.where((mu == 0) | ((sigma == 0) & (mu <= u_star)), 1.0, rank)
-    risk = 1.0 - rank
-    if fits.any():
-        risk[fits] = safe_overload_risk(mu[fits], sigma[fits], u_star)
-    return risk
+    return 1.0 - rank
+
+
+class RiskMemo:
+    """The last Beta-CDF risk computed for each (node row, resource) slot, with the mu and sigma it was computed
+    from. The risk is a pure function of (mu, sigma) for a given U*, so a slot whose inputs are exactly those of
+    the last call is answered from here, bit for bit: replicas of one workload (the same requests) meet the
+    same nodes call after call, and only the nodes whose load changed since (a bind, an annotation) need
+    betainc again (~0.2 us a value: most of the maths at 500 nodes). No invalidation is needed, whatever
+    happens to a row: a changed input is a miss."""
+
+    def __init__(self, u_star: float) -> None:
+        self.u_star = u_star
+        self._lock = threading.Lock()
+        self._mu = np.full(0, np.nan)
+        self._sigma = np.full(0, np.nan)
+        self._risk = np.full(0, np.nan)
+
+    def fitted_risk(self, slots: np.ndarray, mu: np.ndarray, sigma: np.ndarray, var: np.ndarray,
+                    spread: np.ndarray) -> np.ndarray:
+        """_fitted_risk(mu, var, spread, U*) for entries where a Beta fits, ``slots`` (same shape, >= 0) naming
+        each entry's memo slot."""
+        with self._lock:
+            if slots.size and int(slots.max()) >= self._mu.size:
+                self._grow(int(slots.max()) + 1)
+            hit = (self._mu.take(slots) == mu) & (self._sigma.take(slots) == sigma)
+            risk = self._risk.take(slots)
+            if hit.all():
+                return risk
+            miss = ~hit
+            fresh = _fitted_risk(mu[miss], var[miss], spread[miss], self.u_star)
+            risk[miss] = fresh
+            where = slots[miss]
+            self._mu[where] = mu[miss]
+            self._sigma[where] = sigma[miss]
+            self._risk[where] = fresh
+            return risk
+
+    def _grow(self, size: int) -> None:
+        size = max(size, 2 * self._mu.size)
+        for name in ("_mu", "_sigma", "_risk"):
+            old = getattr(self, name)
+            new = np.full(size, np.nan)
+            new[:old.size] = old
+            setattr(self, name, new)
 
 
 # Relative margin under eps within which the Cantelli bound is not trusted to decide (see SafeInputs.over):
@@ -94,12 +155,30 @@ class SafeInputs:
     source: list[str]
     u_star: float
     full_risk: np.ndarray | None = None  # (n, 2) P(util > U*), 0 where not valid; see ``risk``
+    slots: np.ndarray | None = None  # (n, 2) RiskMemo slot of each entry (node row * 2 + resource)
+    memo: RiskMemo | None = None
+
+    def _fitted(self, where: np.ndarray, var: np.ndarray, spread: np.ndarray) -> np.ndarray:
+        """_fitted_risk of the entries ``where`` (a Beta fits there), through the memo when there is one."""
+        if self.memo is None or self.slots is None:
+            return _fitted_risk(self.mu[where], var[where], spread[where], self.u_star)
+        return self.memo.fitted_risk(self.slots[where], self.mu[where], self.sigma[where], var[where], spread[where])
 
     @property
     def risk(self) -> np.ndarray:
         """P(util > U*) per node and resource (0 where not valid), computed on first use."""
         if self.full_risk is None:
-            self.full_risk = np.where(self.valid, beta_risk(self.mu, self.sigma, self.u_star), 0.0)
+            if self.memo is None:
+                self.full_risk = np.where(self.valid, beta_risk(self.mu, self.sigma, self.u_star), 0.0)
+            else:  # beta_risk, its fitted entries through the memo
+                mu, sigma = self.mu, self.sigma
+                var = sigma * sigma
+                spread = mu * (1.0 - mu)
+                fits = (mu != 0) & (sigma != 0) & (var < spread)
+                risk = _special_risk(mu, sigma, var, spread, self.u_star)
+                if fits.any():
+                    risk[fits] = self._fitted(fits, var, spread)
+                self.full_risk = np.where(self.valid, risk, 0.0)
         return self.full_risk
 
     def over(self, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -115,17 +194,19 @@ class SafeInputs:
             return self.valid & (self.full_risk > eps), self.full_risk
         mu, sigma = self.mu, self.sigma
         var = sigma * sigma
+        spread = mu * (1.0 - mu)
+        fits = (mu != 0) & (sigma != 0) & (var < spread)
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = self.u_star - mu
             bound = var / (var + gap * gap)
-        fits = (mu != 0) & (sigma != 0) & (var < mu * (1.0 - mu))
-        sure = fits & (gap > 0) & (bound < eps * (1.0 - BOUND_MARGIN))
-        need = self.valid & ~sure
+        need = self.valid & ~(fits & (gap > 0) & (bound < eps * (1.0 - BOUND_MARGIN)))
         risk = np.full(mu.shape, np.nan)
-        risk[need] = beta_risk(mu[need], sigma[need], self.u_star)
-        over = np.zeros(mu.shape, dtype=bool)
-        over[need] = risk[need] > eps
-        return over, risk
+        fitted = need & fits
+        risk[fitted] = self._fitted(fitted, var, spread)
+        special = need & ~fits
+        if special.any():
+            risk[special] = _special_risk(mu[special], sigma[special], var[special], spread[special], self.u_star)
+        return need & (risk > eps), risk
 
 
 class SafeAgent(Agent):
@@ -141,6 +222,7 @@ class SafeAgent(Agent):
         self.w = params.forecast_weight / 100.0
         self._head = f"P(util > {self.u_star:.0%}) ="
         self._eps_text = f"{self.eps:.2g}"
+        self.risk_memo = RiskMemo(self.u_star)
         self.predicates = {"safe-overload": self.filter_overload}
         self.priorities = {"safe-overload": self.score_overload, "safe-balance": self.score_balance}
 
@@ -156,21 +238,34 @@ class SafeAgent(Agent):
         cap = view.stat_capacity()
         free = stats.mean_free
         fc = stats.forecast_free
-        free = np.where(np.isnan(fc), free, (1.0 - self.w) * free + self.w * fc)
+        has_forecast = ~np.isnan(fc)
+        if has_forecast.any():
+            free = np.where(has_forecast, (1.0 - self.w) * free + self.w * fc, free)
         demand = np.array([call.pod.requests.get(CPU, 0.0), call.pod.requests.get(MEMORY, 0.0) / MIB])
         used = np.maximum(cap - free, 0.0)
         if self.params.recent_bind_window_s > 0:
-            used = used + view.recent
+            used += view.recent
         if call.freed is not None:
             cols = [view.columns[CPU], view.columns[MEMORY]]
             used = np.maximum(used - call.freed[:, cols] * np.array([1.0, 1.0 / MIB]), 0.0)
         valid = ~np.isnan(free) & (cap > 0)
+        std = stats.std_free
+        # The same values as np.clip(x, 0, 1) and nan_to_num at a fraction of the calls' overhead: mu's clip
+        # as maximum then minimum in place (they differ from clip only on -0.0, which mu cannot be: used
+        # is a maximum with +0.0 plus non-negative terms), and a missing std read as 0 (nan_to_num's +-inf
+        # rewrite is moot under the clip, which sigma keeps: a "-0" annotation gives -0.0, shown in reasons).
         with np.errstate(divide="ignore", invalid="ignore"):
-            mu = np.clip((used + demand) / cap, 0.0, 1.0)
-            sigma = np.clip(np.nan_to_num(stats.std_free, nan=0.0) / cap, 0.0, 1.0)
+            used += demand
+            mu = np.divide(used, cap, out=used)
+            np.minimum(np.maximum(mu, 0.0, out=mu), 1.0, out=mu)
+            sigma = np.where(np.isnan(std), 0.0, std) / cap
+            np.clip(sigma, 0.0, 1.0, out=sigma)
         mu = np.where(valid, mu, 0.0)
         sigma = np.where(valid, sigma, 0.0)
-        return SafeInputs(mu, sigma, valid, cap, stats.source, self.u_star)
+        slots = None
+        if view.rows is not None:  # row 0 (unknown nodes) is never valid, so never looked up
+            slots = view.rows[:, None] * 2 + _RESOURCE_SLOT
+        return SafeInputs(mu, sigma, valid, cap, stats.source, self.u_star, slots=slots, memo=self.risk_memo)
 
     def filter_overload(self, call: Call) -> PredicateResult:
         s = self.inputs(call)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.sim.engine import Policy
-from benchmarks.sim.policies.default import DefaultScheduler
+from benchmarks.sim.policies.default import DefaultMostAllocated, DefaultScheduler
 from benchmarks.sim.policies.koordinator import LoadAware
 from benchmarks.sim.policies.kso_extender import KsoExtenderPolicy, KsoInprocPolicy
 from benchmarks.sim.policies.trimaran_lroc import LowRiskOverCommitment
@@ -16,6 +16,7 @@ from benchmarks.sim.policies.trimaran_tlp import TargetLoadPacking
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "default": DefaultScheduler,
+    "default-most": DefaultMostAllocated,
     "trimaran-tlp": TargetLoadPacking,
     "trimaran-lvrb": LoadVariationRiskBalancing,
     "trimaran-lroc": LowRiskOverCommitment,
@@ -25,12 +26,13 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 try:  # the plan-driven policy lands with the optimizer
-    from benchmarks.sim.policies.kso_plan import KsoPlanLoadBalancePolicy, KsoPlanPolicy
+    from benchmarks.sim.policies.kso_plan import KsoPlanLoadBalancePolicy, KsoPlanPolicy, KsoPlanReoptimizePolicy
 except ImportError:
     pass
 else:
     POLICIES["kso-plan"] = KsoPlanPolicy
     POLICIES["kso-plan-lb"] = KsoPlanLoadBalancePolicy
+    POLICIES["kso-plan+reopt"] = KsoPlanReoptimizePolicy
 
 PEERS = ("trimaran-tlp", "trimaran-lvrb", "trimaran-lroc", "koordinator")
 

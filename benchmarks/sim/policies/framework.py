@@ -98,6 +98,16 @@ class Framework:
         per = np.where(req > alloc, 0, np.floor((alloc - req) * MAX_NODE_SCORE / alloc))
         return (per.sum(axis=1) // 2).astype(np.int64)
 
+    # NodeResourcesFit MostAllocated: per resource s = req * 100 // alloc (0 if req > alloc), req with the non-zero
+    # defaults; score = weighted mean (cpu 1, memory 1), integer division.
+    @staticmethod
+    def most_allocated(pod: SimPod, sim: SimView, idx: np.ndarray) -> np.ndarray:
+        pod_nz = np.array([pod.cpu or NONZERO_CPU_MILLI, pod.memory or NONZERO_MEMORY_BYTES])
+        alloc = sim.alloc[idx]
+        req = sim.requested[idx] + pod_nz
+        per = np.where(req > alloc, 0, np.floor(req * MAX_NODE_SCORE / alloc))
+        return (per.sum(axis=1) // 2).astype(np.int64)
+
     # BalancedAllocation: f_r = min(1, (requested_r + pod_r) / alloc_r) with actual requests;
     # std = |f_cpu - f_mem| / 2; score = int((1 - std) * 100). Pods with no requests score 0 (skipped).
     @staticmethod
@@ -127,10 +137,11 @@ class Framework:
         InterPodAffinity (no constraints, no owners -> 0)."""
         return WEIGHT_TAINT_TOLERATION * self.taint_toleration(pod, sim, idx)
 
-    def default_scores(self, pod: SimPod, sim: SimView, idx: np.ndarray) -> np.ndarray:
-        """The default profile's total over ``idx``."""
+    def default_scores(self, pod: SimPod, sim: SimView, idx: np.ndarray, strategy: str = "LeastAllocated") -> np.ndarray:
+        """The default profile's total over ``idx`` (NodeResourcesFit's scoring strategy as given)."""
+        fit = self.most_allocated if strategy == "MostAllocated" else self.least_allocated
         return (self.static_scores(pod, sim, idx)
-                + WEIGHT_NODE_RESOURCES_FIT * self.least_allocated(pod, sim, idx)
+                + WEIGHT_NODE_RESOURCES_FIT * fit(pod, sim, idx)
                 + WEIGHT_BALANCED_ALLOCATION * self.balanced_allocation(pod, sim, idx))
 
     def pick(self, idx: np.ndarray, scores: np.ndarray) -> int:

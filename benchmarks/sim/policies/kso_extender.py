@@ -51,9 +51,13 @@ def node_object(name: str, cpu_milli: float, memory_bytes: float, max_pods: int,
 
 
 def pod_object(pod: SimPod) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": pod.name, "namespace": "sim", "uid": pod.uid}
+    if pod.owner:  # the Deployment's ReplicaSet: kso's workload class
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": pod.owner, "uid": pod.owner,
+                                    "controller": True}]
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod.name, "namespace": "sim", "uid": pod.uid},
+        "metadata": meta,
         "spec": {"containers": [{"name": "main", "image": "sim/workload:1",
                                  "resources": {"requests": {"cpu": f"{int(pod.cpu)}m", "memory": str(int(pod.memory))}}}],
                  **({"nodeSelector": pod.node_selector} if pod.node_selector else {})},
@@ -164,6 +168,12 @@ class KsoExtenderPolicy(Policy):
         t0 = time.perf_counter()
         window = max(1, int(round(WINDOW_S / sim.step_s)))
         mean, std, has = sim.window_stats(window)
+        # the node watch: nodes the autoscaler removed leave kso's cache, provisioned ones join it
+        for i, node in enumerate(self.base_nodes):
+            if not sim.active[i] and self.state.node(node.name) is not None:
+                self.state.remove_node(node.name)
+            elif sim.active[i] and self.state.node(node.name) is None:
+                self.state.upsert_node(node)
         # new metrics cover every pod bound before this step: expire kso's recent-bind list, then reopen it
         self.state.recent_window_s = 0.0
         self.state.view([])
@@ -178,8 +188,10 @@ class KsoExtenderPolicy(Policy):
             if fc is not None:
                 forecast_used = fc["mean"] * sim.alloc
                 std = fc["std"] * sim.alloc
-        for node, ann in zip(self.base_nodes, load_annotations(sim.alloc, mean, std, forecast_used), strict=True):
-            self.state.upsert_node(replace(node, annotations=ann, memo={}))
+        for i, (node, ann) in enumerate(zip(self.base_nodes, load_annotations(sim.alloc, mean, std, forecast_used),
+                                            strict=True)):
+            if sim.active[i]:
+                self.state.upsert_node(replace(node, annotations=ann, memo={}))
         self.extra["observe_s"] += time.perf_counter() - t0
 
     def released(self, pod: SimPod, node: str, sim: SimView) -> None:

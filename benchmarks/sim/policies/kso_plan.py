@@ -1,26 +1,35 @@
-"""``kso-plan``: kube-scheduler's default profile + the kso extender over HTTP, following a PlacementPlan.
+"""``kso-plan``: kube-scheduler's default profile + the kso extender, following a PlacementPlan.
 
 Every ``replan_steps`` steps (15 minutes by default) the optimizer solves a plan from what kso would know:
-the extender's node cache (requests of bound pods), the kso forecaster's node load (the same forecasts
-the heuristic policy turns into annotations) and the pods to place: the pending queue plus, per class,
-as many pods as arrived in the last planning window (kso's guess at the next arrivals; no oracle, the
-trace's future is never read). The plan is installed into the extender's PlanCache, so the prioritize
-calls that decide are the real HTTP path with plan slots; binds take slots as in production.
+the extender's node cache (requests of bound pods, ready nodes only), the nodes' load (the kso
+forecaster's, or with ``stats="window"`` the 15-minute mean and std load-watcher would report), the
+pods to place (the pending queue plus, per class, as many pods as arrived in the last planning window:
+kso's guess at the next arrivals; the trace's future is never read), and **per-class usage from the
+replay's own past**: ``optimizer.inputs.class_usage_from_history`` over the measured usage of the
+class's running pods in the last ``history_steps`` (no oracle). The plan is installed into the
+extender's PlanCache, so the prioritize calls that decide follow plan slots, as in production.
+
+``kso-plan+reopt``: the same, plus ``kso reoptimize`` every ``reopt_steps`` (``optimizer.migration.
+plan_migration`` over the running pods, at most ``max_moves`` moves, its default move cost): each move
+is an eviction the engine counts; the evicted pod is re-queued and the migration's target plan guides it.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.sim.engine import SimPod, SimView
-from benchmarks.sim.policies.kso_extender import KsoExtenderPolicy, pod_object
+from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, pod_object
+
+HISTORY_STEPS = 12  # one hour of each running pod's measured usage
 
 
-class KsoPlanPolicy(KsoExtenderPolicy):
+class KsoPlanPolicy(KsoInprocPolicy):
     name = "kso-plan"
-    mode = "HTTP: real kso extender + CP-SAT plan (optimizer in-process, re-solved every replan_steps)"
+    mode = "in-process kso extender + CP-SAT plan (optimizer in-process, re-solved every replan_steps)"
     plan_policy = "binpack"
 
     def __init__(self, seed: int = 0, replan_steps: int = 3, time_limit_s: float = 5.0, **kw: Any) -> None:
@@ -28,13 +37,17 @@ class KsoPlanPolicy(KsoExtenderPolicy):
         super().__init__(seed=seed, env=env, **kw)
         if env.get("KSO_PLAN_POLICY"):
             self.plan_policy = env["KSO_PLAN_POLICY"].lower()
-        elif self.plan_policy != "binpack":
+        elif self.plan_policy != "binpack" and not env:
             self.name = f"kso-plan[{self.plan_policy}]"
+        elif self.plan_policy != "binpack":
+            self.name = self.name.replace("kso-plan", f"kso-plan[{self.plan_policy}]", 1)
         self.replan_steps = replan_steps
         self.time_limit_s = time_limit_s
         self._arrivals: deque[tuple[int, Any]] = deque()  # (step, PodInfo) first seen
         self._seen: set[int] = set()
-        self.extra.update({"solves": 0, "solve_s": 0.0, "planned_pods": 0, "unplaced": 0, "nodes_over_bound": 0})
+        self._infos: dict[int, Any] = {}
+        self.extra.update({"solves": 0, "solve_s": 0.0, "planned_pods": 0, "unplaced": 0, "nodes_over_bound": 0,
+                           "classes_with_history": 0})
 
     def setup(self, sim: SimView) -> None:
         super().setup(sim)
@@ -47,49 +60,72 @@ class KsoPlanPolicy(KsoExtenderPolicy):
         self.cache = PlanCache(settings, self.state)
         self.extender.plan = self.cache
 
+    def info(self, pod: SimPod) -> Any:
+        from kso.objects import pod_from_k8s
+
+        got = self._infos.get(pod.index)
+        if got is None:
+            got = self._infos[pod.index] = pod_from_k8s(pod_object(pod))
+        return got
+
+    def forecasts(self, sim: SimView, wall: float) -> dict[str, Any] | None:
+        """Per node and resource, the load kso plans with: the forecaster's, or the 15-minute window's."""
+        from forecasting.types import NodeForecast
+
+        if self.stats == "window":
+            mean_abs, std_abs, has = sim.window_stats(3)
+            if not has:
+                return None
+            fc = {"mean": mean_abs / sim.alloc, "std": std_abs / sim.alloc}
+            fc["p95"] = fc["mean"] + 1.645 * fc["std"]
+        else:
+            fc = sim.node_forecasts(self.forecaster, 900.0)
+            if fc is None:
+                return None
+        return {name: {res: NodeForecast(name, res, float(fc["mean"][i, r]), float(fc["std"][i, r]), float(fc["mean"][i, r]),
+                                         float(fc["p95"][i, r]), float(fc["p95"][i, r]), float(fc["p95"][i, r]), 900.0,
+                                         "sim", wall, 0.0)
+                       for r, res in enumerate(("cpu", "memory"))}
+                for i, name in enumerate(sim.node_names) if sim.active[i]}
+
+    def class_usage(self, sim: SimView) -> dict[str, Any]:
+        """Per Deployment, mean and std of its running pods' measured usage over the last hour (the past only)."""
+        from optimizer.inputs import class_usage_from_history
+
+        bound, usage = [], {}
+        for pod in sim.running.values():
+            samples = sim.pod_usage(pod, HISTORY_STEPS)
+            if len(samples):
+                info = self.info(pod)
+                bound.append(info)
+                usage[info.key] = {"cpu": samples[:, 0], "memory": samples[:, 1]}
+        return class_usage_from_history(bound, usage)
+
     def observe(self, sim: SimView) -> None:
         super().observe(sim)
         if sim.step % self.replan_steps:
             return
-        from forecasting.types import NodeForecast
-        from kso.objects import pod_from_k8s
         from optimizer.inputs import problem_from_state
         from optimizer.model import SolverOptions
         from optimizer.planner import make_plan
 
         t0 = time.perf_counter()
         wall = time.time()
-        forecasts: dict[str, dict[str, NodeForecast]] | None = None
-        fc = sim.node_forecasts(self.forecaster, 900.0)
-        if fc is not None:
-            forecasts = {}
-            for i, name in enumerate(sim.node_names):
-                forecasts[name] = {res: NodeForecast(name, res, float(fc["mean"][i, r]), float(fc["std"][i, r]),
-                                                     float(fc["mean"][i, r]), float(fc["p95"][i, r]),
-                                                     float(fc["p95"][i, r]), float(fc["p95"][i, r]), 900.0, "sim",
-                                                     wall, 0.0)
-                                   for r, res in enumerate(("cpu", "memory"))}
         while self._arrivals and self._arrivals[0][0] < sim.step - self.replan_steps:
             self._arrivals.popleft()
-        pending = [pod_from_k8s(pod_object(p)) for p in sim.pending]
-        expected = []
-        for k, (_, info) in enumerate(self._arrivals):
-            clone = pod_from_k8s(pod_object(SimPod(-1, f"expected-{k}", f"expected-{sim.step}-{k}", info.requests["cpu"],
-                                                   info.requests["memory"], 0, 0)))
-            expected.append(clone)
+        pending = [self.info(p) for p in sim.pending]
+        expected = [self.info(SimPod(-1 - k, f"expected-{k}", f"expected-{sim.step}-{k}", p.cpu, p.memory, 0, 0,
+                                     owner=p.owner)) for k, (_, p) in enumerate(self._arrivals)]
+        self._infos = {i: v for i, v in self._infos.items() if i >= 0}
+        usage = self.class_usage(sim)
+        self.extra["classes_with_history"] += len(usage)
         settings = self.cache.settings
-        problem = problem_from_state(self.state, forecasts, settings.u_star, settings.eps, pending=pending + expected,
-                                     now=wall)
+        problem = problem_from_state(self.state, self.forecasts(sim, wall), settings.u_star, settings.eps,
+                                     pending=pending + expected, class_usage=usage, now=wall)
         if not problem.classes:
             return
-        options = SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01)
-        plan = make_plan(problem, options)
+        plan = make_plan(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01))
         self.cache.install(plan, f"sim step {sim.step}")
-        if self._conn is not None:  # uvicorn drops keep-alive connections idle for 5 s; a solve can take that long
-            import http.client
-
-            self._conn.close()
-            self._conn = http.client.HTTPConnection("127.0.0.1", self._server.port, timeout=30)
         summary = plan.summary()
         self.extra["solves"] += 1
         self.extra["solve_s"] += time.perf_counter() - t0
@@ -106,13 +142,51 @@ class KsoPlanPolicy(KsoExtenderPolicy):
 
     def place(self, pod: SimPod, sim: SimView) -> str | None:
         if pod.index not in self._seen:
-            from kso.objects import pod_from_k8s
-
             self._seen.add(pod.index)
-            self._arrivals.append((sim.step, pod_from_k8s(pod_object(pod))))
+            self._arrivals.append((sim.step, pod))
         return super().place(pod, sim)
+
+    def released(self, pod: SimPod, node: str, sim: SimView) -> None:
+        super().released(pod, node, sim)
+        self._infos.pop(pod.index, None)
 
 
 class KsoPlanLoadBalancePolicy(KsoPlanPolicy):
     name = "kso-plan[load-balance]"
     plan_policy = "load-balance"
+
+
+class KsoPlanReoptimizePolicy(KsoPlanPolicy):
+    """kso-plan + ``kso reoptimize`` every ``reopt_steps`` (moves counted by the engine)."""
+
+    name = "kso-plan+reopt"
+
+    def __init__(self, seed: int = 0, reopt_steps: int = 12, max_moves: int = 10, **kw: Any) -> None:
+        super().__init__(seed=seed, **kw)
+        self.reopt_steps = reopt_steps
+        self.max_moves = max_moves
+        self.extra.update({"reopt_runs": 0, "reopt_s": 0.0, "moves_planned": 0})
+
+    def evictions(self, sim: SimView) -> list[int]:
+        if sim.step == 0 or sim.step % self.reopt_steps:
+            return []
+        from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+
+        t0 = time.perf_counter()
+        wall = time.time()
+        running = {self.info(p).uid: p.index for p in sim.running.values()}
+        movable = [replace(self.info(p), node_name=sim.node_names[p.node]) for p in sim.running.values()]
+        options = MigrationOptions(policy=self.plan_policy, limits=MoveLimits(max_moves=self.max_moves),
+                                   time_limit_s=self.time_limit_s, workers=1, seed=self.seed)
+        settings = self.cache.settings
+        result = plan_migration(self.state, self.forecasts(sim, wall), settings.u_star, settings.eps, movable, options,
+                                class_usage=self.class_usage(sim), now=wall)
+        self.extra["reopt_runs"] += 1
+        self.extra["reopt_s"] += time.perf_counter() - t0
+        self.extra["moves_planned"] += len(result.moves)
+        # a solve that found nothing in its time limit (UNKNOWN) is not a "no move needed": count it apart
+        self.extra[f"reopt_{result.status.lower()}"] = self.extra.get(f"reopt_{result.status.lower()}", 0) + 1
+        if result.moves:
+            self.cache.install(result.plan, f"reoptimize at sim step {sim.step}")
+        return [running[m.uid] for m in result.moves if m.uid in running]
+

@@ -1,6 +1,8 @@
-"""``trimaran-lroc``: Trimaran LowRiskOverCommitment, peers.md. The trace's pods have requests and no
-limits, so L = R and riskLimit = 0; with L- = R- < C the load term p = F(R-/C) / F(L-/C) = 1 too, and the
-plugin scores every node 100 (random tie-break among them): that is the formula, reported as such."""
+"""``trimaran-lroc``: Trimaran LowRiskOverCommitment, peers.md. L = the node's pods' max(limit, request)
+(``SimView.limited``). On the openb trace pods have requests and no limits, so L = R and riskLimit = 0;
+with L- = R- < C the load term p = F(R-/C) / F(L-/C) = 1 too, and the plugin scores every node 100 (random
+tie-break among them): that is the formula, reported as such. The Google scenario's pods carry their Borg
+limits, so there the plugin has something to weigh."""
 
 from __future__ import annotations
 
@@ -53,5 +55,6 @@ class LowRiskOverCommitment(PeerPolicy):
         if pod.cpu == 0 and pod.memory == 0:
             return np.zeros(len(idx), dtype=np.int64)  # best-effort pods score 0
         req = sim.requested[idx]
-        return lroc_score(req, req, pod.requests, pod.requests, self.mean[idx] + self.recent_extra[idx], self.std[idx],
+        return lroc_score(req, sim.limited[idx], pod.requests, np.maximum(pod.limits, pod.requests),
+                          self.mean[idx] + self.recent_extra[idx], self.std[idx],
                           sim.alloc[idx])

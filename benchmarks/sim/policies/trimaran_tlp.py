@@ -35,9 +35,15 @@ def tlp_score(measured: np.ndarray, incoming: float, recent: np.ndarray, capacit
 class TargetLoadPacking(PeerPolicy):
     name = "trimaran-tlp"
 
+    def __init__(self, seed: int = 0, sample: bool = True, target: float = TARGET_UTILIZATION) -> None:
+        super().__init__(seed, sample)
+        self.target = target
+        if target != TARGET_UTILIZATION:  # a non-default knob is named in every table
+            self.name = f"trimaran-tlp[target={target:g}]"
+
     def pod_estimate(self, pod: SimPod) -> np.ndarray:
-        return np.array([predicted_cpu(pod.cpu), 0.0])
+        return np.array([predicted_cpu(pod.cpu, pod.cpu_limit), 0.0])
 
     def score(self, pod: SimPod, sim: SimView, idx: np.ndarray) -> np.ndarray:
-        return tlp_score(self.mean[idx, 0], predicted_cpu(pod.cpu), self.recent_extra[idx, 0], sim.alloc[idx, 0],
-                         has_metrics=self.has_metrics)
+        return tlp_score(self.mean[idx, 0], predicted_cpu(pod.cpu, pod.cpu_limit), self.recent_extra[idx, 0],
+                         sim.alloc[idx, 0], target=self.target, has_metrics=self.has_metrics)

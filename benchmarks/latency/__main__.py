@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.latency.cli import main
+
+sys.exit(main())

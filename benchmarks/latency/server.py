@@ -1,0 +1,142 @@
+"""The extender under test: ``python -m kso.cli extender`` in its own process, and its /metrics."""
+
+from __future__ import annotations
+
+import http.client
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+
+from benchmarks.latency.cluster import REPO
+
+HTTP_TIMEOUT_S = 5.0  # kube-scheduler's default extender httpTimeout
+DEFAULT_MAX_BODY = 1024 * 1024  # the server's KSO_MAX_BODY_BYTES default (extender/config.py)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tree_env(tree: Path, **extra: str) -> dict[str, str]:
+    """The environment of a process that must import kso from ``tree`` (run with cwd=tree)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return env
+
+
+class Server:
+    """``python -m kso.cli extender`` in its own process, on a snapshot file, from ``tree`` (this checkout
+    by default)."""
+
+    def __init__(self, snapshot: Path, agents: str | None, max_body: int, log: Path, tree: Path = REPO) -> None:
+        self.port = free_port()
+        env = tree_env(tree, LOG_LEVEL="WARNING")
+        if max_body > DEFAULT_MAX_BODY:
+            env["KSO_MAX_BODY_BYTES"] = str(max_body)
+        cmd = [sys.executable, "-m", "kso.cli", "extender", "--snapshot", str(snapshot), "--host", "127.0.0.1",
+               "--port", str(self.port)]
+        if agents:
+            cmd += ["--agents", agents]
+        self.cmd = cmd
+        self.tree = tree
+        self.log_path = log
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.ps = psutil.Process(self.proc.pid)
+
+    def wait_ready(self, timeout: float = 300.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/readyz")
+                resp = conn.getresponse()
+                body = resp.read()
+                conn.close()
+                if resp.status == 200:
+                    return dict(orjson.loads(body))
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server not ready in time")
+
+    def rss(self) -> int:
+        return int(self.ps.memory_info().rss)
+
+    def metrics(self) -> dict[str, float]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(("kso_extender_request_duration_seconds_", "kso_extender_errors_total")):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def stop(self) -> None:
+        try:
+            children = self.ps.children(recursive=True)
+        except psutil.Error:
+            children = []
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        # The extender's plan solver pool (a spawned process) outlives a SIGTERMed server, idle but forever:
+        # end this server's own children so repeated runs do not pile them up.
+        for child in children:
+            try:
+                child.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(children, timeout=5)
+        for child in alive:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        self._log.close()
+
+
+def server_delta(before: dict[str, float], after: dict[str, float], verb: str) -> tuple[float, float]:
+    """(server mean ms for the verb, server-side error count) between two /metrics scrapes."""
+    s_key = f'kso_extender_request_duration_seconds_sum{{verb="{verb}"}}'
+    c_key = f'kso_extender_request_duration_seconds_count{{verb="{verb}"}}'
+    n = after.get(c_key, 0.0) - before.get(c_key, 0.0)
+    mean = (after.get(s_key, 0.0) - before.get(s_key, 0.0)) / n * 1e3 if n else math.nan
+    errors = sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith("kso_extender_errors_total"))
+    return mean, errors
+
+
+def server_p99(before: dict[str, float], after: dict[str, float], verb: str) -> float:
+    """The server's own p99 for the verb between two /metrics scrapes, in ms: the upper bound of the
+    histogram bucket that holds the 99th percentile (so read it as "at most")."""
+    head = "kso_extender_request_duration_seconds_bucket{"
+    counts: list[tuple[float, float]] = []
+    for key, value in after.items():
+        if key.startswith(head) and f'verb="{verb}"' in key:
+            le = key.split('le="', 1)[1].split('"', 1)[0]
+            counts.append((math.inf if le == "+Inf" else float(le), value - before.get(key, 0.0)))
+    counts.sort()
+    if not counts or counts[-1][1] <= 0:
+        return math.nan
+    target = 0.99 * counts[-1][1]
+    return next(le for le, c in counts if c >= target) * 1e3

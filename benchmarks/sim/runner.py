@@ -1,0 +1,149 @@
+"""The multi-seed runner behind ``kso bench --seeds``: every (scenario, seed, policy) cell in its own task,
+spread over worker processes, each cell's metrics written to ``cells.jsonl`` as it finishes (a long run
+keeps what it has), then aggregated over seeds with 95% intervals (Student t).
+
+A policy spec is ``name`` or ``name:key=value;key=value``: ``trimaran-tlp:target=80``,
+``koordinator:cpu_threshold=85``, ``kso-plan:env=SAFEUTILIZATION=80`` (``env`` takes ``K=V`` pairs joined by
+``&``). The spec is the policy's label in every table, so a non-default knob is always visible.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCALAR_METRICS = ("overload_episodes", "overload_node_steps", "unmet_cpu_core_min", "oom_kills", "provisioned_node_hours",
+                  "pending_mean", "pending_p95_min", "pods_moved", "ca_evictions", "scheduled", "pods_total", "failed",
+                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s")
+
+
+@dataclass(frozen=True)
+class Cell:
+    scenario: str  # google-limits | google-rightsized | openb | embedded | google-embedded
+    nodes: int
+    hours: float
+    seed: int
+    target_load: float
+    policy: str  # spec
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``name:key=value;key=value`` -> (name, kwargs); numbers become floats, ``env`` a dict."""
+    name, _, rest = spec.partition(":")
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, rest.split(";")):
+        key, _, value = item.partition("=")
+        if key == "env":
+            kwargs["env"] = dict(kv.split("=", 1) for kv in value.split("&") if "=" in kv)
+            continue
+        try:
+            kwargs[key] = float(value)
+        except ValueError:
+            kwargs[key] = value
+    return name, kwargs
+
+
+@lru_cache(maxsize=2)
+def scenario_for(kind: str, nodes: int, hours: float, seed: int, target_load: float) -> Any:
+    from benchmarks.sim.google import build_embedded_google_scenario, build_google_scenario
+    from benchmarks.sim.trace import build_scenario
+
+    if kind in ("google-limits", "google-rightsized"):
+        return build_google_scenario(nodes, hours, seed, target_load, "p90" if kind.endswith("rightsized") else "limit")
+    if kind == "google-embedded":
+        return build_embedded_google_scenario(hours)
+    return build_scenario(kind, nodes, hours, seed, target_load)
+
+
+def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], Any]:
+    """One replay; returns (scalar metrics row, RunMetrics)."""
+    import logging
+
+    from benchmarks.sim.engine import Autoscaler, run
+    from benchmarks.sim.metrics import compute
+    from benchmarks.sim.policies import make_policy
+
+    logging.getLogger("kso").setLevel(logging.ERROR)
+    scenario = scenario_for(cell.scenario, cell.nodes, cell.hours, cell.seed, cell.target_load)
+    name, kwargs = parse_spec(cell.policy)
+    if name.startswith("kso"):
+        kwargs.setdefault("stats", "window")
+    policy = make_policy(name, cell.seed, **kwargs)
+    policy.name = cell.policy if ":" in cell.policy else policy.name
+    m = compute(run(scenario, policy, progress, autoscaler=Autoscaler()))
+    row = {"scenario": cell.scenario, "nodes": scenario.n_nodes, "hours": scenario.n_steps * scenario.step_s / 3600,
+           "seed": cell.seed, "policy": cell.policy,
+           "mode": m.mode, "scenario_name": scenario.name, **{k: float(getattr(m, k)) for k in SCALAR_METRICS},
+           "extra": {k: float(v) for k, v in m.extra.items() if isinstance(v, int | float)}}
+    return row, m
+
+
+def _worker(cell: Cell) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        row, _ = run_cell(cell)
+    except Exception as exc:  # a failed cell is reported, the others go on
+        return {"scenario": cell.scenario, "seed": cell.seed, "policy": cell.policy, "error": f"{type(exc).__name__}: {exc}",
+                "wall_s": time.perf_counter() - t0}
+    return row
+
+
+def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = None) -> list[dict[str, Any]]:
+    """Run every cell (``jobs`` processes), writing rows to ``out/cells.jsonl`` as they finish (a fresh file);
+    prints one progress line per cell."""
+    stream = stream or sys.stderr
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "cells.jsonl"
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    # expensive policies first, so the slowest cells do not start last
+    order = sorted(cells, key=lambda c: (not c.policy.startswith("kso"), c.seed))
+    ctx = mp.get_context("fork")
+    with path.open("w") as f, ctx.Pool(max(1, jobs)) as pool:
+        for n, row in enumerate(pool.imap_unordered(_worker, order, chunksize=1), 1):
+            rows.append(row)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            status = row.get("error") or (f"episodes {row['overload_episodes']:.0f}, node-h "
+                                          f"{row['provisioned_node_hours']:.1f}, OOM {row['oom_kills']:.0f}")
+            stream.write(f"[{n}/{len(order)}] {time.perf_counter() - t0:7.0f} s  {row['scenario']} seed {row['seed']} "
+                         f"{row['policy']}: {status} ({row['wall_s']:.0f} s)\n")
+            stream.flush()
+    return rows
+
+
+def read_rows(out: Path) -> list[dict[str, Any]]:
+    path = out / "cells.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+# 95% interval of the mean over seeds: mean +- t_{0.975, n-1} s / sqrt(n) (s: sample std); n = 1 -> no interval.
+def mean_ci(values: Sequence[float]) -> tuple[float, float, int]:
+    from scipy.stats import t
+
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, 0
+    if n == 1:
+        return float(v[0]), math.nan, 1
+    return float(v.mean()), float(t.ppf(0.975, n - 1) * v.std(ddof=1) / math.sqrt(n)), n
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, tuple[float, float, int]]]:
+    """(scenario, policy) -> metric -> (mean, 95% half-width, seeds)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if "error" not in r:
+            groups.setdefault((r["scenario"], r["policy"]), []).append(r)
+    return {key: {m: mean_ci([r[m] for r in rs]) for m in SCALAR_METRICS} for key, rs in groups.items()}

@@ -1,0 +1,130 @@
+"""The replay engine's rules on hand-counted cases: cpu throttling (unmet core-minutes), OOM kills,
+overload episodes, the cluster-autoscaler model (scale up, scale down, drains) and pending time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.sim.engine import Autoscaler, run
+from benchmarks.sim.metrics import compute, episodes
+from benchmarks.sim.policies import make_policy
+from benchmarks.sim.trace import Scenario
+
+GIB = 1024.0**3
+
+
+def scenario(node_cpu: list[float], pods: list[tuple[float, float, int, int, list[float], list[float]]], n_steps: int,
+             node_mem: float = 8 * GIB) -> Scenario:
+    """pods: (cpu request, memory request, arrival, departure, cpu ratio per step, memory ratio per step)."""
+    usage = np.zeros((len(pods), n_steps, 2), dtype=np.float32)
+    for i, (*_, cpu_ratio, mem_ratio) in enumerate(pods):
+        usage[i, :, 0] = cpu_ratio
+        usage[i, :, 1] = mem_ratio
+    return Scenario("rules", 300.0, n_steps, [f"n{i}" for i in range(len(node_cpu))], np.array(node_cpu, float),
+                    np.full(len(node_cpu), node_mem), [f"p{i}" for i in range(len(pods))],
+                    np.array([p[0] for p in pods], float), np.array([p[1] for p in pods], float),
+                    np.array([p[2] for p in pods], np.int64), np.array([p[3] for p in pods], np.int64), usage)
+
+
+def test_episodes_count_runs_of_consecutive_node_steps() -> None:
+    above = np.array([[True, True, False, True], [False, False, False, False], [True, False, True, False]])
+    assert episodes(above) == 4  # node 0: 2 runs, node 2: 2 runs
+    assert episodes(np.zeros((2, 0), dtype=bool)) == 0
+
+
+def test_cpu_above_allocatable_is_throttled_and_counted_in_core_minutes() -> None:
+    # one 1-core node, a 500m pod demanding 1.0x, 3.0x, 1.5x, 2.0x its request: 500, 1500, 750, 1000 millicores
+    s = scenario([1000], [(500, GIB, 0, 9, [1.0, 3.0, 1.5, 2.0], [0.5] * 4)], 4)
+    res = run(s, make_policy("default", 0))
+    m = compute(res, u_star=0.9)
+    # unmet: step 1 only, (1500 - 1000) m = 0.5 core for 5 min = 2.5 core-minutes
+    assert m.unmet_cpu_core_min == 2.5
+    assert res.usage[0, 1, 0] == 1000 and res.demand[0, 1, 0] == 1500  # monitoring sees the throttled usage
+    # demand > 90%: steps 1 and 3 (750 is not): two episodes, two node-steps
+    assert m.overload_episodes == 2 and m.overload_node_steps == 2 and m.oom_kills == 0
+
+
+def test_memory_above_allocatable_kills_the_pod_most_over_its_request_and_requeues_it() -> None:
+    # an 8 GiB node; at step 1: A uses 2 GiB (= request), B 6 GiB (4 over), C 3 GiB (1 over): 11 > 8 -> kill B only
+    pods = [(100, 2 * GIB, 0, 9, [0.1] * 3, [1.0, 1.0, 1.0]),
+            (100, 2 * GIB, 0, 9, [0.1] * 3, [1.0, 3.0, 1.0]),
+            (100, 2 * GIB, 0, 9, [0.1] * 3, [1.0, 1.5, 1.0])]
+    res = run(scenario([4000], pods, 3), make_policy("default", 0))
+    m = compute(res)
+    assert res.oom_kills == [(1, 1, 0)]  # (step, pod, node)
+    assert m.oom_kills == 1
+    assert res.demand[0, 1, 1] == 11 * GIB and res.usage[0, 1, 1] == 5 * GIB
+    b = res.pods[1]
+    assert b.node == 0 and b.bound_step == 2 and b.waits == [0, 0]  # re-queued for step 2, bound at once
+    assert m.pods_total == 3 and m.scheduled == 3
+
+
+def test_autoscaler_removes_empty_nodes_after_ten_minutes_and_bills_provisioned_steps() -> None:
+    # three 1-core nodes, one 600m pod (60% requested: stays); the two empty nodes are below 50% at the end of
+    # steps 0 and 1 -> removed at the end of step 1 (billed for steps 0 and 1)
+    s = scenario([1000, 1000, 1000], [(600, GIB, 0, 9, [0.5] * 4, [0.5] * 4)], 4)
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
+    m = compute(res)
+    assert res.provisioned.sum(axis=0).tolist() == [3, 3, 1, 1]
+    assert m.provisioned_node_hours == 8 * 5 / 60
+    assert m.scale_downs == 2 and m.ca_evictions == 0 and m.scale_ups == 0
+
+
+def test_autoscaler_drains_an_underused_node_when_its_pods_fit_elsewhere() -> None:
+    # two 1-core nodes, a 300m pod on each (LeastAllocated spreads): both 30% requested; after two steps the
+    # first (lowest share, pool order on ties) is drained: its pod is re-queued for step 2 and lands on the other
+    pods = [(300, GIB, 0, 9, [0.5] * 4, [0.5] * 4), (300, GIB, 0, 9, [0.5] * 4, [0.5] * 4)]
+    res = run(scenario([1000, 1000], pods, 4), make_policy("default", 0), autoscaler=Autoscaler())
+    m = compute(res)
+    assert m.scale_downs == 1 and m.ca_evictions == 1
+    assert res.provisioned.sum(axis=0).tolist() == [2, 2, 1, 1]
+    assert {p.node for p in res.pods} == {int(np.flatnonzero(res.provisioned[:, 3])[0])}
+    moved = [p for p in res.pods if len(p.waits) == 2]
+    assert len(moved) == 1 and moved[0].bound_step == 2
+
+
+def test_autoscaler_provisions_a_node_for_a_pending_pod_which_waits_one_step() -> None:
+    # pool of three 1-core nodes, one ready; two 800m pods at step 0: one binds, the other is pending; the
+    # autoscaler orders node 1 at the end of step 0, ready at step 1, where the pod binds (5 minutes pending)
+    pods = [(800, GIB, 0, 9, [0.5] * 3, [0.5] * 3), (800, GIB, 0, 9, [0.5] * 3, [0.5] * 3)]
+    res = run(scenario([1000, 1000, 1000], pods, 3), make_policy("default", 0), autoscaler=Autoscaler(initial_nodes=1))
+    m = compute(res)
+    assert m.scale_ups == 1 and m.scale_downs == 0
+    assert res.provisioned.sum(axis=0).tolist() == [1, 2, 2]
+    assert sorted(p.bound_step for p in res.pods) == [0, 1]
+    assert sorted(res.waits_steps) == [0, 1]
+    assert res.pending_per_step.tolist() == [1, 0, 0]
+
+
+def test_a_pod_nothing_can_hold_triggers_no_node_and_is_counted_pending() -> None:
+    pods = [(5000, GIB, 0, 9, [0.5] * 3, [0.5] * 3)]
+    res = run(scenario([1000, 1000], pods, 3), make_policy("default", 0), autoscaler=Autoscaler(initial_nodes=1))
+    m = compute(res)
+    assert m.scale_ups == 0 and m.pending_end == 1 and res.waits_steps == [3]
+    assert m.pending_p95_min == 15.0
+
+
+def test_policy_evictions_are_counted_as_moves_and_requeued() -> None:
+    from benchmarks.sim.policies.default import DefaultScheduler
+
+    class EvictFirstAtStepOne(DefaultScheduler):
+        def evictions(self, sim):  # type: ignore[no-untyped-def]
+            return [0, 7] if sim.step == 1 else []  # 7: not a running pod, ignored
+
+    s = scenario([1000, 1000], [(300, GIB, 0, 9, [0.5] * 3, [0.5] * 3), (300, GIB, 0, 9, [0.5] * 3, [0.5] * 3)], 3)
+    res = run(s, EvictFirstAtStepOne(0))
+    m = compute(res)
+    assert m.pods_moved == 1 and res.pods[0].bound_step == 1 and res.pods[0].waits == [0, 0]
+
+
+def test_bench_scenario_mode_writes_the_tradeoff_report(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.sim.cli import main
+
+    rc = main(["--scenario", "google-embedded", "--hours", "1", "--policies", "default,default-most,trimaran-tlp:target=80",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "| default-most | 1 |" in report and "trimaran-tlp:target=80" in report and "units:" in report
+    assert "Aims, as measured" in report and "real join" in report
+    assert (tmp_path / "tradeoff-google-embedded.png").stat().st_size > 1000
+    assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == 3
