@@ -5,24 +5,15 @@ or kube-safe-scheduler's node annotations), solves the placement with a budget o
 move (optimizer.migration), and prints the moves (pod, from, to, why) and the expected result per
 node, before and after. Dry-run by default: it prints where every evicted pod would land.
 
-With ``--execute`` it evicts through the Eviction API (policy/v1), so PodDisruptionBudgets hold, one
-pod at a time, each at most once: a refusal (429), a pod that is gone (404), a conflict (409) or a
-server error is reported and skipped, never retried. Each eviction and each skipped move is recorded
-as a Kubernetes Event on the pod; the target plan (the evicted pods' landing slots) is published to
-KSO_PLAN_FILE and to ConfigMap ``kso-plan`` (key ``plan.json``) so the extender places the
-replacement pods where the plan says.
-
-Never moved: mirror (static) pods, DaemonSet pods, system-critical pods (priorityClassName
-system-cluster-critical / system-node-critical or priority >= 2000000000), pods with local storage
-(emptyDir or hostPath volumes), pods that are not owned by a ReplicaSet or StatefulSet with more than
-one replica, pods annotated ``kso.io/evict: "false"``, terminating or not-running pods, and pods in the
-excluded namespaces (default kube-system).
+With ``--execute`` it evicts through the Eviction API (PodDisruptionBudgets hold), records Events and
+publishes the evicted pods' target slots for the extender (optimizer.eviction). Which pods may move at
+all: optimizer.eligibility (never mirror, DaemonSet, system-critical, local-storage or single-replica
+pods, nor opted-out or excluded-namespace ones).
 
 Exit codes: 0 done, 1 configuration error (message on stderr), 2 some evictions failed.
 
-Layout: this module is the command (flags, options, output); which pods may move is
-optimizer.eligibility, the evictions, events and published plan optimizer.eviction, and reading the
-cluster kso.inputs.
+This module is the command (flags, options, output); the cluster and forecasts are read by kso.inputs
+and forecasting.inputs.
 """
 
 from __future__ import annotations
