@@ -4,6 +4,8 @@ forecasting.inputs (forecast source, the synthetic join of trace series to nodes
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,32 @@ def test_unknown_trace_or_model_is_an_input_error() -> None:
         node_forecasts(_args(["--trace", "nosuch"]), ["n1"])
     with pytest.raises(InputError, match="forecasting model"):
         node_forecasts(_args(["--trace", "embedded", "--model", "no-such-model"]), ["n1"])
+
+
+def test_kso_plan_reads_the_real_api_server(control_plane: Any, kube_namespace: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """kso plan's cluster now comes from kso.inputs.load_cluster (one raw list) instead of a ClusterWatcher:
+    a pending pod of our namespace is planned onto one of our nodes."""
+    from kubernetes import client
+
+    from benchmarks.e2e import create_nodes, delete_nodes, node_manifest
+    from kso.cli import main as kso_main
+    from optimizer.plan import load_plan
+
+    api = control_plane.api_client()
+    names = [f"inputs-{kube_namespace[-6:]}-{i}" for i in range(2)]
+    create_nodes(api, [node_manifest(n, "4", "16Gi", labels={"kso-test/group": kube_namespace}) for n in names])
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": kube_namespace},
+           "spec": {"nodeSelector": {"kso-test/group": kube_namespace}, "containers": [container]}}
+    client.CoreV1Api(api).create_namespaced_pod(kube_namespace, pod)
+    out = tmp_path / "plan.json"
+    try:
+        assert kso_main(["plan", "--kubeconfig", str(control_plane.kubeconfig), "--time-limit", "5",
+                         "--out", str(out), "--json"]) == 0
+    finally:
+        delete_nodes(api, names)
+    capsys.readouterr()
+    ours = [c for c in load_plan(str(out)).classes.values() if any(kube_namespace in p for p in c.detail.get("pods", []))]
+    assert len(ours) == 1 and sum(ours[0].slots.values()) == 1 and set(ours[0].slots) <= set(names), ours
