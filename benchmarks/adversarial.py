@@ -32,7 +32,7 @@ import orjson
 import psutil
 
 from extender.config import ExtenderSettings
-from extender.demo import free_port
+from kso.net import free_port
 from kso.settings import load_settings
 
 # A Node as the API server sends it (~1.4 KB of JSON): full-node bodies are lists of these.

@@ -40,7 +40,6 @@ import lzma
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -53,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from kso.net import free_port  # benchmarks.e2e imports it from here
 
 K8S_VERSION = "v1.36.2"
 K8S_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -252,12 +253,6 @@ def _write_certs(d: Path) -> _Certs:
 
 
 # ----------------------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

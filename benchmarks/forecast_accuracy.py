@@ -36,7 +36,6 @@ import argparse
 import hashlib
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -46,14 +45,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.machine import machine_line
 from forecasting.models import DEFAULT_FORECASTER, get_forecaster
 from forecasting.models._base import DEFAULT_HISTORY_S, STEP_S, Grid, GridForecaster, resample
+from forecasting.traces import DATA_DIR, TRACE_FILES
 from forecasting.types import RESOURCES, UtilisationSeries
 
-DATA = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
-BITBRAINS = DATA / "bitbrains-rnd-2013-08.csv.gz"
-ALIBABA = DATA / "alibaba2018-machine-usage.csv.gz"
-GOOGLE = DATA / "google2019-tasks.csv.gz"
+BITBRAINS = DATA_DIR / TRACE_FILES["bitbrains"]
+ALIBABA = DATA_DIR / TRACE_FILES["alibaba"]
+GOOGLE = DATA_DIR / "google2019-tasks.csv.gz"
 HORIZONS_S = (1800.0, 3600.0)
 Q = 0.95
 BITBRAINS_ROWS_PER_VM = 8700  # upper bound per VM, to read only the first N VMs
@@ -415,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = speed_check(load_bitbrains(500, 0) if not args.quick else datasets["bitbrains"], DEFAULT_FORECASTER)
     cmd = "python -m benchmarks.forecast_accuracy " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"# forecast accuracy  (`{cmd.strip()}`)\n")
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
-          f"numpy {np.__version__} (shared machine: other work ran concurrently)")
+    print(f"machine: {machine_line()}, numpy {np.__version__} (shared machine: other work ran concurrently)")
     for k, ss in datasets.items():
         days = ", ".join(f"{(o - min(s.t[0] for s in ss if len(s))) / 86400:.1f}" for o in origins[k])
         print(f"- {k}: {len(ss)} series; {len(origins[k])} of {counts[k]} stratified origins (seed {args.seed}), "

@@ -32,8 +32,9 @@ from typing import Any
 
 from kubernetes import client
 
-from benchmarks.controlplane import ControlPlane, _insecure, free_port
+from benchmarks.controlplane import ControlPlane, _insecure
 from kso.kube import _RawWatch  # events as parsed JSON: a model per event would make the watch lag
+from kso.net import free_port
 
 KUBE_SCHEDULER_CONFIG = {
     "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",

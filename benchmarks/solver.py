@@ -31,10 +31,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import importlib.metadata
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +41,7 @@ from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
+from benchmarks.machine import machine_line
 from optimizer.chance import bound_comparison, z_value
 from optimizer.heuristics import HeuristicResult, best_fit_decreasing, first_fit_decreasing, lp_bound_nodes
 from optimizer.model import POLICIES, Compiled, SolveResult, SolverOptions, compile_problem, evaluate, solve
@@ -224,16 +223,6 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(out)
 
 
-def machine_line(load: tuple[float, float, float]) -> str:
-    try:
-        ortools = importlib.metadata.version("ortools")
-    except importlib.metadata.PackageNotFoundError:
-        ortools = "?"
-    cpu = platform.processor() or platform.machine()
-    return (f"machine: {platform.platform()}, {cpu}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, "
-            f"OR-Tools {ortools}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-
-
 def run_binpack_cell(opts: SolverOptions, prob: PlacementProblem, n_nodes: int, n_pods: int) -> BinpackRow:
     t = time.perf_counter()
     comp = compile_problem(prob)  # for solve(), which may tighten budgets in place
@@ -394,7 +383,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     load0 = os.getloadavg()
     say("# Solver benchmark (kso optimizer, CP-SAT)")
     say(f"timestamp: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
-    say(machine_line(load0) + " (before)")
+    say(f"machine: {machine_line(load0)} (before)")
     say(f"seed: {args.seed}; binpack time limit {limit:g} s, policy time limit {p_limit:g} s, {args.workers} workers, "
         f"relative-gap target {args.gap:g}; U* = 0.9, eps = 0.3")
     say(USAGE_LABEL)
@@ -436,7 +425,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if args.skip_openb:
             for aim, verdict, why in report.aims:
                 say(f"- {aim}: **{verdict.upper()}** ({why})")
-            say(machine_line(os.getloadavg()) + " (after)")
+            say(f"machine: {machine_line()} (after)")
             say(f"total wall {time.perf_counter() - started:.0f} s")
             return 0
 
@@ -526,7 +515,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     for aim, verdict, why in report.aims:
         say(f"- {aim}: **{verdict.upper()}** ({why})")
     say()
-    say(machine_line(os.getloadavg()) + " (after)")
+    say(f"machine: {machine_line()} (after)")
     say(f"total wall {time.perf_counter() - started:.0f} s")
     return 0
 

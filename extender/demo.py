@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import platform
-import socket
 import statistics
 import threading
 import time
@@ -18,14 +17,9 @@ import uvicorn
 from extender.app import create_app
 from extender.config import load_config
 from extender.server import build
+from kso.net import free_port
 from kso.objects import pod_from_k8s
 from kso.snapshot import DEMO_SNAPSHOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BackgroundServer:

@@ -1,12 +1,4 @@
-"""``kso forecast`` and ``kso annotate``.
-
-Wiring (for the owner of kso/cli.py)::
-
-    from forecasting.cli import add_commands
-    sub = parser.add_subparsers(dest="command")
-    add_commands(sub)                      # adds "forecast" and "annotate"
-    args = parser.parse_args(argv)
-    return args.func(args)                 # each command sets func(args) -> int exit code
+"""``kso forecast`` and ``kso annotate`` (added to the ``kso`` command by kso/cli.py).
 
 ``forecast`` prints the forecast per node (mean, p95, std of utilisation, model, age of the newest
 sample); ``annotate`` writes kube-safe-scheduler's node annotations (``mean-free-cpu``, ``std-free-cpu``,
@@ -25,9 +17,11 @@ from typing import Any
 
 import orjson
 
-from forecasting.store import ForecastStore, StoreSettings
+from forecasting.inputs import DEFAULT_SERIES, add_forecast_args, refresh_once, synthetic_join
+from forecasting.store import ForecastStore
 from forecasting.types import RESOURCES, NodeForecast
 from kso.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
+from kso.inputs import add_cluster_args, load_nodes
 from kso.objects import NodeInfo
 from kso.resources import CPU, MEMORY, MIB
 from kso.settings import load_settings
@@ -38,15 +32,14 @@ SOURCE_ANNOTATION = "kso.io/forecast-source"  # says where the numbers came from
 def add_commands(subparsers: Any) -> None:
     """Add ``forecast`` and ``annotate`` to an argparse subparsers object (see the module docstring)."""
     fc = subparsers.add_parser("forecast", help="forecast node utilisation from Prometheus or a trace")
-    _source_args(fc)
+    add_forecast_args(fc)
     fc.add_argument("--json", action="store_true", help="print JSON instead of a table")
     fc.set_defaults(func=cmd_forecast)
 
     an = subparsers.add_parser("annotate", help="write kube-safe-scheduler node annotations from forecasts")
-    _source_args(an)
+    add_forecast_args(an)
     an.add_argument("--dry-run", action="store_true", help="print the patches instead of applying them")
-    an.add_argument("--snapshot", metavar="PATH", help="read nodes from a snapshot file instead of the API (implies --dry-run)")
-    an.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    add_cluster_args(an, demo=False, snapshot_help="read nodes from a snapshot file instead of the API (implies --dry-run)")
     an.add_argument("--assign-traces", action="store_true",
                     help="with --trace: give the trace's series to the cluster's nodes in name order "
                          "(a synthetic join, recorded in the kso.io/forecast-source annotation)")
@@ -59,39 +52,9 @@ def add_commands(subparsers: Any) -> None:
     an.set_defaults(func=cmd_annotate)
 
 
-def _source_args(p: argparse.ArgumentParser) -> None:
-    store_defaults = load_settings(StoreSettings)
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--prometheus", metavar="URL", help="Prometheus URL (default: KSO_PROMETHEUS_URL)")
-    src.add_argument("--trace", metavar="NAME|PATH",
-                     help="bitbrains, alibaba, embedded, or a CSV path in one of their layouts")
-    p.add_argument("--horizon", type=float, default=store_defaults.horizon_s,
-                   help="forecast horizon, seconds (default: KSO_FORECAST_HORIZON)")
-    p.add_argument("--model", default=None, help="forecasting model (default: the registry's default)")
-    p.add_argument("--nodes", type=int, default=None, metavar="N", help="only the first N nodes / trace series")
-    p.add_argument("--window", type=float, default=None, metavar="S", help="trace: seconds of history used")
-    p.add_argument("--offset", type=float, default=0.0, metavar="S", help="trace: start this far into the trace")
-
-
 def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float]:
     """Build the source and forecaster, refresh a store once; returns (store, source, now)."""
-    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
-
-    forecaster = get_forecaster(args.model or DEFAULT_FORECASTER)
-    source: Any
-    if args.trace:
-        from forecasting.traces import TraceSource
-
-        source = TraceSource(args.trace, n_series=args.nodes or 20, window_s=args.window,
-                             start_offset_s=args.offset)
-    else:
-        from forecasting.prometheus import PrometheusSource
-
-        source = PrometheusSource(url=args.prometheus)
-    store = ForecastStore()
-    # A trace's clock is its own: ages are measured from the trace's end, not from today.
-    now = source.now() if args.trace else time.time()
-    store.refresh(source, forecaster, args.horizon, now=now)
+    store, source, _ = refresh_once(args, args.nodes or DEFAULT_SERIES)
     return store, source, time.time()
 
 
@@ -167,28 +130,13 @@ def annotations_for(node: NodeInfo, forecasts: dict[str, NodeForecast], source: 
 
 
 def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
-    from kso.objects import node_from_k8s
-
-    if args.snapshot:
-        from pathlib import Path
-
-        from kso.snapshot import parse_snapshot
-
-        nodes, _ = parse_snapshot(Path(args.snapshot).read_bytes(), args.snapshot)
+    """The nodes (kso.inputs) and a CoreV1Api to patch them with (None for a snapshot)."""
+    nodes, api_client = load_nodes(args, "kso annotate")
+    if api_client is None:
         return nodes, None
-    from kubernetes import client, config
+    from kubernetes import client
 
-    if args.kubeconfig:
-        config.load_kube_config(args.kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-    api = client.CoreV1Api()
-    raw = api.list_node(_request_timeout=30)
-    nodes = [node_from_k8s(api.api_client.sanitize_for_serialization(n)) for n in raw.items]
-    return nodes, api
+    return nodes, client.CoreV1Api(api_client)
 
 
 def cmd_annotate_cost(args: argparse.Namespace) -> int:
@@ -244,8 +192,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     snap = store.snapshot(now)
     label = getattr(source, "name", "?")
     if args.assign_traces:
-        keys = sorted(snap)
-        assigned = {n.name: k for n, k in zip(sorted(nodes, key=lambda n: n.name), keys, strict=False)}
+        assigned = synthetic_join((n.name for n in nodes), snap)
         per_node = {name: (snap[key], f"synthetic:{label}:{key}") for name, key in assigned.items()}
     else:
         per_node = {n.name: (snap[n.name], f"{label}:{store.model}") for n in nodes if n.name in snap}
@@ -263,7 +210,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m forecasting.cli forecast ...``) until kso/cli.py wires it."""
+    """``python -m forecasting.cli forecast|annotate ...``: these two commands without the rest of ``kso``."""
     parser = argparse.ArgumentParser(prog="kso")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

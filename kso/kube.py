@@ -88,7 +88,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None,
     )
 
 
-def _api_message(exc: ApiException) -> str:
+def api_message(exc: ApiException) -> str:
     """The API's own explanation (Status.message) when the body has one, else the HTTP reason."""
     body = exc.body
     if body:
@@ -258,7 +258,7 @@ class ClusterWatcher:
                         self._sleep(gone_streak - 1)
                     continue
                 failures += 1
-                self._failed(res, exc, f"HTTP {exc.status}: {_api_message(exc)}")
+                self._failed(res, exc, f"HTTP {exc.status}: {api_message(exc)}")
             except Exception as exc:  # a watcher thread must never die: log, back off, retry
                 if self._stop.is_set():
                     break
@@ -557,7 +557,7 @@ class ApiBinder:
         if exc.status == HTTP_NOT_FOUND:
             raise BindError(f"pod {key} not found") from exc
         if exc.status != HTTP_CONFLICT:
-            raise BindError(f"binding pod {key} to node {node} failed: HTTP {exc.status}: {_api_message(exc)}") from exc
+            raise BindError(f"binding pod {key} to node {node} failed: HTTP {exc.status}: {api_message(exc)}") from exc
         # 409: kube-scheduler retries a bind whose response it did not get; if the first one went
         # through, the pod is on the node it asked for, and that is success.
         pod = self.fetch_pod(namespace, name)
@@ -571,7 +571,7 @@ class ApiBinder:
             return
         if bound:
             raise BindError(f"pod {key} is already bound to node {bound}, cannot bind it to {node}") from exc
-        raise BindError(f"binding pod {key} to node {node} failed: HTTP 409: {_api_message(exc)}") from exc
+        raise BindError(f"binding pod {key} to node {node} failed: HTTP 409: {api_message(exc)}") from exc
 
     def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as a plain dict; None on 404. Raises BindError when the API cannot be asked."""
@@ -587,7 +587,7 @@ class ApiBinder:
         except ApiException as exc:
             if exc.status == HTTP_NOT_FOUND:
                 return None
-            raise BindError(f"reading pod {key} failed: HTTP {exc.status}: {_api_message(exc)}") from exc
+            raise BindError(f"reading pod {key} failed: HTTP {exc.status}: {api_message(exc)}") from exc
         except (urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError) as exc:
             raise BindError(f"reading pod {key} failed: {exc}") from exc
         return pod if isinstance(pod, dict) else None

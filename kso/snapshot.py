@@ -25,12 +25,13 @@ class SnapshotError(ValueError):
     pass
 
 
-def _objects(doc: Any, where: str) -> Iterator[tuple[str, Any]]:
+def k8s_objects(doc: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """(kind, object) for every object of one parsed document, in any of the accepted shapes."""
     if doc is None:
         return
     if isinstance(doc, list):
         for i, item in enumerate(doc):
-            yield from _objects(item, f"{where}[{i}]")
+            yield from k8s_objects(item, f"{where}[{i}]")
         return
     if not isinstance(doc, dict):
         raise SnapshotError(f"{where}: expected an object, got {type(doc).__name__}")
@@ -61,7 +62,7 @@ def parse_snapshot(text: str | bytes, where: str = "snapshot") -> tuple[list[Nod
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     for d, doc in enumerate(docs):
-        for kind, obj in _objects(doc, f"{where} document {d}"):
+        for kind, obj in k8s_objects(doc, f"{where} document {d}"):
             try:
                 if kind == "Node":
                     nodes.append(node_from_k8s(obj))

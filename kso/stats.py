@@ -1,8 +1,9 @@
 """Where per-node load statistics come from: one interface, several sources.
 
 ``FreeStats`` holds, for the nodes of one call, the mean and std of *free* cpu (millicores) and memory
-(MB) and an optional forecast of free capacity, NaN where unknown. Today's source is
-kube-safe-scheduler's node annotations; forecasts plug in by implementing ``NodeStatsSource``.
+(MB) and an optional forecast of free capacity, NaN where unknown. Two sources implement
+``NodeStatsSource``: kube-safe-scheduler's node annotations (``AnnotationStats``, here) and kso's own
+forecasts (``forecasting.stats_source.ForecastStats``, which falls back to the annotations).
 """
 
 from __future__ import annotations

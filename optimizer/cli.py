@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
+from forecasting.inputs import add_forecast_args, node_forecasts
 from kso.cluster import ClusterState
+from kso.inputs import InputError, add_cluster_args, load_cluster
 from kso.settings import load_settings, read_config_file
 
 log = logging.getLogger("kso.optimizer")
@@ -25,14 +27,9 @@ log = logging.getLogger("kso.optimizer")
 
 def add_commands(subparsers: Any) -> None:
     p = subparsers.add_parser("plan", help="solve a placement plan once (CP-SAT) and write the plan file")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--snapshot", metavar="PATH", help="cluster from a snapshot file (kubectl get nodes,pods -A -o json)")
-    where.add_argument("--demo", action="store_true", help="the embedded demo cluster")
+    where = add_cluster_args(p, snapshot_help="cluster from a snapshot file (kubectl get nodes,pods -A -o json)")
     where.add_argument("--openb", metavar="NODES:PODS", help="the openb trace: NODES nodes, PODS pending pods")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--prometheus", metavar="URL", help="forecast node load from Prometheus")
-    src.add_argument("--trace", metavar="NAME|PATH", help="forecast node load from a trace (synthetic node mapping)")
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    add_forecast_args(p)  # --prometheus / --trace and the forecast options, as `kso forecast`
     p.add_argument("--policy", help="binpack, load-balance, consolidate, a-binpack, cost (default KSO_PLAN_POLICY)")
     p.add_argument("--time-limit", type=float, help="solver seconds (default KSO_SOLVER_TIME_LIMIT_S)")
     p.add_argument("--workers", type=int, help="solver workers (default KSO_SOLVER_WORKERS)")
@@ -43,58 +40,18 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def _state(args: argparse.Namespace) -> ClusterState:
-    from kso.snapshot import load_snapshot
-
-    if args.snapshot or args.demo:
-        return load_snapshot(args.snapshot or None)
-    from kso import kube
-
-    state = ClusterState()
-    watcher = kube.ClusterWatcher(state, kube.load_api_client(args.kubeconfig))
-    watcher.start()
+def _cluster_and_forecasts(args: argparse.Namespace) -> tuple[ClusterState, dict[str, Any] | None, float | None, str]:
+    """(cluster, forecasts by node, their "now", where the load comes from); InputError when unusable."""
+    state = load_cluster(args, "kso plan").state
     try:
-        if not watcher.wait_synced(60):
-            raise SystemExit("kso plan: the API server did not list nodes and pods within 60 s")
-    finally:
-        watcher.stop()
-    return state
-
-
-def _forecasts(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any] | None, str, float | None]:
-    """(forecasts by node, where the load comes from, the forecasts' "now": a trace has its own clock)."""
-    if not (args.prometheus or args.trace):
-        return None, "node annotations (kube-safe-scheduler) where present, else bound pods' requests", None
-    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
-    from forecasting.store import ForecastStore
-
-    forecaster = get_forecaster(DEFAULT_FORECASTER)
-    store = ForecastStore()
-    if args.trace:
-        from forecasting.traces import TraceSource
-
-        names = sorted(state.node_names())
-        source = TraceSource(args.trace, n_series=len(names))
-        series = source.node_series()
-        # Synthetic join: the i-th trace series becomes the i-th node (by name).
-        mapped = {n: s for n, s in zip(names, series.values(), strict=False)}
-        now = source.now()
-
-        class _Mapped:
-            name = f"{source.name} (synthetic node mapping)"
-
-            def node_series(self, now: float | None = None) -> Any:
-                return mapped
-
-        store.refresh(_Mapped(), forecaster, now=now)
-        return store.snapshot(now), f"{_Mapped.name}, {forecaster.name}", now
-    from forecasting.prometheus import PrometheusSource
-
-    store.refresh(PrometheusSource(url=args.prometheus), forecaster)
-    if store.last_error:
-        print(f"kso plan: forecasts failed ({store.last_error}); using annotations", file=sys.stderr)
-        return None, "node annotations (Prometheus failed)", None
-    return store.snapshot(), f"prometheus {args.prometheus}, {forecaster.name}", None
+        forecasts, now, load_from = node_forecasts(args, state.node_names())
+    except InputError as exc:
+        if not args.prometheus:
+            raise
+        # A failed Prometheus is not fatal here: the plan judges nodes on their annotations.
+        print(f"kso plan: {exc}; planning on the node annotations instead", file=sys.stderr)
+        return state, None, None, "node annotations (Prometheus failed)"
+    return state, forecasts, now, load_from
 
 
 def _class_usage(args: argparse.Namespace, state: ClusterState) -> tuple[dict[str, Any], str]:
@@ -152,8 +109,8 @@ def cmd_plan(args: argparse.Namespace, abort_attempts: int = 0) -> int:
         problem = openb_problem(n_nodes, n_pods, seed=args.seed, u_star=settings.u_star, eps=settings.eps)
         load_from = f"{SOURCES}; {USAGE_LABEL}"
     else:
-        state = _state(args)
-        forecasts, load_from, now = _forecasts(args, state)
+        # An unusable input raises InputError: kso/cli.py prints it on one line (exit 1).
+        state, forecasts, now, load_from = _cluster_and_forecasts(args)
         # (a Prometheus that just failed is not asked again)
         class_usage, usage_from = _class_usage(args, state) if forecasts is not None else ({}, "")
         load_from += usage_from

@@ -1,19 +1,21 @@
 """Write kso/data/demo-cluster.json: the embedded demo cluster.
 
 Node shapes and pod requests are real rows of Alibaba cluster-trace-gpu-v2023 ("openb",
-../shared/data/openb-*.csv); the load statistics in the kube-safe-scheduler annotations are a
+openb-*.csv in KSO_TRACE_DIR, default /work/shared/data); the load statistics in the kube-safe-scheduler annotations are a
 synthetic join (seeded random utilisations), labelled as such in the file. Re-run to regenerate.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 import sys
 from pathlib import Path
 
-DATA = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data")
+from forecasting.traces import DATA_DIR
+from optimizer.openb import read_openb
+
+DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA_DIR
 OUT = Path(__file__).resolve().parents[1] / "kso" / "data" / "demo-cluster.json"
 IMAGES = [("docker.io/library/nginx:1.27", 67_000_000), ("docker.io/library/redis:7.2", 117_000_000),
           ("docker.io/library/python:3.11", 1_020_000_000), ("registry.k8s.io/pause:3.10", 320_368),
@@ -22,8 +24,7 @@ IMAGES = [("docker.io/library/nginx:1.27", 67_000_000), ("docker.io/library/redi
 
 def main() -> None:
     rng = random.Random(2026)
-    nodes_csv = list(csv.DictReader((DATA / "openb-nodes.csv").open()))
-    pods_csv = [p for p in csv.DictReader((DATA / "openb-pods-cpu.csv").open())]
+    nodes_csv, pods_csv = read_openb(DATA)
     picks = [r for r in nodes_csv if r["gpu"] == "0"][:6] + [r for r in nodes_csv if r["gpu"] != "0"][:10]
     items = []
     for i, r in enumerate(picks):

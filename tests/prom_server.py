@@ -26,9 +26,7 @@ The OpenMetrics file is backfilled with ``promtool tsdb create-blocks-from openm
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -38,9 +36,11 @@ import numpy as np
 import pandas as pd
 import requests
 
-DATA = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
-BITBRAINS = DATA / "bitbrains-rnd-2013-08.csv.gz"
-ALIBABA = DATA / "alibaba2018-machine-usage.csv.gz"
+from forecasting.traces import DATA_DIR, TRACE_FILES
+from kso.net import free_port
+
+BITBRAINS = DATA_DIR / TRACE_FILES["bitbrains"]
+ALIBABA = DATA_DIR / TRACE_FILES["alibaba"]
 
 STEP = 60  # scrape interval, seconds
 HOURS = 12
@@ -108,7 +108,7 @@ class PromServer:
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start (or restart, on the same port so URLs held by tests stay valid) and wait until ready."""
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         config = self.workdir / "prometheus.yml"
         config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")  # nothing to scrape
         args = [
@@ -153,12 +153,6 @@ class PromServer:
             return (self.workdir / "prometheus.log").read_text()[-2000:]
         except OSError:
             return ""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _step_values(trace_t: np.ndarray, trace_y: np.ndarray, at: np.ndarray) -> np.ndarray:

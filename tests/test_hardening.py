@@ -23,10 +23,11 @@ import pytest
 from benchmarks.adversarial import ExtenderProcess, deep_body, get, post
 from extender.app import create_app
 from extender.config import load_config
-from extender.demo import BackgroundServer, Client, free_port
+from extender.demo import BackgroundServer, Client
 from extender.server import build
 from kso.cli import main as kso_main
 from kso.cluster import ClusterState
+from kso.net import free_port
 from kso.objects import node_from_k8s, pod_from_k8s
 from tests.conftest import make_node, make_pod, make_state, running_extender
 from tests.kube_standin import StandinApiServer

@@ -20,7 +20,7 @@ import pytest
 from kso.cli import main
 from kso.objects import pod_from_k8s
 from kso.safety import safe_overload_risk
-from optimizer import reoptimize
+from optimizer import eligibility, eviction
 from optimizer.plan import PlacementPlan, load_plan
 from tests.kube_standin import NODES, PODS, StandinApiServer, make_node
 
@@ -99,7 +99,7 @@ def server() -> Iterator[StandinApiServer]:
 @pytest.fixture
 def kubeconfig(server: StandinApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     path = server.write_kubeconfig(tmp_path / "kubeconfig")
-    monkeypatch.setattr(reoptimize, "SA_NAMESPACE_FILE", str(tmp_path / "no-such-namespace-file"))
+    monkeypatch.setattr(eviction, "SA_NAMESPACE_FILE", str(tmp_path / "no-such-namespace-file"))
     for var in ("KSO_PLAN_FILE", "KSO_PLAN_POLICY", "SAFEUTILIZATION", "SAFEPERCENTILE"):
         monkeypatch.delenv(var, raising=False)
     return str(path)
@@ -130,19 +130,19 @@ def test_never_movable_kinds_have_a_reason(name: str) -> None:
     raw = NEVER[name]
     replicas = {("team-a", "ReplicaSet", "web"): 4, ("team-a", "ReplicaSet", "solo"): 1,
                 ("team-a", "StatefulSet", "db"): 1, ("kube-system", "ReplicaSet", "coredns"): 2}
-    why = reoptimize.not_movable_reason(raw, pod_from_k8s(raw), {"kube-system"},
+    why = eligibility.not_movable_reason(raw, pod_from_k8s(raw), {"kube-system"},
                                         lambda ns, kind, n: (replicas.get((ns, kind, n)), "unknown owner"))
     assert why, name
 
 
 def test_movable_pod_has_no_reason_and_unknown_owner_is_not_moved() -> None:
     raw = pod("web-0", "n1")
-    assert reoptimize.not_movable_reason(raw, pod_from_k8s(raw), {"kube-system"}, lambda *a: (4, "")) is None
-    assert reoptimize.not_movable_reason(raw, pod_from_k8s(raw), set(), lambda *a: (None, "owner unreadable (HTTP 403)")) \
+    assert eligibility.not_movable_reason(raw, pod_from_k8s(raw), {"kube-system"}, lambda *a: (4, "")) is None
+    assert eligibility.not_movable_reason(raw, pod_from_k8s(raw), set(), lambda *a: (None, "owner unreadable (HTTP 403)")) \
         == "owner unreadable (HTTP 403)"
-    assert reoptimize.not_movable_reason(raw, pod_from_k8s(raw), {"team-a"}, lambda *a: (4, "")) == "namespace team-a excluded"
+    assert eligibility.not_movable_reason(raw, pod_from_k8s(raw), {"team-a"}, lambda *a: (4, "")) == "namespace team-a excluded"
     opted_in = pod("w", "n1", annotations={"kso.io/evict": "true"})
-    assert reoptimize.not_movable_reason(opted_in, pod_from_k8s(opted_in), set(), lambda *a: (4, "")) is None
+    assert eligibility.not_movable_reason(opted_in, pod_from_k8s(opted_in), set(), lambda *a: (4, "")) is None
 
 
 # ---- dry-run -----------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_plan_configmap_is_replaced_on_the_next_run(server: StandinApiServer, ku
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     seed(server, never=False)
     (tmp_path / "ns").write_text("kso-ns\n")
-    monkeypatch.setattr(reoptimize, "SA_NAMESPACE_FILE", str(tmp_path / "ns"))
+    monkeypatch.setattr(eviction, "SA_NAMESPACE_FILE", str(tmp_path / "ns"))
     code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute", "--max-moves", "1")
     assert code == 0, err
     first = server.get_object("configmaps", "kso-ns/kso-plan")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,9 +13,10 @@ from typing import Any
 
 import orjson
 
-DATA = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
-OPENB_NODES = DATA / "openb-nodes.csv"
-OPENB_PODS = DATA / "openb-pods-cpu.csv"
+from forecasting.traces import DATA_DIR
+
+OPENB_NODES = DATA_DIR / "openb-nodes.csv"
+OPENB_PODS = DATA_DIR / "openb-pods-cpu.csv"
 REPO = Path(__file__).resolve().parents[2]  # the checkout this package is in
 
 UID_PLACEHOLDER = "ffffffff-ffff-4fff-bfff-ffffffffffff"

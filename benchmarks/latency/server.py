@@ -6,7 +6,6 @@ import http.client
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,10 @@ import orjson
 import psutil
 
 from benchmarks.latency.cluster import REPO
+from kso.net import free_port
 
 HTTP_TIMEOUT_S = 5.0  # kube-scheduler's default extender httpTimeout
 DEFAULT_MAX_BODY = 1024 * 1024  # the server's KSO_MAX_BODY_BYTES default (extender/config.py)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tree_env(tree: Path, **extra: str) -> dict[str, str]:

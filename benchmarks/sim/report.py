@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.machine import machine_line  # sim/cli and bench_report import it from here
 from benchmarks.sim.metrics import RunMetrics, overload_counts
 from benchmarks.sim.trace import USAGE_LABEL, Scenario
 
 SENSITIVITY_U_STARS = (0.5, 0.6, 0.7, 0.8, 0.9)
-
-
-def machine_line() -> str:
-    try:
-        load = "/".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "n/a"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return (f"{platform.platform()}, {cpu}, {os.cpu_count()} logical CPUs, load average {load} (1/5/15 min), "
-            f"Python {platform.python_version()}")
-
 
 HEADERS = ("policy", "scheduled", "pending", "failed", "attempts", "overload>U*", "cpu/mem", ">100%", "sev sum",
            "sev max", "node-h", "nodes used", "frag cpu", "frag mem", "spread cpu", "util cpu", "moved", "ext p50/p99 ms",

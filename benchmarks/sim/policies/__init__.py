@@ -34,8 +34,6 @@ else:
     POLICIES["kso-plan-lb"] = KsoPlanLoadBalancePolicy
     POLICIES["kso-plan+reopt"] = KsoPlanReoptimizePolicy
 
-PEERS = ("trimaran-tlp", "trimaran-lvrb", "trimaran-lroc", "koordinator")
-
 
 def make_policy(name: str, seed: int = 0, **kwargs: object) -> Policy:
     try:
