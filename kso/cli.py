@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import os
 import sys
 
 COMMAND_MODULES = ("forecasting.cli", "optimizer.cli", "optimizer.reoptimize", "benchmarks.sim.cli", "scheduler.cli")
+# The modules of the `bench` extra (pyproject.toml): the commands that run the benchmarks need them, kso itself does not.
+BENCH_MODULES = ("matplotlib", "psutil")
+BENCH_COMMANDS = ("demo", "bench")
+
+
+def missing_modules(names: tuple[str, ...]) -> list[str]:
+    """The names among ``names`` that cannot be imported here (looked up, not imported: stays fast)."""
+    return [name for name in names if importlib.util.find_spec(name) is None]
 
 
 def _extender(args: argparse.Namespace) -> int:
@@ -81,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         mod.add_commands(sub)
 
     args = parser.parse_args(argv)
+    if args.command in BENCH_COMMANDS and (missing := missing_modules(BENCH_MODULES)):
+        print(f"kso {args.command}: needs {', '.join(missing)} (the bench extra): pip install -e '.[bench]' in a checkout, "
+              "or pip install 'kube-safe-optimizer[bench]'", file=sys.stderr)
+        return 2
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

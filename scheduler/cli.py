@@ -62,8 +62,12 @@ def with_cost_agent(config: Config, weight: int) -> Config:
 def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file: str | None = None,
           kubeconfig: str | None = None, seed_compatible: bool = False, order: str | None = None,
           debug_address: str | None = None, leader_elect: bool = True, identity: str = "",
-          on_lost: Callable[[], None] | None = None, sync_timeout_s: float = 60.0, api_client: Any = None) -> RunningScheduler:
-    """Start a scheduler in background threads (tests and benchmarks call this; the CLI waits on it)."""
+          on_lost: Callable[[], None] | None = None, sync_timeout_s: float | None = None,
+          api_client: Any = None) -> RunningScheduler:
+    """Start a scheduler in background threads (tests and benchmarks call this; the CLI waits on it).
+
+    ``sync_timeout_s``: how long to wait for the first list of nodes and pods before scheduling from what is
+    listed so far (default ``KSO_CACHE_SYNC_TIMEOUT_S``)."""
     from extender.server import Running, make_plan_cache, start_forecasts, start_plan_jobs
     from extender.service import Extender
     from kso import kube
@@ -91,8 +95,9 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
                                slo_key=settings.slo_key, relist_s=settings.relist_s)
     stops: list[Callable[[], Any]] = [watcher.stop]
     watcher.start()
-    if not watcher.wait_synced(sync_timeout_s):
-        log.warning("cache not synced after %.0f s; scheduling from what is listed so far", sync_timeout_s)
+    wait_s = config.settings.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
+    if not watcher.wait_synced(wait_s):
+        log.warning("cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); scheduling from what is listed so far", wait_s)
     binder = PodBindingBinder(client)
     extender = None
     if not seed_compatible:

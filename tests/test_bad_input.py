@@ -286,3 +286,22 @@ def test_fuzz_admin_port(admin: int, path: str, method: str, data: bytes) -> Non
     if resp.status == 200:
         assert method in ("GET", "HEAD") and path in ("/metrics", "/healthz", "/readyz", "/version"), (method, path)
     assert resp.status not in (301, 302, 307, 308), (method, path)
+
+
+@pytest.mark.parametrize("command", ["demo", "bench"])
+def test_a_missing_bench_extra_is_named_in_one_line(command: str, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import kso.cli
+
+    monkeypatch.setattr(kso.cli, "BENCH_MODULES", ("matplotlib", "kso_no_such_module"))
+    assert kso.cli.main([command]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"kso {command}: needs kso_no_such_module " in err and "pip install -e '.[bench]'" in err
+
+
+def test_the_bench_extra_is_installed_where_the_tests_run() -> None:
+    # .ci/run installs .[test,bench]; the benchmark tests need it, and kso demo's check must pass here.
+    import kso.cli
+
+    assert kso.cli.missing_modules(kso.cli.BENCH_MODULES) == []

@@ -341,3 +341,25 @@ def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_nam
         first.close()
         if second is not None:
             second.close()
+
+
+def test_an_unreachable_api_server_is_waited_for_cache_sync_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    # Nothing listens on the port: the first list never arrives, so start() waits KSO_CACHE_SYNC_TIMEOUT_S, not
+    # its former fixed 60 s, then says so and schedules from what it has (nothing).
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    with caplog.at_level("WARNING", logger="kso.scheduler"):
+        sched = start(["kso"], env={**QUIET_ENV, "KSO_CACHE_SYNC_TIMEOUT_S": "0.5"}, api_client=client.ApiClient(cfg),
+                      debug_address="", leader_elect=False)
+    try:
+        waited = time.monotonic() - t0
+        assert 0.5 <= waited < 10, waited
+        assert any("not synced after 0.5 s (KSO_CACHE_SYNC_TIMEOUT_S)" in r.getMessage() for r in caplog.records)
+    finally:
+        sched.close()
