@@ -11,7 +11,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender.config import Config, load_config
@@ -71,7 +71,6 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     from extender.server import Running, make_plan_cache, start_forecasts, start_plan_jobs
     from extender.service import Extender
     from kso import kube
-    from scheduler.binding import PodBindingBinder
     from scheduler.debug import debug_server, parse_address
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher
@@ -98,7 +97,7 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     wait_s = config.settings.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
     if not watcher.wait_synced(wait_s):
         log.warning("cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); scheduling from what is listed so far", wait_s)
-    binder = PodBindingBinder(client)
+    binder = kube.ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
     extender = None
     if not seed_compatible:
         config = with_cost_agent(config, settings.cost_weight)
@@ -112,6 +111,10 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
             stats, stop_forecasts = started
             stops.append(stop_forecasts)
         plan = make_plan_cache(config, state)
+        if plan is not None:
+            # The plan covers the pods this scheduler serves, whatever KSO_SCHEDULER_NAMES (the extender's
+            # kube-scheduler profiles, set by deploy/settings.yaml) says.
+            plan.settings = replace(plan.settings, scheduler_names=list(names))
         extender = Extender(config, state, binder, stats, plan)
         if plan is not None:
             plan.load_file()
@@ -158,7 +161,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     level = parse_log_level(os.environ.get("LOG_LEVEL"))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)  # kso.cli configured WARNING already; LOG_LEVEL decides here
-    names = args.name or [n for n in os.environ.get("KSO_SCHEDULER_NAMES", "").split(",") if n.strip()] or [DEFAULT_NAME]
+    # Its own variable: KSO_SCHEDULER_NAMES names the extender's kube-scheduler profiles (deploy/settings.yaml
+    # sets kso-scheduler), and a standalone scheduler serving those would race kube-scheduler for its pods.
+    names = args.name or [n.strip() for n in os.environ.get("KSO_STANDALONE_NAMES", "").split(",") if n.strip()] or [DEFAULT_NAME]
     done = threading.Event()
     lost: list[bool] = []
 
@@ -192,7 +197,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("scheduler", help="run kso as a standalone scheduler for pods whose spec.schedulerName names it")
     p.add_argument("--name", action="append",
-                   help=f"scheduler name to serve (repeatable; default KSO_SCHEDULER_NAMES or {DEFAULT_NAME})")
+                   help=f"scheduler name to serve (repeatable; default KSO_STANDALONE_NAMES or {DEFAULT_NAME})")
     p.add_argument("--seed-compatible", action="store_true",
                    help="Hightower's toy scheduler exactly: cpu fit, cheapest hightower.com/cost, first on ties")
     p.add_argument("--order", choices=ORDERS, help="queue order (default KSO_SCHEDULER_ORDER or qos)")

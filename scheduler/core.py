@@ -173,7 +173,8 @@ class Scheduler:
         every = self.state.pending_pods()
         if self.backoff:  # forget pods that were deleted or bound elsewhere while backing off
             live = {p.uid for p in every}
-            for uid in [u for u in self.backoff if u not in live]:
+            # list(): a bind worker's failed bind adds to backoff while this runs on the scheduling thread
+            for uid in [u for u in list(self.backoff) if u not in live]:
                 self.backoff.pop(uid, None)
         pending = [p for p in every if self._eligible(p, now)]
         table = self.qos_table() if self.order == "qos" else {}

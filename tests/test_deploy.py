@@ -395,7 +395,8 @@ def _lease() -> tuple[str, str]:
 PLAN = ("kso-system", "kso-plan")
 SCHEDULER_POD_NEEDS = [
     *[("", r, v, None, None) for r in ("nodes", "pods") for v in ("get", "list", "watch")],
-    ("", "bindings", "create", "team-a", None), ("", "pods/binding", "create", "team-a", "web-0"),
+    # Both kube-scheduler's DefaultBinder and kso's ApiBinder post to pods/<name>/binding.
+    ("", "pods/binding", "create", "team-a", "web-0"),
     *[(g, "events", v, "team-a", None) for g in ("", "events.k8s.io") for v in ("create", "patch")],
     *[("", "configmaps", v, *PLAN) for v in ("get", "list", "watch")],
     # + the leader-election lease, named in the scheduler configuration (test below)
