@@ -276,7 +276,10 @@ def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tupl
     s = config.settings
     common = {"log_level": uvicorn_level(level), "access_log": False, "loop": "uvloop",
               "http": timed_protocol(s.header_timeout_s, s.body_timeout_s), "limit_concurrency": s.max_connections,
-              "timeout_keep_alive": 5, "server_header": False}
+              "timeout_keep_alive": 5, "server_header": False,
+              # No X-Forwarded-For rewriting: the scheduler calls kso directly, and the per-request header
+              # scan costs time on every call (the debug routes' client check sees the real peer).
+              "proxy_headers": False}
     tls: dict[str, Any] = {}
     if s.tls_cert_file:
         tls = {"ssl_certfile": s.tls_cert_file, "ssl_keyfile": s.tls_key_file or None}
@@ -318,7 +321,7 @@ async def serve_until_stopped(main_config: Any, admin_config: Any) -> None:
 def serve(config: Config) -> None:
     import uvloop
 
-    from extender.app import create_admin_app, create_app
+    from extender.app import create_admin_app, create_app, outermost_hot_routes
 
     level = parse_log_level(config.settings.log_level)
     configure_logging(level)
@@ -336,7 +339,7 @@ def serve(config: Config) -> None:
         start_plan_jobs(running)
         app = create_app(running.extender, admin_routes=s.admin_port == 0)
         admin_app = create_admin_app(running.extender) if s.admin_port else None
-        main_config, admin_config = server_configs(config, app, admin_app, level)
+        main_config, admin_config = server_configs(config, outermost_hot_routes(app), admin_app, level)
         # The node cache is long-lived: move it out of the collector's reach and collect young objects
         # less often. Parsing one full-nodes body creates ~160k containers; with default thresholds that
         # triggers repeated full collections over the cache (measured: 92 ms -> 21 ms per 500-node parse).

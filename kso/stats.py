@@ -35,6 +35,9 @@ class AnnotationStats:
     entered the cache."""
 
     name = "annotations"
+    # Per node "none" (no annotation) or "annotations", by table lookup: half the time of a Python
+    # conditional over numpy bools (7 vs 12 us at 100 nodes, once per filter and prioritize).
+    _SOURCES = np.array(["none", "annotations"], dtype=object)
 
     def free_stats(self, view: NodeView) -> FreeStats:
         has = ~np.isnan(view.mean_free).all(axis=1)
@@ -42,5 +45,5 @@ class AnnotationStats:
             view.mean_free,
             view.std_free,
             view.forecast_free,
-            ["annotations" if h else "none" for h in has],
+            self._SOURCES[has.astype(np.intp)].tolist(),
         )

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from extender.agents.base import Call, PredicateResult
 from extender.agents.image import ImageAgent, ImageParams, image_locality_score
 from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, beta_risk
-from extender.app import create_app
+from extender.app import create_app, outermost_hot_routes
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
 from extender.service import Extender
@@ -469,14 +469,17 @@ def test_hot_routes_answer_as_the_routed_handlers() -> None:
         ("/scheduler/priorities/pigeon-holing", ok, {}), ("/my_scheduler_extension/my_new_priorities/image_score", ok, {}),
     ]
 
-    async def run(root: str) -> list[Any]:
+    async def run(root: str, outermost: bool = False) -> list[Any]:
         # a fresh extender per run: pigeon's demand statistics and bindings depend on the calls before
-        app = create_app(Extender(config, _copy(state), RecordingBinder()))
+        app: Any = create_app(Extender(config, _copy(state), RecordingBinder()))
+        if outermost:  # as serve() runs it: the hot routes ahead of FastAPI's middleware stack
+            app = outermost_hot_routes(app)
         return [await asgi(app, path, body, root=root, **kw) for path, body, kw in cases]
 
     hot = asyncio.run(run(""))
     routed = asyncio.run(run("/kso"))  # a root path sends every request through FastAPI's router
     assert hot == routed
+    assert asyncio.run(run("", outermost=True)) == hot
     statuses = [status for status, _, _ in hot]
     assert statuses.count(400) >= 5 and statuses.count(200) >= 8
     assert hot[0][1] == [(b"content-length", str(len(hot[0][2])).encode()), (b"content-type", b"application/json")]
