@@ -363,3 +363,16 @@ def test_an_unreachable_api_server_is_waited_for_cache_sync_timeout(caplog: pyte
         assert any("not synced after 0.5 s (KSO_CACHE_SYNC_TIMEOUT_S)" in r.getMessage() for r in caplog.records)
     finally:
         sched.close()
+
+
+def test_the_plan_covers_exactly_the_pods_this_scheduler_serves(control_plane: Any) -> None:
+    """KSO_SCHEDULER_NAMES names the extender's kube-scheduler profiles (deploy/settings.yaml: kso-scheduler);
+    kso scheduler's own plan must count the pods it serves, not those."""
+    env = {**QUIET_ENV, "KSO_PLAN_POLICY": "BINPACK", "KSO_SCHEDULER_NAMES": "kso-scheduler"}
+    sched = start(["kso-standalone"], env=env, api_client=control_plane.api_client(), debug_address="",
+                  sync_timeout_s=30, leader_elect=False)
+    try:
+        plan = sched.scheduler.extender.plan  # type: ignore[union-attr]
+        assert plan is not None and plan.settings.scheduler_names == ["kso-standalone"]
+    finally:
+        sched.close()
