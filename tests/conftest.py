@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,17 @@ def _shared() -> Path:
 
 SHARED = _shared()
 FIXTURES = SHARED / "fixtures" / "kube-scheduler-1.36"
+
+
+def until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll ``cond`` until it returns something truthy (returned), else fail saying ``what`` never happened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
 def make_node(name: str, cpu: str = "4", memory: str = "8Gi", annotations: dict[str, str] | None = None,

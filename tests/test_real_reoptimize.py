@@ -20,19 +20,10 @@ from typing import Any
 from kubernetes import client
 
 from benchmarks.e2e import BindWatch, create_nodes, delete_nodes, kso_process, node_manifest, scheduler_config
+from tests.conftest import until
 from tests.test_real_scheduler import HOT, kso_metrics, metric_sum, wait_kso_sees
 
 REPLICAS, MIN_AVAILABLE = 6, 5
-
-
-def until(cond: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
 def make_running(core: client.CoreV1Api, ns: str, name: str, node: str | None) -> None:

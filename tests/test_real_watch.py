@@ -11,7 +11,6 @@ default is 300 s) so that it resumes, from its last resourceVersion, within the 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +20,7 @@ from kubernetes import client
 from benchmarks.e2e import create_nodes, node_manifest
 from kso.cluster import ClusterState
 from kso.kube import ClusterWatcher
-from tests.conftest import make_pod, running_extender
+from tests.conftest import make_pod, running_extender, until
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +35,6 @@ def uncached_plane() -> Iterator[Any]:
         yield cp
     finally:
         cp.stop()
-
-
-def until(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
 def test_watch_expired_by_compaction_relists_and_keeps_answering(uncached_plane: Any,

@@ -23,7 +23,7 @@ from kubernetes import client, watch
 from kso.objects import pod_from_k8s
 from scheduler.cli import RunningScheduler, start
 from scheduler.qos import PodClock
-from tests.conftest import make_node, make_pod
+from tests.conftest import make_node, make_pod, until
 
 QUIET_ENV = {"KSO_PLAN_POLICY": "NONE", "KSO_FORECAST_SOURCE": "NONE", "KSO_SCHEDULER_RELIST_S": "0"}
 
@@ -34,16 +34,6 @@ def _stamp(t: datetime) -> str:
 
 def _parse(raw: str) -> float:
     return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-
-
-def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _node(name: str, cpu: str, cost: str | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -172,7 +162,7 @@ def test_seed_compatible_100_nodes_200_pods(control_plane: Any, kube_namespace: 
     order = BindOrder(core, ns)
     sched = _scheduler(control_plane, name, env={"KSO_SCHEDULER_BIND_WORKERS": "1"}, seed_compatible=True)
     try:
-        _wait(lambda: len(order.order) >= 135, 60, "135 bindings")
+        until(lambda: len(order.order) >= 135, 60, "135 bindings")
         time.sleep(0.5)
         order.stop()
         bound = {n: node for n, node in order.order}
@@ -190,7 +180,7 @@ def test_seed_compatible_100_nodes_200_pods(control_plane: Any, kube_namespace: 
         def events() -> list[Any]:
             return core.list_namespaced_event(ns).items
 
-        _wait(lambda: sum(e.reason == "Scheduled" for e in events()) >= 135, 30, "135 Scheduled events")
+        until(lambda: sum(e.reason == "Scheduled" for e in events()) >= 135, 30, "135 Scheduled events")
         scheduled = {e.involved_object.name: e for e in events() if e.reason == "Scheduled"}
         e = scheduled["ctl-a-00"]
         assert e.message == f"Successfully assigned ctl-a-00 to {bound['ctl-a-00']}" and e.source.component == name
@@ -233,12 +223,12 @@ def test_default_mode_filters_cost_events_requeue_and_debug_table(control_plane:
             return core.read_namespaced_pod(pod, ns).spec.node_name or ""
 
         # cheapest feasible: the tainted node is cheaper but not tolerated
-        assert _wait(lambda: node_of("plain"), 30, "plain bound") == f"d-{tag}-mid"
+        assert until(lambda: node_of("plain"), 30, "plain bound") == f"d-{tag}-mid"
 
         def failed() -> list[Any]:
             return [e for e in core.list_namespaced_event(ns).items if e.reason == "FailedScheduling"]
 
-        _wait(failed, 30, "a FailedScheduling event")
+        until(failed, 30, "a FailedScheduling event")
         msg = failed()[0].message
         total = len(core.list_node().items)  # the cache's count when it decided: no node changed meanwhile
         others = total - 3
@@ -247,7 +237,7 @@ def test_default_mode_filters_cost_events_requeue_and_debug_table(control_plane:
         assert msg == f"0/{total} nodes are available: {', '.join(parts)}."
         # re-queue on a node change: a big enough node appears, and the waiting pod goes there
         nodes([_node(f"d-{tag}-big", "8", "5", sel)])
-        assert _wait(lambda: node_of("too-big"), 30, "too-big bound after the node was added") == f"d-{tag}-big"
+        assert until(lambda: node_of("too-big"), 30, "too-big bound after the node was added") == f"d-{tag}-big"
 
         # the QoS table by hand for "web": R = now - ready(web-0); W = 0 (conditions older than creation clamp);
         # B = 100 (web-0) + now - scheduled(web-1)
@@ -273,7 +263,7 @@ def test_default_mode_filters_cost_events_requeue_and_debug_table(control_plane:
         # the seed's re-list of unscheduled pods: puts back a pending pod the cache lost (a missed watch event)
         # and forgets one the API no longer has
         core.create_namespaced_pod(ns, _pod("stuck", ns, name, "64", "app", selector=sel))
-        uid = _wait(lambda: next((p.uid for p in sched.scheduler.state.pending_pods() if p.name == "stuck"), None), 10,
+        uid = until(lambda: next((p.uid for p in sched.scheduler.state.pending_pods() if p.name == "stuck"), None), 10,
                     "the watch to deliver the pending pod")
         sched.scheduler.state.remove_pod(uid)
         ghost = pod_from_k8s(make_pod("ghost", namespace=ns))
@@ -318,11 +308,11 @@ def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_nam
     first = _scheduler(control_plane, name, env, leader_elect=True, identity="first", on_lost=lambda: lost.append("first"))
     second = None
     try:
-        _wait(first.elector.leading.is_set, 20, "the first replica to lead")
+        until(first.elector.leading.is_set, 20, "the first replica to lead")
         second = _scheduler(control_plane, name, env, leader_elect=True, identity="second",
                             on_lost=lambda: lost.append("second"))
         core.create_namespaced_pod(ns, _pod("p1", ns, name, "100m", selector=sel))
-        _wait(lambda: core.read_namespaced_pod("p1", ns).spec.node_name, 30, "p1 bound")
+        until(lambda: core.read_namespaced_pod("p1", ns).spec.node_name, 30, "p1 bound")
         time.sleep(2)
         assert first.scheduler.decisions == 1 and second.scheduler.decisions == 0
         assert not second.elector.leading.is_set()
@@ -331,7 +321,7 @@ def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_nam
         stopped = time.monotonic()
         first.close()  # no release: the lease lapses as after a crash
         core.create_namespaced_pod(ns, _pod("p2", ns, name, "100m", selector=sel))
-        _wait(lambda: core.read_namespaced_pod("p2", ns).spec.node_name, 30, "p2 bound by the second replica")
+        until(lambda: core.read_namespaced_pod("p2", ns).spec.node_name, 30, "p2 bound by the second replica")
         took = time.monotonic() - stopped
         assert second.elector.leading.is_set() and second.scheduler.decisions == 1
         assert took >= 2.0  # not before the lease (4 s, renewed at most 1 s before the stop) ran out
