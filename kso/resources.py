@@ -6,12 +6,14 @@ bytes; ``pods`` and extended resources (``nvidia.com/gpu``, ...) as plain counts
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
-
-from kubernetes.utils import parse_quantity as _k8s_parse_quantity
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -36,10 +38,31 @@ class QuantityError(ValueError):
     """A Kubernetes quantity that cannot be used: unparsable, negative, NaN or infinite."""
 
 
+@lru_cache(maxsize=1)
+def _k8s_parse_quantity() -> Callable[[str], Decimal]:
+    """The kubernetes client's ``kubernetes.utils.quantity.parse_quantity``, loaded on first use from its own
+    file. ``from kubernetes.utils import ...`` runs ``kubernetes/__init__``, which imports the whole client
+    (1-2 s), and every process that imports kso.objects paid it, the solver's children included; the
+    quantity module itself needs only ``decimal``."""
+    loaded = sys.modules.get("kubernetes.utils.quantity")
+    if loaded is not None:
+        return loaded.parse_quantity  # type: ignore[no-any-return]
+    package = importlib.util.find_spec("kubernetes")  # finds the package without running its __init__
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("the kubernetes client package is not installed")
+    path = Path(list(package.submodule_search_locations)[0]) / "utils" / "quantity.py"
+    spec = importlib.util.spec_from_file_location("kso._kubernetes_quantity", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse_quantity  # type: ignore[no-any-return]
+
+
 @lru_cache(maxsize=4096)
 def _parse_text(text: str) -> float:
     try:
-        value: Decimal = _k8s_parse_quantity(text)
+        value: Decimal = _k8s_parse_quantity()(text)
     except (ValueError, InvalidOperation, TypeError) as exc:
         raise QuantityError(f"quantity {text!r} is not a Kubernetes quantity") from exc
     if not value.is_finite():

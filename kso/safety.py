@@ -44,6 +44,9 @@ def overload_score(risk: np.ndarray, eps: float) -> np.ndarray:
 
 
 # safe-balance priority: obj = (mu + sqrt(sigma)) / 2; score = int((1 - obj) * 10 + 0.5).
+# A NaN mu or sigma (no statistics for that resource) scores 0, the lowest score: the safe agent gives a node
+# with no valid resource 0 too (SafeAgent._combine), and casting NaN to int is undefined (numpy warns).
 def balance_score(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    obj = (mu + np.sqrt(sigma)) / 2.0
-    return ((1.0 - obj) * 10.0 + 0.5).astype(int)
+    with np.errstate(invalid="ignore"):
+        raw = (1.0 - (mu + np.sqrt(sigma)) / 2.0) * 10.0 + 0.5
+    return np.where(np.isnan(raw), 0.0, raw).astype(int)
