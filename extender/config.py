@@ -1,14 +1,23 @@
-"""The extender's settings and every enabled agent's parameters, parsed in one place."""
+"""Everything a running extender is configured by, parsed in one place (``load_config``: the environment over a
+``--config`` file) into one ``Config``: the extender's settings, every agent's parameters, the plan's settings
+and, when Prometheus is in use, its settings and the forecast store's. The layers below get their part of it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from extender.agents import AGENTS
 from kso.settings import load_settings, read_config_file, setting
+from optimizer.settings import PlanSettings
+
+if TYPE_CHECKING:
+    from forecasting.prometheus import PrometheusSettings
+    from forecasting.store import StoreSettings
+
+T = TypeVar("T")
 
 # Weights of the original deployment (safe-overload 1, safe-balance 10, pigeon 10), plus kso's
 # congestion and size-aware image scores at 1. They only matter relative to each other: the combined
@@ -77,9 +86,22 @@ class ExtenderSettings:
 class Config:
     settings: ExtenderSettings
     agent_params: dict[str, Any] = field(default_factory=dict)
-    # The variables this config was read from (environment, then file), for the layers that parse their
-    # own settings dataclasses from the same place (forecasting's Prometheus and store settings).
-    env: dict[str, str] = field(default_factory=dict)
+    plan: PlanSettings = field(default_factory=PlanSettings)
+    # Prometheus is in use when KSO_PROMETHEUS_URL is set (environment or file) or KSO_FORECAST_SOURCE is
+    # PROMETHEUS (then at its default URL): its settings, else None. The plan's re-solve then counts new pods
+    # at their siblings' measured usage.
+    prometheus: PrometheusSettings | None = None
+    # The forecast store's settings when the safe agent uses forecasts (KSO_FORECAST_SOURCE PROMETHEUS, or
+    # AUTO with Prometheus in use), else None (node annotations only).
+    store: StoreSettings | None = None
+    # Where this config was read from (the environment, the file's values), so that a layer above reads its
+    # own settings class from the same place (``load``: kso scheduler's SchedulerSettings).
+    env: Mapping[str, str] = field(default_factory=dict)
+    file_values: Mapping[str, Any] = field(default_factory=dict)
+
+    def load(self, cls: type[T]) -> T:
+        """``cls`` (a settings dataclass) from this config's environment over its file."""
+        return load_settings(cls, self.env, self.file_values)
 
     def validate(self) -> list[str]:
         """Problems that make the configuration unusable, each a sentence."""
@@ -89,9 +111,20 @@ class Config:
 
 
 def load_config(env: Mapping[str, str] | None = None, config_file: str | None = None) -> Config:
-    env = os.environ if env is None else env
-    file_values = read_config_file(config_file or env.get("KSO_CONFIG"))
-    settings = load_settings(ExtenderSettings, env, file_values)
-    params = {name: load_settings(cls.Params, env, file_values) for name, cls in AGENTS.items()}
-    merged = {**{k: str(v) for k, v in file_values.items()}, **env}
-    return Config(settings, params, merged)
+    """The one place the extender's configuration is read: ``env`` (default the process's) over the file
+    (``config_file``, else KSO_CONFIG). Forecasting's settings are imported only when Prometheus is in use."""
+    env = dict(os.environ if env is None else env)
+    config = Config(ExtenderSettings(), env=env, file_values=read_config_file(config_file or env.get("KSO_CONFIG")))
+    config.settings = config.load(ExtenderSettings)
+    config.agent_params = {name: config.load(cls.Params) for name, cls in AGENTS.items()}
+    config.plan = config.load(PlanSettings)
+    source = config.settings.forecast_source.upper()  # the default is not normalised by a parser
+    if config.env.get("KSO_PROMETHEUS_URL", config.file_values.get("KSO_PROMETHEUS_URL")) or source == "PROMETHEUS":
+        from forecasting.prometheus import PrometheusSettings
+
+        config.prometheus = config.load(PrometheusSettings)
+        if source != "NONE":
+            from forecasting.store import StoreSettings
+
+            config.store = config.load(StoreSettings)
+    return config

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -24,6 +24,9 @@ from kso.objects import PodInfo
 from optimizer.plan import PlacementPlan, PlanError, load_plan, write_plan
 from optimizer.problem import PlacementProblem, class_key
 from optimizer.settings import PlanSettings
+
+if TYPE_CHECKING:
+    from forecasting.prometheus import PrometheusSettings
 
 log = logging.getLogger("kso.plan")
 
@@ -238,7 +241,7 @@ class PlanSolver:
         self.cache = cache
         self.forecasts = forecasts or (lambda: None)
         self.on_solved = on_solved or (lambda result, seconds: None)
-        self.usage = usage if usage is not None else prometheus_usage()
+        self.usage = usage if usage is not None else prometheus_usage(None)
         self.solver = ProtectedSolver(retries=1, on_crash=lambda note: log.error("plan solve: %s", note))
         self._last_version = -1
         self._last_solve = 0.0
@@ -309,18 +312,13 @@ def has_load_statistics(problem: PlacementProblem) -> bool:
     return any(math.isfinite(load.mean) for node in problem.nodes for load in node.load.values())
 
 
-def prometheus_usage(env: dict[str, str] | None = None) -> Callable[[ClusterState], dict[str, Any]]:
-    """Class usage from Prometheus when KSO_PROMETHEUS_URL is set (in ``env``, default the process's),
-    else nothing (classes at their requests). A failed query is logged once per distinct message."""
-    from kso.settings import load_settings
-
-    env = dict(os.environ) if env is None else env
-    if not env.get("KSO_PROMETHEUS_URL"):
+def prometheus_usage(settings: PrometheusSettings | None) -> Callable[[ClusterState], dict[str, Any]]:
+    """Class usage from Prometheus when it is in use (``settings``: extender.config.Config.prometheus), else
+    nothing (classes at their requests). A failed query is logged once per distinct message."""
+    if settings is None:
         return lambda state: {}
-    from forecasting.prometheus import PrometheusSettings
     from optimizer.inputs import class_usage_from_prometheus
 
-    settings = load_settings(PrometheusSettings, env)
     last: list[str] = [""]
 
     def usage(state: ClusterState) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from kso.cluster import ClusterState
 from kso.settings import parse_log_level
 from kso.snapshot import load_snapshot
 from kso.stats import NodeStatsSource
-from optimizer.settings import PlanSettings
 
 log = logging.getLogger("kso.extender")
 
@@ -63,23 +62,20 @@ def start_forecasts(config: Config) -> tuple[NodeStatsSource, Callable[[], Any]]
     """Forecast-backed statistics, refreshed by an APScheduler job off the request path; None when
     forecasting is off. The first refresh starts at once but nobody waits for it: until it succeeds
     (and whenever forecasts go stale) the safe agent uses the node annotations."""
-    env = config.env
-    choice = config.settings.forecast_source
-    if choice == "NONE" or (choice == "AUTO" and not env.get("KSO_PROMETHEUS_URL")):
+    if config.store is None or config.prometheus is None:  # forecasts off (extender.config.load_config)
         return None
     from datetime import datetime
 
     from apscheduler.schedulers.background import BackgroundScheduler
 
     from forecasting.models import DEFAULT_FORECASTER, get_forecaster
-    from forecasting.prometheus import PrometheusSettings, PrometheusSource
+    from forecasting.prometheus import PrometheusSource
     from forecasting.stats_source import ForecastStats
-    from forecasting.store import ForecastStore, StoreSettings
-    from kso.settings import load_settings
+    from forecasting.store import ForecastStore
     from kso.stats import AnnotationStats
 
-    store = ForecastStore(load_settings(StoreSettings, env))
-    source = PrometheusSource(load_settings(PrometheusSettings, env))
+    store = ForecastStore(config.store)
+    source = PrometheusSource(config.prometheus)
     forecaster = get_forecaster(config.settings.forecast_model or DEFAULT_FORECASTER)
     scheduler = BackgroundScheduler(daemon=True)
     scheduler.add_job(store.refresh, "interval", seconds=store.settings.refresh_s, args=(source, forecaster),
@@ -131,12 +127,9 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
 
 
 def make_plan_cache(config: Config, state: ClusterState) -> PlanCache | None:
-    from kso.settings import load_settings
-
-    settings = load_settings(PlanSettings, config.env)
-    if settings.policy_name == "none":
+    if config.plan.policy_name == "none":
         return None
-    return PlanCache(settings, state)
+    return PlanCache(config.plan, state)
 
 
 def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: float = 2.0) -> None:
@@ -166,9 +159,8 @@ def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: f
             extender.metrics.plan_solves.labels(result).inc()
             extender.metrics.plan_solve_seconds.observe(seconds)
 
-        # The config file's KSO_PROMETHEUS_URL counts too (config.env merges it), not only the process's.
         solver = PlanSolver(cache, (lambda: store.snapshot()) if store is not None else None, solved,
-                            usage=prometheus_usage(extender.config.env))
+                            usage=prometheus_usage(extender.config.prometheus))
 
         def tick() -> None:
             if extender.state.synced:  # never plan on a half-listed cluster

@@ -31,9 +31,15 @@ class PriceFileError(ValueError):
     """A price file that cannot be used; the message names the file and the entry."""
 
 
+DEFAULT_COST_KEY = "hightower.com/cost"  # Hightower's toy scheduler's annotation
+
+
 @dataclass
 class CostKeySettings:
-    cost_key: str = setting("KSO_PLAN_COST_KEY", "hightower.com/cost", help="node annotation or label with its cost")
+    """The one cost key of kso: read by the plan (PlanSettings inherits it), the cost agent, ``kso annotate
+    --cost`` and ``kso scheduler --seed-compatible``."""
+
+    cost_key: str = setting("KSO_PLAN_COST_KEY", DEFAULT_COST_KEY, help="node annotation or label with its cost")
 
 
 def _price(raw: Any, where: str) -> str:

@@ -5,8 +5,30 @@ Shared by the safe agent (per call) and the optimizer (per plan), so both judge 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import betainc
+
+from kso.settings import setting
+
+
+@dataclass
+class SafeBoundSettings:
+    """U* and eps, the safe bound's two settings (kube-safe-scheduler's variables): declared here only, so the
+    safe agent (extender.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
+    inherit them, judge nodes alike."""
+
+    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent", help="U*, percent")
+    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps, percent")
+
+    @property
+    def u_star(self) -> float:
+        return self.utilization / 100.0
+
+    @property
+    def eps(self) -> float:
+        return self.percentile / 100.0
 
 
 # Moment-matched Beta (kube-safe-scheduler): utilisation U ~ Beta(alpha, beta) with mean mu and

@@ -14,6 +14,7 @@ import numpy as np
 
 from forecasting.types import NodeForecast
 from kso.cluster import STAT_SCALE, ClusterState
+from kso.node_costs import DEFAULT_COST_KEY
 from kso.objects import PodInfo
 from kso.resources import CPU, MEMORY
 from optimizer.problem import (
@@ -29,7 +30,6 @@ from optimizer.problem import (
 
 log = logging.getLogger("kso.optimizer")
 FORECAST_NAMES = {CPU: "cpu", MEMORY: "memory"}
-DEFAULT_COST_KEY = "hightower.com/cost"
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server fills in for a pod without spec.schedulerName
 
 

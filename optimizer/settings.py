@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kso.node_costs import CostKeySettings
+from kso.safety import SafeBoundSettings
 from kso.settings import setting
 from optimizer.compiled import SolverOptions
 
 
 @dataclass
-class PlanSettings:
-    # U* and eps are the safe agent's settings (same variables), so plan and agent judge nodes alike.
-    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent", help="U*, percent")
-    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps, percent")
+class PlanSettings(SafeBoundSettings, CostKeySettings):
+    """U* and eps (SafeBoundSettings, shared with the safe agent), the cost key (CostKeySettings, shared with
+    the cost agent and ``kso annotate --cost``) and the plan's own settings."""
+
     policy: str = setting("KSO_PLAN_POLICY", "BINPACK", kind="choice:BINPACK,LOAD-BALANCE,CONSOLIDATE,A-BINPACK,COST,NONE",
                           help="NONE = the extender neither solves nor follows a plan")
     plan_file: str = setting("KSO_PLAN_FILE", "", help="where the plan is written and read; empty = in memory only")
@@ -31,19 +33,10 @@ class PlanSettings:
     # forecast or load annotations, unless asked to.
     plan_without_statistics: bool = setting("KSO_PLAN_WITHOUT_STATISTICS", False,
                                             help="re-solve in the extender even when no node has load statistics")
-    cost_key: str = setting("KSO_PLAN_COST_KEY", "hightower.com/cost", help="node annotation or label with its cost")
     # A plan that counts pods another scheduler will place reserves room for them that kso's own pods then
     # cannot use; deploy/settings.yaml sets kso-scheduler.
     scheduler_names: list[str] = setting("KSO_SCHEDULER_NAMES", [], kind="list",
                                          help="plan only pending pods with one of these spec.schedulerName; empty = all")
-
-    @property
-    def u_star(self) -> float:
-        return self.utilization / 100.0
-
-    @property
-    def eps(self) -> float:
-        return self.percentile / 100.0
 
     @property
     def policy_name(self) -> str:

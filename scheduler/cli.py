@@ -8,20 +8,39 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extender.config import Config, load_config
 from kso.cluster import ClusterState
-from kso.settings import load_settings, parse_log_level
+from kso.settings import parse_log_level
 from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
 
+if TYPE_CHECKING:
+    from extender.service import Extender
+
 log = logging.getLogger("kso.scheduler")
 DEFAULT_NAME = "kso"
+
+
+@dataclass
+class SchedulerConfig:
+    """Everything ``kso scheduler`` is configured by, read in one place (``load_scheduler_config``: the
+    environment over the ``--config`` file): the extender's config (agents, weights, plan, Prometheus,
+    LOG_LEVEL) and the scheduler's own settings."""
+
+    extender: Config
+    scheduler: SchedulerSettings
+
+
+def load_scheduler_config(env: Mapping[str, str] | None = None, config_file: str | None = None) -> SchedulerConfig:
+    config = load_config(env, config_file)
+    return SchedulerConfig(config, config.load(SchedulerSettings))
 
 
 @dataclass
@@ -33,6 +52,9 @@ class RunningScheduler:
     stop_event: threading.Event = field(default_factory=threading.Event)
     stops: list[Callable[[], Any]] = field(default_factory=list)
     thread: threading.Thread | None = None
+    # The plan's background jobs (reload, reconcile, re-solve) while this replica leads, else None: a standby
+    # replica neither solves nor polls.
+    leader_jobs: Any = None
 
     @property
     def debug_port(self) -> int:
@@ -59,83 +81,119 @@ def with_cost_agent(config: Config, weight: int) -> Config:
     return config
 
 
-def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file: str | None = None,
-          kubeconfig: str | None = None, seed_compatible: bool = False, order: str | None = None,
-          debug_address: str | None = None, leader_elect: bool = True, identity: str = "",
+def _check(config: SchedulerConfig, address: str, leader_elect: bool) -> None:
+    """Bad settings fail here, before any thread starts."""
+    from scheduler.debug import parse_address
+
+    if address:
+        parse_address(address)
+    lease = config.scheduler.lease
+    if leader_elect and lease and not all(lease.partition("/")[::2]):
+        raise ValueError(f"KSO_SCHEDULER_LEASE={lease!r} is not namespace/name")
+
+
+def _extender(config: SchedulerConfig, names: list[str], state: ClusterState, binder: Any,
+              stops: list[Callable[[], Any]]) -> Extender:
+    """The extender's agents, forecasts and plan cache, scoring for this scheduler (the plan's jobs start on
+    leading: ``lead_plan``)."""
+    from extender.server import make_plan_cache, start_forecasts
+    from extender.service import Extender
+
+    ext = with_cost_agent(config.extender, config.scheduler.cost_weight)
+    problems = ext.validate()
+    if problems:
+        raise SystemExit("kso scheduler: bad configuration: " + "; ".join(problems))
+    started = start_forecasts(ext)
+    stats = None
+    if started is not None:
+        stats, stop_forecasts = started
+        stops.append(stop_forecasts)
+    plan = make_plan_cache(ext, state)
+    if plan is not None:
+        # The plan covers the pods this scheduler serves, whatever KSO_SCHEDULER_NAMES (the extender's
+        # kube-scheduler profiles, set by deploy/settings.yaml) says.
+        plan.settings = replace(plan.settings, scheduler_names=list(names))
+        plan.load_file()
+    return Extender(ext, state, binder, stats, plan)
+
+
+def lead_plan(extender: Extender | None, client: Any) -> Any:
+    """Start the plan's background jobs (extender.server.start_plan_jobs) for one term as leader; the
+    returned object's ``close`` stops them. None when there is no plan."""
+    from extender.server import Running, start_plan_jobs
+
+    if extender is None or extender.plan is None:
+        return None
+    jobs = Running(extender, [], client)
+    start_plan_jobs(jobs)
+    return jobs
+
+
+def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mapping[str, str] | None = None,
+          config_file: str | None = None, kubeconfig: str | None = None, seed_compatible: bool = False,
+          order: str | None = None, debug_address: str | None = None, leader_elect: bool = True, identity: str = "",
           on_lost: Callable[[], None] | None = None, sync_timeout_s: float | None = None,
           api_client: Any = None) -> RunningScheduler:
     """Start a scheduler in background threads (tests and benchmarks call this; the CLI waits on it).
 
-    ``sync_timeout_s``: how long to wait for the first list of nodes and pods before scheduling from what is
-    listed so far (default ``KSO_CACHE_SYNC_TIMEOUT_S``)."""
-    from extender.server import Running, make_plan_cache, start_forecasts, start_plan_jobs
-    from extender.service import Extender
+    ``config``: read by load_scheduler_config(env, config_file) when not given. ``sync_timeout_s``: how long to
+    wait for the first list of nodes and pods before scheduling from what is listed so far (default
+    ``KSO_CACHE_SYNC_TIMEOUT_S``)."""
     from kso import kube
-    from scheduler.debug import debug_server, parse_address
+    from scheduler.debug import debug_server
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher
-    from scheduler.leader import LeaderElector
 
-    env = dict(os.environ if env is None else env)
-    config = load_config(env, config_file)
-    settings = load_settings(SchedulerSettings, config.env)
-    if order:
-        settings.order = order.upper()
+    config = config or load_scheduler_config(env, config_file)
+    settings = replace(config.scheduler, order=order.upper()) if order else config.scheduler
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     address = settings.debug_address if debug_address is None else debug_address
-    # Bad settings fail here, before any thread starts.
-    if address:
-        parse_address(address)
-    if leader_elect and settings.lease and not all(settings.lease.partition("/")[::2]):
-        raise ValueError(f"KSO_SCHEDULER_LEASE={settings.lease!r} is not namespace/name")
-    client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
+    _check(config, address, leader_elect)
+    client = api_client or kube.load_api_client(kubeconfig or config.extender.settings.kubeconfig or None)
     state = ClusterState(pending_pod_memory=1_000_000)
     watcher = SchedulerWatcher(state, client, names=tuple(names), controller_key=settings.controller_key,
                                slo_key=settings.slo_key, relist_s=settings.relist_s)
     stops: list[Callable[[], Any]] = [watcher.stop]
     watcher.start()
-    wait_s = config.settings.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
+    wait_s = config.extender.settings.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
     if not watcher.wait_synced(wait_s):
         log.warning("cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); scheduling from what is listed so far", wait_s)
     binder = kube.ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
-    extender = None
-    if not seed_compatible:
-        config = with_cost_agent(config, settings.cost_weight)
-        problems = config.validate()
-        if problems:
-            watcher.stop()
-            raise SystemExit("kso scheduler: bad configuration: " + "; ".join(problems))
-        started = start_forecasts(config)
-        stats = None
-        if started is not None:
-            stats, stop_forecasts = started
-            stops.append(stop_forecasts)
-        plan = make_plan_cache(config, state)
-        if plan is not None:
-            # The plan covers the pods this scheduler serves, whatever KSO_SCHEDULER_NAMES (the extender's
-            # kube-scheduler profiles, set by deploy/settings.yaml) says.
-            plan.settings = replace(plan.settings, scheduler_names=list(names))
-        extender = Extender(config, state, binder, stats, plan)
-        if plan is not None:
-            plan.load_file()
-            running = Running(extender, [], client)
-            start_plan_jobs(running)
-            stops.extend(running.stop)
+    try:
+        extender = None if seed_compatible else _extender(config, names, state, binder, stops)
+    except BaseException:
+        for fn in reversed(stops):
+            fn()
+        raise
     events = ApiEvents(client, component=names[0], instance=identity)
     scheduler = Scheduler(names, settings, state, watcher, binder, events, extender, seed_compatible=seed_compatible)
     out = RunningScheduler(scheduler, watcher, stops=stops)
     if address:
         out.debug = debug_server(address, scheduler.qos_table, scheduler.metrics, lambda: status(out, identity))
         stops.append(out.debug.shutdown)
+    _run(out, settings, client, identity, leader_elect, on_lost)
+    return out
+
+
+def _run(out: RunningScheduler, settings: SchedulerSettings, client: Any, identity: str, leader_elect: bool,
+         on_lost: Callable[[], None] | None) -> None:
+    """Schedule while leading (the Lease, unless ``leader_elect`` is off or KSO_SCHEDULER_LEASE is empty)."""
+    from scheduler.leader import LeaderElector
+
+    scheduler = out.scheduler
 
     def lead(stop: threading.Event) -> None:
         scheduler.metrics.leader.set(1)
+        out.leader_jobs = lead_plan(scheduler.extender, client)
         try:
             both = threading.Event()
             threading.Thread(target=lambda: (stop.wait(), both.set()), daemon=True).start()
             threading.Thread(target=lambda: (out.stop_event.wait(), both.set()), daemon=True).start()
             scheduler.run(both)
         finally:
+            jobs, out.leader_jobs = out.leader_jobs, None
+            if jobs is not None:
+                jobs.close()
             scheduler.metrics.leader.set(0)
 
     if leader_elect and settings.lease:
@@ -147,7 +205,6 @@ def start(names: list[str], *, env: Mapping[str, str] | None = None, config_file
     else:
         out.thread = threading.Thread(target=lead, args=(out.stop_event,), name="kso-scheduler", daemon=True)
         out.thread.start()
-    return out
 
 
 def status(running: RunningScheduler, identity: str) -> dict[str, Any]:
@@ -158,12 +215,12 @@ def status(running: RunningScheduler, identity: str) -> dict[str, Any]:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
-    level = parse_log_level(os.environ.get("LOG_LEVEL"))
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(level)  # kso.cli configured WARNING already; LOG_LEVEL decides here
-    # Its own variable: KSO_SCHEDULER_NAMES names the extender's kube-scheduler profiles (deploy/settings.yaml
-    # sets kso-scheduler), and a standalone scheduler serving those would race kube-scheduler for its pods.
-    names = args.name or [n.strip() for n in os.environ.get("KSO_STANDALONE_NAMES", "").split(",") if n.strip()] or [DEFAULT_NAME]
+    from extender.server import configure_logging
+
+    config = load_scheduler_config(config_file=args.config)  # a bad file or value: logged, defaults kept
+    # As `kso extender`: LOG_LEVEL (environment or --config) sets kso's own loggers, not the libraries'.
+    configure_logging(parse_log_level(config.extender.settings.log_level))
+    names = args.name or config.scheduler.names or [DEFAULT_NAME]
     done = threading.Event()
     lost: list[bool] = []
 
@@ -172,13 +229,11 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         done.set()
 
     try:
-        running = start(names, config_file=args.config, kubeconfig=args.kubeconfig, seed_compatible=args.seed_compatible,
+        running = start(names, config=config, kubeconfig=args.kubeconfig, seed_compatible=args.seed_compatible,
                         order=args.order, debug_address=args.debug_address, leader_elect=not args.no_leader_elect,
                         identity=args.identity or "", on_lost=on_lost)
-    except Exception as exc:  # KubeConfigError, a bad lease name or debug address: one line, exit 1
-        if isinstance(exc, SystemExit):
-            raise
-        print(f"kso scheduler: {exc}")
+    except Exception as exc:  # KubeConfigError, a bad lease name or debug address: one line on stderr, exit 1
+        print(f"kso scheduler: {exc}", file=sys.stderr)
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -199,7 +254,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--name", action="append",
                    help=f"scheduler name to serve (repeatable; default KSO_STANDALONE_NAMES or {DEFAULT_NAME})")
     p.add_argument("--seed-compatible", action="store_true",
-                   help="Hightower's toy scheduler exactly: cpu fit, cheapest hightower.com/cost, first on ties")
+                   help="Hightower's toy scheduler exactly: cpu fit, cheapest by KSO_PLAN_COST_KEY (hightower.com/cost), "
+                        "first on ties")
     p.add_argument("--order", choices=ORDERS, help="queue order (default KSO_SCHEDULER_ORDER or qos)")
     p.add_argument("--debug-address", help="host:port of the QoS table and metrics (default 127.0.0.1:10000; empty = off)")
     p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")

@@ -25,6 +25,7 @@ from extender.agents.base import MAX_PRIORITY, Call
 from extender.service import Extender
 from kso.cluster import ClusterState
 from kso.kube import Binder
+from kso.node_costs import CostKeySettings
 from kso.objects import PodInfo
 from kso.settings import setting
 from scheduler.feasibility import (
@@ -42,7 +43,11 @@ log = logging.getLogger("kso.scheduler")
 
 
 @dataclass
-class SchedulerSettings:
+class SchedulerSettings(CostKeySettings):  # KSO_PLAN_COST_KEY: the annotation --seed-compatible prices nodes by
+    # Its own variable: KSO_SCHEDULER_NAMES names the extender's kube-scheduler profiles (deploy/settings.yaml
+    # sets kso-scheduler), and a standalone scheduler serving those would race kube-scheduler for its pods.
+    names: list[str] = setting("KSO_STANDALONE_NAMES", [], kind="list",
+                               help="scheduler names served when --name is not given; empty = kso")
     order: str = setting("KSO_SCHEDULER_ORDER", "QOS", kind="choice:QOS,FIFO,PRIORITY", help="queue order")
     controller_key: str = setting("KSO_QOS_CONTROLLER_KEY", "controller", help="pod annotation naming its controller")
     slo_key: str = setting("KSO_QOS_SLO_KEY", "slo", help="pod annotation with its availability SLO")
@@ -232,7 +237,7 @@ class Scheduler:
                 msg = f"pod ({pod.name}) failed to fit in any node\n" + "\n".join(failures.values())
                 return Decision(pod, None, msg, time.perf_counter() - started)
             nodes = view.nodes
-            best = fits[hightower_choice([nodes[i] for i in fits])]
+            best = fits[hightower_choice([nodes[i] for i in fits], self.settings.cost_key)]
             return Decision(pod, names[best], f"Successfully assigned {pod.name} to {names[best]}",
                             time.perf_counter() - started)
         reasons = dict(self._rule_failures(pod, names, view.nodes))

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from kso.cluster import NodeView
+from kso.node_costs import DEFAULT_COST_KEY
 from kso.objects import NodeInfo, PodInfo
 from kso.placement import rule_violation
 from kso.resources import CPU, PODS
 
 log = logging.getLogger("kso.scheduler")
 
-HIGHTOWER_COST = "hightower.com/cost"
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_TOO_MANY_PODS = "Too many pods"
@@ -90,11 +90,11 @@ def failed_message(total: int, reasons: dict[int, str]) -> str:
 
 
 # ---- Hightower's toy scheduler ------------------------------------------------------------------
-def hightower_price(node: NodeInfo) -> float | None:
-    """The node's ``hightower.com/cost`` as Go's strconv.ParseFloat(s, 32) reads it (a float32); None when
-    absent. An unparsable price fails the whole pod in the seed; here it is logged and the node counts as
-    unpriced."""
-    raw = node.annotations.get(HIGHTOWER_COST)
+def hightower_price(node: NodeInfo, cost_key: str = DEFAULT_COST_KEY) -> float | None:
+    """The node's ``cost_key`` annotation (KSO_PLAN_COST_KEY; the seed's ``hightower.com/cost`` by default) as
+    Go's strconv.ParseFloat(s, 32) reads it (a float32); None when absent. An unparsable price fails the whole
+    pod in the seed; here it is logged and the node counts as unpriced."""
+    raw = node.annotations.get(cost_key)
     if raw is None:
         return None
     try:
@@ -102,7 +102,7 @@ def hightower_price(node: NodeInfo) -> float | None:
     except (ValueError, OverflowError):
         value = math.nan
     if math.isnan(value):
-        log.warning("node %s: %s=%r is not a number; treated as unpriced", node.name, HIGHTOWER_COST, raw)
+        log.warning("node %s: %s=%r is not a number; treated as unpriced", node.name, cost_key, raw)
         return None
     return value
 
@@ -123,11 +123,11 @@ def hightower_fit(pod: PodInfo, view: NodeView) -> tuple[list[int], dict[int, st
     return fits, failures
 
 
-def hightower_choice(nodes: Sequence[NodeInfo]) -> int:
+def hightower_choice(nodes: Sequence[NodeInfo], cost_key: str = DEFAULT_COST_KEY) -> int:
     """Seed bestPrice: the lowest price among priced nodes, the first of equals; no priced node -> the first."""
     best, best_price = 0, None
     for i, node in enumerate(nodes):
-        price = hightower_price(node)
+        price = hightower_price(node, cost_key)
         if price is not None and (best_price is None or price < best_price):
             best, best_price = i, price
     return best

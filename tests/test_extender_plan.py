@@ -36,7 +36,7 @@ def plan_extender(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator
     env = {"KSO_PLAN_FILE": str(tmp_path / "plan.json"), **(env or {})}
     config = load_config({"KSO_AGENTS": "safe,pigeon", **env})
     state = make_state(NODES, PENDING)
-    cache = PlanCache(load_settings(PlanSettings, config.env), state)
+    cache = PlanCache(config.plan, state)
     ext = Extender(config, state, RecordingBinder(), plan=cache)
     cache.on_event = lambda kind, detail: ext.metrics.plan_events.labels(kind).inc()
     with BackgroundServer(create_app(ext)) as srv:

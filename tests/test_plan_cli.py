@@ -146,4 +146,4 @@ def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
     assert plan is not None and asked == [id(state)]
     assert all(c.detail["usage"]["source"] == "history" and c.detail["usage"]["mean"]["cpu"] == 50.0
                for c in plan.classes.values())
-    assert prometheus_usage({})(state) == {}  # no KSO_PROMETHEUS_URL: classes at their requests
+    assert prometheus_usage(None)(state) == {}  # Prometheus not in use: classes at their requests

@@ -298,12 +298,15 @@ def test_failed_scheduling_repeats_update_one_event(control_plane: Any, kube_nam
 
 
 def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_namespace: str, nodes: Any) -> None:
+    """The standby replica neither schedules nor runs the plan's jobs (re-solve, reload, ConfigMap poll) until
+    it leads."""
     core = client.CoreV1Api(control_plane.api_client())
     ns, tag = kube_namespace, os.urandom(3).hex()
     name, sel = f"kso-le-{tag}", {"kso-test": tag}
     nodes([_node(f"le-{tag}", "4", "1", sel)])
+    # BINPACK: a plan cache and its jobs (no node has load statistics, so nothing is solved)
     env = {"KSO_SCHEDULER_LEASE": f"{ns}/kso-scheduler", "KSO_SCHEDULER_LEASE_DURATION_S": "4",
-           "KSO_SCHEDULER_RENEW_DEADLINE_S": "3", "KSO_SCHEDULER_RETRY_PERIOD_S": "1"}
+           "KSO_SCHEDULER_RENEW_DEADLINE_S": "3", "KSO_SCHEDULER_RETRY_PERIOD_S": "1", "KSO_PLAN_POLICY": "BINPACK"}
     lost: list[str] = []
     first = _scheduler(control_plane, name, env, leader_elect=True, identity="first", on_lost=lambda: lost.append("first"))
     second = None
@@ -316,6 +319,7 @@ def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_nam
         time.sleep(2)
         assert first.scheduler.decisions == 1 and second.scheduler.decisions == 0
         assert not second.elector.leading.is_set()
+        assert first.leader_jobs is not None and second.leader_jobs is None
         lease = client.CoordinationV1Api(control_plane.api_client()).read_namespaced_lease("kso-scheduler", ns)
         assert lease.spec.holder_identity == "first"
         stopped = time.monotonic()
@@ -324,6 +328,7 @@ def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_nam
         until(lambda: core.read_namespaced_pod("p2", ns).spec.node_name, 30, "p2 bound by the second replica")
         took = time.monotonic() - stopped
         assert second.elector.leading.is_set() and second.scheduler.decisions == 1
+        assert second.leader_jobs is not None and first.leader_jobs is None
         assert took >= 2.0  # not before the lease (4 s, renewed at most 1 s before the stop) ran out
         lease = client.CoordinationV1Api(control_plane.api_client()).read_namespaced_lease("kso-scheduler", ns)
         assert lease.spec.holder_identity == "second" and not lost
@@ -364,5 +369,23 @@ def test_the_plan_covers_exactly_the_pods_this_scheduler_serves(control_plane: A
     try:
         plan = sched.scheduler.extender.plan  # type: ignore[union-attr]
         assert plan is not None and plan.settings.scheduler_names == ["kso-standalone"]
+    finally:
+        sched.close()
+
+
+def test_seed_compatible_prices_nodes_by_kso_plan_cost_key(control_plane: Any, kube_namespace: str, nodes: Any) -> None:
+    """--seed-compatible reads the cost key kso is configured with, not hightower.com/cost fixed."""
+    core = client.CoreV1Api(control_plane.api_client())
+    ns, tag = kube_namespace, os.urandom(3).hex()
+    name, key = f"kso-key-{tag}", f"kso-test.example.com/price-{tag}"  # only this test's nodes carry it
+    made = [_node(f"key-{tag}-{i}", "4", hightower) for i, hightower in enumerate(("1", "9"))]
+    for node, price in zip(made, ("8", "2"), strict=True):
+        node["metadata"]["annotations"][key] = price
+    nodes(made)
+    sched = _scheduler(control_plane, name, env={"KSO_PLAN_COST_KEY": key}, seed_compatible=True)
+    try:
+        core.create_namespaced_pod(ns, _pod("p", ns, name, "100m"))
+        until(lambda: core.read_namespaced_pod("p", ns).spec.node_name, 30, "p bound")
+        assert core.read_namespaced_pod("p", ns).spec.node_name == f"key-{tag}-1"  # cheapest by the key, dearest by Hightower's
     finally:
         sched.close()

@@ -290,8 +290,47 @@ def test_bad_settings_fail_with_a_message_before_anything_starts(env: dict[str, 
 
     from kso.cli import main as kso_main
 
-    monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)  # the command sets LOG_LEVEL's
+    # the command configures logging (LOG_LEVEL on kso's loggers, a handler on the root): undone after the test
+    monkeypatch.setattr(logging.getLogger(), "handlers", list(logging.getLogger().handlers))
+    monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)
+    monkeypatch.setattr(logging.getLogger("kso"), "level", logging.getLogger("kso").level)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert kso_main(["scheduler", "--kubeconfig", "/nonexistent", *argv]) == 1
-    assert message in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert message in out.err and message not in out.out  # errors go to stderr
+
+
+def test_kso_scheduler_reads_its_settings_from_the_config_file_and_sets_only_kso_loggers(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from kso.cli import main as kso_main
+    from scheduler.cli import load_scheduler_config
+
+    path = tmp_path / "settings.yaml"
+    path.write_text("LOG_LEVEL: DEBUG\nKSO_STANDALONE_NAMES: kso-a, kso-b\nKSO_PLAN_COST_KEY: example.com/price\n"
+                    "KSO_SCHEDULER_ORDER: FIFO\nKSO_PLAN_POLICY: COST\n")
+    for name in ("LOG_LEVEL", "KSO_STANDALONE_NAMES", "KSO_PLAN_COST_KEY", "KSO_SCHEDULER_ORDER", "KSO_PLAN_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KSO_SCHEDULER_ORDER", "PRIORITY")  # the environment wins over the file
+    config = load_scheduler_config(config_file=str(path))
+    assert config.scheduler.names == ["kso-a", "kso-b"] and config.scheduler.order == "PRIORITY"
+    assert config.scheduler.cost_key == config.extender.plan.cost_key == "example.com/price"
+    assert config.extender.plan.policy == "COST" and config.extender.settings.log_level == "DEBUG"
+
+    root, kso = logging.getLogger(), logging.getLogger("kso")
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    monkeypatch.setattr(kso, "level", logging.NOTSET)
+    assert kso_main(["scheduler", "--config", str(path), "--kubeconfig", "/nonexistent"]) == 1
+    assert kso.level == logging.DEBUG  # LOG_LEVEL from --config, on kso's loggers
+    assert root.level == logging.WARNING  # the libraries' (kubernetes, urllib3) stay at WARNING
+    assert "kso scheduler: " in capsys.readouterr().err
+
+
+def test_seed_choice_prices_nodes_by_the_configured_cost_key() -> None:
+    nodes = [node_from_k8s(make_node(f"n{i}", annotations={"hightower.com/cost": h, "example.com/price": p}))
+             for i, (h, p) in enumerate((("1", "7"), ("9", "3"), ("5", "4")))]
+    assert hightower_choice(nodes) == 0  # Hightower's annotation by default
+    assert hightower_choice(nodes, "example.com/price") == 1

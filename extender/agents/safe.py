@@ -12,7 +12,7 @@ from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
 from kso.resources import CPU, MEMORY, MIB
-from kso.safety import balance_score, overload_score
+from kso.safety import SafeBoundSettings, balance_score, overload_score
 from kso.settings import setting
 from kso.stats import AnnotationStats, NodeStatsSource
 
@@ -21,9 +21,7 @@ _RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
 
 
 @dataclass
-class SafeParams:
-    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent", help="U*, percent")
-    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps, percent")
+class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.safety
     forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent", help="weight of forecast")
     # kso addition: pods bound within this many seconds are added to the measured load, because the
     # statistics do not show them yet (Trimaran and Koordinator do the same). 0 turns it off.
