@@ -175,13 +175,12 @@ def slow_client(port: int, deadline: float, results: list[float]) -> None:
     results.append(time.monotonic() - start)
 
 
-def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | None = None,
-        report: Callable[[str], None] = print) -> dict[str, Any]:
-    """Start the server, attack it for ``seconds``, return the figures."""
-    env = {"KSO_HEADER_TIMEOUT_S": "2", "KSO_BODY_TIMEOUT_S": "5", **(env or {})}
-    bounds = load_settings(ExtenderSettings, env)  # the server's defaults, or what env sets
+def attack_bodies(env: dict[str, str]) -> dict[str, tuple[str, bytes, int]]:
+    """name -> (path, body, expected status): bodies at the server's bounds (its defaults, or what env sets)
+    and one past each."""
+    bounds = load_settings(ExtenderSettings, env)
     max_body, max_nodes, max_depth = bounds.max_body_bytes, bounds.max_nodes, bounds.max_json_depth
-    bodies = {
+    return {
         "filter full nodes": ("/filter", full_node_body(max_body, max_nodes), 200),
         "prioritize full nodes": ("/prioritize", full_node_body(max_body, max_nodes), 200),
         "explain full nodes": ("/debug/explain", full_node_body(max_body, max_nodes), 200),
@@ -191,53 +190,86 @@ def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | Non
         "filter too many names": ("/filter", names_body(max_nodes + 1), 400),
         "filter too big": ("/filter", b" " * (max_body + 1), 400),
     }
-    latencies: dict[str, list[float]] = {k: [] for k in bodies}
-    wrong: list[str] = []
-    health: list[float] = []
-    rss: list[float] = []
-    slow: list[float] = []
+
+
+@dataclass
+class Attack:
+    """What one run saw: request latencies per body, wrong answers, /healthz times and RSS during the attack."""
+
+    bodies: dict[str, tuple[str, bytes, int]]
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    wrong: list[str] = field(default_factory=list)
+    health: list[float] = field(default_factory=list)
+    idle: list[float] = field(default_factory=list)  # /healthz before the attack: what the machine gives anyway
+    rss: list[float] = field(default_factory=list)
+    slow: list[float] = field(default_factory=list)
+    idle_rss: float = 0.0
+    exit_code: int | None = None
+
+    def attacker(self, port: int, offset: int, deadline: float) -> None:
+        kinds = list(self.bodies)
+        k = offset
+        while time.monotonic() < deadline:
+            name = kinds[k % len(kinds)]
+            k += 1
+            path, body, expect = self.bodies[name]
+            t0 = time.perf_counter()
+            try:
+                status, _ = post(port, path, body)
+            except OSError as exc:
+                self.wrong.append(f"{name}: {exc}")
+                continue
+            self.latencies.setdefault(name, []).append(time.perf_counter() - t0)
+            if status != expect:
+                self.wrong.append(f"{name}: {status}")
+
+    def prober(self, srv: ExtenderProcess, stop: threading.Event) -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                get(srv.admin_port, "/healthz", timeout=10)
+                self.health.append(time.perf_counter() - t0)
+            except OSError:
+                self.health.append(10.0)
+            self.rss.append(srv.rss_mib())
+            time.sleep(0.05)
+
+    def summary(self, seconds: float, heavy_clients: int) -> dict[str, Any]:
+        health = sorted(self.health)
+        latencies = {k: self.latencies.get(k, []) for k in self.bodies}
+        return {
+            "seconds": seconds, "heavy_clients": heavy_clients,
+            "healthz_ms": {"n": len(health), "p50": 1000 * statistics.median(health) if health else None,
+                           "p99": 1000 * health[int(0.99 * (len(health) - 1))] if health else None,
+                           "max": 1000 * health[-1] if health else None},
+            "healthz_idle_ms": {"p50": 1000 * statistics.median(self.idle), "max": 1000 * max(self.idle)},
+            "rss_mib": {"idle": round(self.idle_rss, 1), "peak": round(max(self.rss, default=0.0), 1)},
+            "slow_client_held_s": round(max(self.slow, default=0.0), 2),
+            "requests": {k: {"n": len(v), "median_ms": round(1000 * statistics.median(v), 1) if v else None}
+                         for k, v in latencies.items()},
+            "body_bytes": {k: len(b) for k, (_, b, _) in self.bodies.items()},
+            "wrong": self.wrong[:20],
+            "exit_code": self.exit_code,
+        }
+
+
+def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | None = None,
+        report: Callable[[str], None] = print) -> dict[str, Any]:
+    """Start the server, attack it for ``seconds``, return the figures."""
+    env = {"KSO_HEADER_TIMEOUT_S": "2", "KSO_BODY_TIMEOUT_S": "5", **(env or {})}
+    attack = Attack(attack_bodies(env))
     with ExtenderProcess(env=env) as srv:
-        idle_rss = srv.rss_mib()
-        idle: list[float] = []  # /healthz before the attack: what the machine gives anyway
+        attack.idle_rss = srv.rss_mib()
         for _ in range(40):
             t0 = time.perf_counter()
             get(srv.admin_port, "/healthz")
-            idle.append(time.perf_counter() - t0)
+            attack.idle.append(time.perf_counter() - t0)
             time.sleep(0.05)
         deadline = time.monotonic() + seconds
         stop = threading.Event()
-
-        def attacker(offset: int) -> None:
-            kinds = list(bodies)
-            k = offset
-            while time.monotonic() < deadline:
-                name = kinds[k % len(kinds)]
-                k += 1
-                path, body, expect = bodies[name]
-                t0 = time.perf_counter()
-                try:
-                    status, _ = post(srv.port, path, body)
-                except OSError as exc:
-                    wrong.append(f"{name}: {exc}")
-                    continue
-                latencies[name].append(time.perf_counter() - t0)
-                if status != expect:
-                    wrong.append(f"{name}: {status}")
-
-        def prober() -> None:
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    get(srv.admin_port, "/healthz", timeout=10)
-                    health.append(time.perf_counter() - t0)
-                except OSError:
-                    health.append(10.0)
-                rss.append(srv.rss_mib())
-                time.sleep(0.05)
-
-        threads = [threading.Thread(target=attacker, args=(i * 3,)) for i in range(heavy_clients)]
-        threads += [threading.Thread(target=slow_client, args=(srv.port, deadline, slow)) for _ in range(4)]
-        probe = threading.Thread(target=prober)
+        threads = [threading.Thread(target=attack.attacker, args=(srv.port, i * 3, deadline)) for i in range(heavy_clients)]
+        threads += [threading.Thread(target=slow_client, args=(srv.port, deadline, attack.slow)) for _ in range(4)]
+        probe = threading.Thread(target=attack.prober, args=(srv, stop))
         probe.start()
         for t in threads:
             t.start()
@@ -245,22 +277,8 @@ def run(seconds: float = 20.0, heavy_clients: int = 2, env: dict[str, str] | Non
             t.join(seconds + 120)
         stop.set()
         probe.join(15)
-        exit_code = srv.stop()
-    health.sort()
-    out = {
-        "seconds": seconds, "heavy_clients": heavy_clients,
-        "healthz_ms": {"n": len(health), "p50": 1000 * statistics.median(health) if health else None,
-                       "p99": 1000 * health[int(0.99 * (len(health) - 1))] if health else None,
-                       "max": 1000 * health[-1] if health else None},
-        "healthz_idle_ms": {"p50": 1000 * statistics.median(idle), "max": 1000 * max(idle)},
-        "rss_mib": {"idle": round(idle_rss, 1), "peak": round(max(rss, default=0.0), 1)},
-        "slow_client_held_s": round(max(slow, default=0.0), 2),
-        "requests": {k: {"n": len(v), "median_ms": round(1000 * statistics.median(v), 1) if v else None}
-                     for k, v in latencies.items()},
-        "body_bytes": {k: len(b) for k, (_, b, _) in bodies.items()},
-        "wrong": wrong[:20],
-        "exit_code": exit_code,
-    }
+        attack.exit_code = srv.stop()
+    out = attack.summary(seconds, heavy_clients)
     report(json.dumps(out, indent=1))
     return out
 

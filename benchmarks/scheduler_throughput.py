@@ -33,8 +33,8 @@ from typing import Any
 from kubernetes import client
 
 from benchmarks.controlplane import ControlPlane, _insecure
-from kso.kube import _RawWatch  # events as parsed JSON: a model per event would make the watch lag
 from kso.net import free_port
+from kso.watcher import RawWatch  # events as parsed JSON: a model per event would make the watch lag
 
 KUBE_SCHEDULER_CONFIG = {
     "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
@@ -78,7 +78,7 @@ class BindTimes:
         self.times: dict[str, float] = {}
         self.error = ""
         self.done = threading.Event()
-        self._w = _RawWatch()
+        self._w = RawWatch()
         rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
         threading.Thread(target=self._run, args=(core, namespace, rv), daemon=True).start()
 

@@ -356,7 +356,7 @@ def parse_cell(text: str) -> tuple[int, int]:
     return int(n), int(p)
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.solver", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="100 and 500 nodes only, short limits")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per binpack solve (60; --quick 15)")
@@ -371,25 +371,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     "(e.g. 300x2000,1500x8000; their limits are 30 s and 60 s, else --cluster-time-limit)")
     ap.add_argument("--cluster-time-limit", type=float, default=None, help="seconds per policy on --clusters cells")
     ap.add_argument("--skip-openb", action="store_true", help="only the --clusters section")
-    args = ap.parse_args(argv)
-    out = out or sys.stdout
-    limit = args.time_limit if args.time_limit is not None else (15.0 if args.quick else 60.0)
-    p_limit = args.policy_time_limit if args.policy_time_limit is not None else (10.0 if args.quick else 30.0)
+    return ap
 
-    def say(text: str = "") -> None:
-        print(text, file=out, flush=True)
 
-    started = time.perf_counter()
-    load0 = os.getloadavg()
-    say("# Solver benchmark (kso optimizer, CP-SAT)")
-    say(f"timestamp: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
-    say(f"machine: {machine_line(load0)} (before)")
-    say(f"seed: {args.seed}; binpack time limit {limit:g} s, policy time limit {p_limit:g} s, {args.workers} workers, "
-        f"relative-gap target {args.gap:g}; U* = 0.9, eps = 0.3")
-    say(USAGE_LABEL)
-    say(f"sources: {SOURCES}")
-    say()
-    report = Report()
+def _chance_section(say: Callable[..., None]) -> None:
     say("## Chance constraint: largest mean utilisation accepted at each spread (share of capacity)")
     for eps in (0.3, 0.05):
         say()
@@ -405,31 +390,27 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "conservative by that much mean utilisation.")
     say()
 
-    if args.clusters:
-        from benchmarks import solver_clusters
 
-        say("## Realistic generated clusters (benchmarks.clusters), every plan file checked independently")
-        say()
-        crows, caims, ccrash = solver_clusters.run([parse_cell(c) for c in args.clusters.split(",") if c.strip()],
-                                                   [p.strip() for p in args.policies.split(",") if p.strip()],
-                                                   args.workers, args.seed, say, with_retries, table,
-                                                   args.cluster_time_limit)
-        say()
-        say("max load = the hottest node's load index over the nodes given pods (1.000 = at its safe bound in the "
-            "model's linear form); cluster->plan s = compile + solve + exact check + plan, what kso plan spends after "
-            "reading the cluster; checker = benchmarks.plan_checker on the plan file (rules, capacity, exactly-once, "
-            "Beta risk recomputed with scipy).")
-        say()
-        report.aims += [(f"clusters: {a}", v, w) for a, v, w in caims]
-        report.crashes += ccrash
-        if args.skip_openb:
-            for aim, verdict, why in report.aims:
-                say(f"- {aim}: **{verdict.upper()}** ({why})")
-            say(f"machine: {machine_line()} (after)")
-            say(f"total wall {time.perf_counter() - started:.0f} s")
-            return 0
+def _clusters_section(args: argparse.Namespace, say: Callable[..., None], report: Report) -> None:
+    from benchmarks import solver_clusters
 
-    vms = vm_utilisation()
+    say("## Realistic generated clusters (benchmarks.clusters), every plan file checked independently")
+    say()
+    crows, caims, ccrash = solver_clusters.run([parse_cell(c) for c in args.clusters.split(",") if c.strip()],
+                                               [p.strip() for p in args.policies.split(",") if p.strip()],
+                                               args.workers, args.seed, say, with_retries, table,
+                                               args.cluster_time_limit)
+    say()
+    say("max load = the hottest node's load index over the nodes given pods (1.000 = at its safe bound in the "
+        "model's linear form); cluster->plan s = compile + solve + exact check + plan, what kso plan spends after "
+        "reading the cluster; checker = benchmarks.plan_checker on the plan file (rules, capacity, exactly-once, "
+        "Beta risk recomputed with scipy).")
+    say()
+    report.aims += [(f"clusters: {a}", v, w) for a, v, w in caims]
+    report.crashes += ccrash
+
+
+def _binpack_section(args: argparse.Namespace, limit: float, vms: Any, say: Callable[..., None], report: Report) -> None:
     opts = SolverOptions(policy="binpack", time_limit_s=limit, workers=args.workers, relative_gap=args.gap, seed=args.seed)
     if args.cells:
         cells = [parse_cell(c) for c in args.cells.split(",") if c.strip()]
@@ -473,36 +454,72 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "many small nodes.")
     say()
 
-    policy_list = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if args.policy_cell and policy_list:
-        n, p = parse_cell(args.policy_cell)
-        report.policy_cell = (n, p)
-        prob = openb_problem(n, p, seed=args.seed, vms=vms)
-        say(f"## Policies at {n} x {p} (requested {requested_share(prob):.0%} of cpu; time limit {p_limit:g} s each)")
-        say()
-        popts = SolverOptions(time_limit_s=p_limit, workers=args.workers, relative_gap=args.gap, seed=args.seed)
-        prow: list[list[str]] = []
-        for policy in policy_list:
-            result, crashes = with_retries(run_policy, popts, prob, policy)
-            report.crashes += [f"{policy} {n} x {p}, {c}" for c in crashes]
-            if result is None:
-                prow.append([policy, "CRASHED"] + ["-"] * (len(POLICY_COLUMNS) - 2))
-                continue
-            report.policies.append(result)
-            prow.append(policy_cells(result))
-            print(f"  done policy {policy}", file=sys.stderr, flush=True)
-        say(table(POLICY_COLUMNS, prow))
-        say()
-        for r in report.policies:
-            for note in r.notes:
-                say(f"- {r.policy}: {note}")
-        say()
-        say("worst load index = max over used nodes and (cpu, memory) of (mean + z std) / (U* cap), z = "
-            f"{z_value(prob.eps):.3f} (1.000 = at the bound in the normal form); max risk = largest P(load > U*) "
-            "under the Beta rule (must be <= eps); spread cpu = std of mean cpu utilisation across used nodes. "
-            "openb nodes carry no cost, so every node costs 1 and `cost` is binpack by another name.")
-        say()
 
+def _policy_section(args: argparse.Namespace, p_limit: float, vms: Any, say: Callable[..., None], report: Report) -> None:
+    policy_list = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not args.policy_cell or not policy_list:
+        return
+    n, p = parse_cell(args.policy_cell)
+    report.policy_cell = (n, p)
+    prob = openb_problem(n, p, seed=args.seed, vms=vms)
+    say(f"## Policies at {n} x {p} (requested {requested_share(prob):.0%} of cpu; time limit {p_limit:g} s each)")
+    say()
+    popts = SolverOptions(time_limit_s=p_limit, workers=args.workers, relative_gap=args.gap, seed=args.seed)
+    prow: list[list[str]] = []
+    for policy in policy_list:
+        result, crashes = with_retries(run_policy, popts, prob, policy)
+        report.crashes += [f"{policy} {n} x {p}, {c}" for c in crashes]
+        if result is None:
+            prow.append([policy, "CRASHED"] + ["-"] * (len(POLICY_COLUMNS) - 2))
+            continue
+        report.policies.append(result)
+        prow.append(policy_cells(result))
+        print(f"  done policy {policy}", file=sys.stderr, flush=True)
+    say(table(POLICY_COLUMNS, prow))
+    say()
+    for r in report.policies:
+        for note in r.notes:
+            say(f"- {r.policy}: {note}")
+    say()
+    say("worst load index = max over used nodes and (cpu, memory) of (mean + z std) / (U* cap), z = "
+        f"{z_value(prob.eps):.3f} (1.000 = at the bound in the normal form); max risk = largest P(load > U*) "
+        "under the Beta rule (must be <= eps); spread cpu = std of mean cpu utilisation across used nodes. "
+        "openb nodes carry no cost, so every node costs 1 and `cost` is binpack by another name.")
+    say()
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = out or sys.stdout
+    limit = args.time_limit if args.time_limit is not None else (15.0 if args.quick else 60.0)
+    p_limit = args.policy_time_limit if args.policy_time_limit is not None else (10.0 if args.quick else 30.0)
+
+    def say(text: str = "") -> None:
+        print(text, file=out, flush=True)
+
+    started = time.perf_counter()
+    load0 = os.getloadavg()
+    say("# Solver benchmark (kso optimizer, CP-SAT)")
+    say(f"timestamp: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    say(f"machine: {machine_line(load0)} (before)")
+    say(f"seed: {args.seed}; binpack time limit {limit:g} s, policy time limit {p_limit:g} s, {args.workers} workers, "
+        f"relative-gap target {args.gap:g}; U* = 0.9, eps = 0.3")
+    say(USAGE_LABEL)
+    say(f"sources: {SOURCES}")
+    say()
+    report = Report()
+    _chance_section(say)
+    if args.clusters:
+        _clusters_section(args, say, report)
+        if args.skip_openb:
+            for aim, verdict, why in report.aims:
+                say(f"- {aim}: **{verdict.upper()}** ({why})")
+            say(f"machine: {machine_line()} (after)")
+            say(f"total wall {time.perf_counter() - started:.0f} s")
+            return 0
+    vms = vm_utilisation()
+    _binpack_section(args, limit, vms, say, report)
+    _policy_section(args, p_limit, vms, say, report)
     if report.crashes:
         say("## Solver crashes")
         say()

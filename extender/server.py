@@ -87,7 +87,10 @@ def start_forecasts(config: Config) -> tuple[NodeStatsSource, Callable[[], Any]]
 
 def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterState | None = None) -> Running:
     """Create the node cache from the configured source and the Extender on top of it."""
-    from kso import kube  # the kubernetes client is only needed here, not by the agents
+    # the kubernetes client is only needed here, not by the agents
+    from kso import kube
+    from kso.binder import ApiBinder, RecordingBinder
+    from kso.watcher import ClusterWatcher
 
     problems = config.validate()
     if problems:
@@ -104,13 +107,13 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
             client = kube.load_api_client(config.settings.kubeconfig or None)
         except kube.KubeConfigError as exc:
             raise SystemExit(f"kso: cannot reach the API server ({exc}); use --snapshot or --demo to run offline") from None
-        watcher = kube.ClusterWatcher(state, client)
+        watcher = ClusterWatcher(state, client)
         watcher.start()
         stop.append(watcher.stop)
-        binder = kube.ApiBinder(client)
+        binder = ApiBinder(client)
     else:
         load_snapshot(config.settings.snapshot_path or None if source == "SNAPSHOT" else None, state)
-        binder = kube.RecordingBinder()
+        binder = RecordingBinder()
     log.info("node cache source: %s", source)
     if stats is None:
         started = start_forecasts(config)

@@ -22,8 +22,8 @@ from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan import PlanCache
 from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
+from kso.binder import Binder
 from kso.cluster import ClusterState, NodeView
-from kso.kube import Binder
 from kso.objects import NodeInfo, ObjectError, PodInfo, node_from_k8s, pod_from_k8s
 from kso.resources import CPU, MEMORY
 from kso.stats import NodeStatsSource

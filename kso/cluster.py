@@ -1,7 +1,7 @@
 """ClusterState: nodes and the pods bound to them, kept as columns so the extender can answer a call
 by gathering rows instead of walking objects.
 
-The same type is filled from the API server (kso.kube) or from a snapshot file (kso.snapshot), and is
+The same type is filled from the API server (kso.watcher) or from a snapshot file (kso.snapshot), and is
 mutated in place by the extender's bind verb ("assumed" pods), so the next decision counts a pod the
 moment it is bound, before the watch or the metrics show it.
 """

@@ -1,5 +1,5 @@
 """The cluster a command reads: the API server (kso.kube.load_api_client), a snapshot file or the embedded
-demo, read once as raw JSON (no client models: see kso/kube.py) into a ClusterState, with the raw pods and
+demo, read once as raw JSON (no client models: see kso/watcher.py) into a ClusterState, with the raw pods and
 their owners' replica counts that ``kso reoptimize``'s eligibility rules need.
 
 Used by ``kso plan``, ``kso reoptimize`` and ``kso annotate``; their forecast inputs (--prometheus /
@@ -150,7 +150,8 @@ def read_api_cluster(api_client: Any, prog: str = "kso reoptimize") -> RawCluste
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from kso.kube import POD_FIELD_SELECTOR, api_message
+    from kso.kube import api_message
+    from kso.watcher import POD_FIELD_SELECTOR
 
     core = client.CoreV1Api(api_client)
     apps = client.AppsV1Api(api_client)

@@ -144,13 +144,45 @@ def pod_from_k8s(pod: Any) -> PodInfo:
     name = _str(meta.get("name"), "Pod.metadata.name")
     if not name:
         raise ObjectError("Pod.metadata.name is missing")
+    total, nonzero_cpu, nonzero_mem, images = _pod_requests(spec)
+    owner_kind, owner_name = _owner(meta)
+    priority = spec.get("priority") or 0
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ObjectError("Pod.spec.priority must be an integer")
+    annotations = _dict(meta.get("annotations"), "Pod.metadata.annotations")
+    selector = _dict(spec.get("nodeSelector"), "Pod.spec.nodeSelector")
+    tolerations = _tolerations(spec)
+    return PodInfo(
+        uid=_str(meta.get("uid"), "Pod.metadata.uid"),
+        namespace=_str(meta.get("namespace"), "Pod.metadata.namespace", "default") or "default",
+        name=name,
+        node_name=_str(spec.get("nodeName"), "Pod.spec.nodeName"),
+        requests=total,
+        nonzero_cpu=nonzero_cpu,
+        nonzero_memory=nonzero_mem,
+        images=tuple(normalize_image(i) for i in images),
+        raw_images=tuple(images),
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+        phase=_str(status.get("phase"), "Pod.status.phase"),
+        priority=priority,
+        scheduler_name=_str(spec.get("schedulerName"), "Pod.spec.schedulerName"),
+        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+        node_selector={k: v for k, v in selector.items() if isinstance(v, str)},
+        tolerations=tolerations,
+        required_terms=_required_terms(spec),
+    )
+
+
+def _pod_requests(spec: dict[str, Any]) -> tuple[dict[str, float], float, float, list[str]]:
+    """(requests with pods = 1, kube-scheduler's non-zero cpu and memory, the containers' images).
+
+    kube-scheduler's rule (resource/helpers.go PodRequests): sum of containers plus restartable (sidecar) init
+    containers, at least each ordinary init container with the sidecars before it, plus the pod overhead."""
+    total: dict[str, float] = {}
+    nonzero_cpu = nonzero_mem = 0.0
+    images: list[str] = []
     try:
-        # kube-scheduler's rule (resource/helpers.go PodRequests): sum of containers plus restartable
-        # (sidecar) init containers, at least each ordinary init container with the sidecars before it,
-        # plus the pod overhead.
-        total: dict[str, float] = {}
-        nonzero_cpu = nonzero_mem = 0.0
-        images: list[str] = []
         for i, c in enumerate(_list(spec.get("containers"), "Pod.spec.containers")):
             c = _dict(c, f"Pod.spec.containers[{i}]")  # null decodes as an empty container, as in Go
             req = _container_requests(c, f"Pod.spec.containers[{i}]")
@@ -178,43 +210,28 @@ def pod_from_k8s(pod: Any) -> PodInfo:
     except QuantityError as exc:
         raise ObjectError(str(exc)) from None
     total[PODS] = 1.0
+    return total, nonzero_cpu, nonzero_mem, images
+
+
+def _owner(meta: dict[str, Any]) -> tuple[str, str]:
+    """(kind, name) of the controller owner reference, else of the first one."""
     owner_kind = owner_name = ""
     for ref in _list(meta.get("ownerReferences"), "Pod.metadata.ownerReferences"):
         ref = _dict(ref, "Pod.metadata.ownerReferences[]")
         if ref.get("controller") or not owner_kind:
             owner_kind = _str(ref.get("kind"), "ownerReferences.kind")
             owner_name = _str(ref.get("name"), "ownerReferences.name")
-    priority = spec.get("priority") or 0
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise ObjectError("Pod.spec.priority must be an integer")
-    annotations = _dict(meta.get("annotations"), "Pod.metadata.annotations")
-    selector = _dict(spec.get("nodeSelector"), "Pod.spec.nodeSelector")
+    return owner_kind, owner_name
+
+
+def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
     tolerations = []
     for i, t in enumerate(_list(spec.get("tolerations"), "Pod.spec.tolerations")):
         t = _dict(t, f"Pod.spec.tolerations[{i}]")
         operator = _str(t.get("operator"), "toleration.operator") or "Equal"
         tolerations.append(Toleration(_str(t.get("key"), "toleration.key"), operator, _str(t.get("value"), "toleration.value"),
                                       _str(t.get("effect"), "toleration.effect")))
-    return PodInfo(
-        uid=_str(meta.get("uid"), "Pod.metadata.uid"),
-        namespace=_str(meta.get("namespace"), "Pod.metadata.namespace", "default") or "default",
-        name=name,
-        node_name=_str(spec.get("nodeName"), "Pod.spec.nodeName"),
-        requests=total,
-        nonzero_cpu=nonzero_cpu,
-        nonzero_memory=nonzero_mem,
-        images=tuple(normalize_image(i) for i in images),
-        raw_images=tuple(images),
-        owner_kind=owner_kind,
-        owner_name=owner_name,
-        phase=_str(status.get("phase"), "Pod.status.phase"),
-        priority=priority,
-        scheduler_name=_str(spec.get("schedulerName"), "Pod.spec.schedulerName"),
-        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
-        node_selector={k: v for k, v in selector.items() if isinstance(v, str)},
-        tolerations=tuple(tolerations),
-        required_terms=_required_terms(spec),
-    )
+    return tuple(tolerations)
 
 
 def _required_terms(spec: dict[str, Any]) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...]:

@@ -134,82 +134,92 @@ class PlacementPlan:
             raise PlanError(f"{where}: must be a JSON object")
         if doc.get("format") != PLAN_FORMAT:
             raise PlanError(f"{where}: format must be {PLAN_FORMAT!r}, got {doc.get('format')!r}")
-
-        def need(d: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
-            if key not in d:
-                raise PlanError(f"{where}: {what}{key} is missing")
-            v = d[key]
-            if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
-                raise PlanError(f"{where}: {what}{key} has the wrong type ({type(v).__name__})")
-            return v
-
-        def number(v: Any, what: str, allow_none: bool = False) -> float:
-            if v is None and allow_none:
-                return math.nan
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise PlanError(f"{where}: {what} must be a finite number, got {v!r}")
-            return float(v)
-
-        def count(v: Any, what: str) -> int:
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise PlanError(f"{where}: {what} must be a non-negative integer, got {v!r}")
-            return v
-
-        policy = need(doc, "policy", str, "")
+        r = _PlanReader(where)
+        policy = r.need(doc, "policy", str, "")
         if policy not in POLICIES:
             raise PlanError(f"{where}: unknown policy {policy!r}")
-        nodes: dict[str, PlanNodeInfo] = {}
-        for name, n in need(doc, "nodes", dict, "").items():
-            if not isinstance(n, dict):
-                raise PlanError(f"{where}: nodes.{name} must be an object")
-            moments = {}
-            for when in ("before", "after"):
-                part = n.get(when, {})
-                if not isinstance(part, dict) or not all(isinstance(v, dict) for v in part.values()):
-                    raise PlanError(f"{where}: nodes.{name}.{when} must be an object of objects")
-                moments[when] = {k: {r: number(v, f"nodes.{name}.{when}.{k}.{r}") for r, v in d.items()}
-                                 for k, d in part.items()}
-            nodes[name] = PlanNodeInfo({r: number(v, f"nodes.{name}.headroom.{r}") for r, v in
-                                        need(n, "headroom", dict, f"nodes.{name}.").items()},
-                                       {r: number(v, f"nodes.{name}.risk.{r}") for r, v in
-                                        need(n, "risk", dict, f"nodes.{name}.").items()},
-                                       bool(need(n, "used", bool, f"nodes.{name}.")), moments["before"], moments["after"])
-        classes: dict[str, PlanClass] = {}
-        for key, c in need(doc, "classes", dict, "").items():
-            if not isinstance(c, dict):
-                raise PlanError(f"{where}: classes.{key} must be an object")
-            slots = {}
-            for node, k in need(c, "slots", dict, f"classes.{key}.").items():
-                if node not in nodes:
-                    raise PlanError(f"{where}: classes.{key}.slots names node {node!r} that the plan does not list")
-                slots[node] = count(k, f"classes.{key}.slots.{node}")
-            requests = {r: number(v, f"classes.{key}.requests.{r}") for r, v in need(c, "requests", dict,
-                                                                                      f"classes.{key}.").items()}
-            detail = {k: c[k] for k in ("pods", "rules", "usage") if k in c}
-            classes[key] = PlanClass(requests, count(need(c, "count", int, f"classes.{key}."), f"classes.{key}.count"),
-                                     count(need(c, "unplaced", int, f"classes.{key}."), f"classes.{key}.unplaced"), slots,
-                                     detail)
-            if sum(slots.values()) + classes[key].unplaced != classes[key].count:
-                raise PlanError(f"{where}: classes.{key}: slots + unplaced != count")
-            pods = detail.get("pods")
-            if pods is not None and (not isinstance(pods, list) or not all(isinstance(p, str) for p in pods)
-                                     or len(pods) != classes[key].count):
-                raise PlanError(f"{where}: classes.{key}.pods must list count pod names")
-        created = number(need(doc, "createdAt", (int, float), ""), "createdAt")
-        baseline = need(doc, "baselinePods", list, "")
+        nodes = {name: r.node(name, n) for name, n in r.need(doc, "nodes", dict, "").items()}
+        classes = {key: r.plan_class(key, c, nodes) for key, c in r.need(doc, "classes", dict, "").items()}
+        created = r.number(r.need(doc, "createdAt", (int, float), ""), "createdAt")
+        baseline = r.need(doc, "baselinePods", list, "")
         if not all(isinstance(u, str) for u in baseline):
             raise PlanError(f"{where}: baselinePods must be strings")
-        ages = need(doc, "inputAges", dict, "")
+        ages = r.need(doc, "inputAges", dict, "")
         return cls(
-            plan_id=need(doc, "planId", str, ""), created_at=created, policy=policy, status=need(doc, "status", str, ""),
-            objective=number(doc.get("objective"), "objective", True), bound=number(doc.get("bound"), "bound", True),
-            gap=number(doc.get("gap"), "gap", True), u_star=number(need(doc, "uStar", (int, float), ""), "uStar"),
-            eps=number(need(doc, "eps", (int, float), ""), "eps"),
-            solve_s=number(need(doc, "solveSeconds", (int, float), ""), "solveSeconds"),
-            input_ages={k: number(v, f"inputAges.{k}", True) for k, v in ages.items()},
+            plan_id=r.need(doc, "planId", str, ""), created_at=created, policy=policy, status=r.need(doc, "status", str, ""),
+            objective=r.number(doc.get("objective"), "objective", True), bound=r.number(doc.get("bound"), "bound", True),
+            gap=r.number(doc.get("gap"), "gap", True), u_star=r.number(r.need(doc, "uStar", (int, float), ""), "uStar"),
+            eps=r.number(r.need(doc, "eps", (int, float), ""), "eps"),
+            solve_s=r.number(r.need(doc, "solveSeconds", (int, float), ""), "solveSeconds"),
+            input_ages={k: r.number(v, f"inputAges.{k}", True) for k, v in ages.items()},
             classes=classes, nodes=nodes, baseline_pods=baseline,
             notes=[str(n) for n in doc.get("notes", []) if isinstance(n, str)],
         )
+
+
+class _PlanReader:
+    """Checked reads of a plan document's parts; each error names ``where`` and the field."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def need(self, d: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+        if key not in d:
+            raise PlanError(f"{self.where}: {what}{key} is missing")
+        v = d[key]
+        if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+            raise PlanError(f"{self.where}: {what}{key} has the wrong type ({type(v).__name__})")
+        return v
+
+    def number(self, v: Any, what: str, allow_none: bool = False) -> float:
+        if v is None and allow_none:
+            return math.nan
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise PlanError(f"{self.where}: {what} must be a finite number, got {v!r}")
+        return float(v)
+
+    def count(self, v: Any, what: str) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise PlanError(f"{self.where}: {what} must be a non-negative integer, got {v!r}")
+        return v
+
+    def node(self, name: str, n: Any) -> PlanNodeInfo:
+        if not isinstance(n, dict):
+            raise PlanError(f"{self.where}: nodes.{name} must be an object")
+        moments = {}
+        for when in ("before", "after"):
+            part = n.get(when, {})
+            if not isinstance(part, dict) or not all(isinstance(v, dict) for v in part.values()):
+                raise PlanError(f"{self.where}: nodes.{name}.{when} must be an object of objects")
+            moments[when] = {k: {r: self.number(v, f"nodes.{name}.{when}.{k}.{r}") for r, v in d.items()}
+                             for k, d in part.items()}
+        return PlanNodeInfo({r: self.number(v, f"nodes.{name}.headroom.{r}") for r, v in
+                             self.need(n, "headroom", dict, f"nodes.{name}.").items()},
+                            {r: self.number(v, f"nodes.{name}.risk.{r}") for r, v in
+                             self.need(n, "risk", dict, f"nodes.{name}.").items()},
+                            bool(self.need(n, "used", bool, f"nodes.{name}.")), moments["before"], moments["after"])
+
+    def plan_class(self, key: str, c: Any, nodes: dict[str, PlanNodeInfo]) -> PlanClass:
+        if not isinstance(c, dict):
+            raise PlanError(f"{self.where}: classes.{key} must be an object")
+        slots = {}
+        for node, k in self.need(c, "slots", dict, f"classes.{key}.").items():
+            if node not in nodes:
+                raise PlanError(f"{self.where}: classes.{key}.slots names node {node!r} that the plan does not list")
+            slots[node] = self.count(k, f"classes.{key}.slots.{node}")
+        requests = {r: self.number(v, f"classes.{key}.requests.{r}") for r, v in self.need(c, "requests", dict,
+                                                                                            f"classes.{key}.").items()}
+        detail = {k: c[k] for k in ("pods", "rules", "usage") if k in c}
+        out = PlanClass(requests, self.count(self.need(c, "count", int, f"classes.{key}."), f"classes.{key}.count"),
+                        self.count(self.need(c, "unplaced", int, f"classes.{key}."), f"classes.{key}.unplaced"), slots,
+                        detail)
+        if sum(slots.values()) + out.unplaced != out.count:
+            raise PlanError(f"{self.where}: classes.{key}: slots + unplaced != count")
+        pods = detail.get("pods")
+        if pods is not None and (not isinstance(pods, list) or not all(isinstance(p, str) for p in pods)
+                                 or len(pods) != out.count):
+            raise PlanError(f"{self.where}: classes.{key}.pods must list count pod names")
+        return out
 
 
 def _rules(pod: PodInfo | None) -> dict[str, Any]:

@@ -140,6 +140,7 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     wait for the first list of nodes and pods before scheduling from what is listed so far (default
     ``KSO_CACHE_SYNC_TIMEOUT_S``)."""
     from kso import kube
+    from kso.binder import ApiBinder
     from scheduler.debug import debug_server
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher
@@ -158,7 +159,7 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     wait_s = config.extender.settings.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
     if not watcher.wait_synced(wait_s):
         log.warning("cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); scheduling from what is listed so far", wait_s)
-    binder = kube.ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
+    binder = ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
     try:
         extender = None if seed_compatible else _extender(config, names, state, binder, stops)
     except BaseException:

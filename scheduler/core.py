@@ -23,8 +23,8 @@ import numpy as np
 
 from extender.agents.base import MAX_PRIORITY, Call
 from extender.service import Extender
+from kso.binder import Binder
 from kso.cluster import ClusterState
-from kso.kube import Binder
 from kso.node_costs import CostKeySettings
 from kso.objects import PodInfo
 from kso.settings import setting

@@ -1,4 +1,4 @@
-"""The scheduler's cache: kso's list+watch mirror (kso.kube.ClusterWatcher: nodes and pods into
+"""The scheduler's cache: kso's list+watch mirror (kso.watcher.ClusterWatcher: nodes and pods into
 ClusterState, re-list on 410) plus what only a scheduler needs from the same events:
 
 - each pod's QoS clock (timestamps and conditions, scheduler.qos.PodClock), kept beside ClusterState;
@@ -19,8 +19,8 @@ import orjson
 from kubernetes import client
 
 from kso.cluster import ClusterState
-from kso.kube import ClusterWatcher, _Reflector
 from kso.objects import ObjectError, pod_from_k8s
+from kso.watcher import ClusterWatcher, Reflector
 from scheduler.qos import PodClock, clock_from_k8s
 
 log = logging.getLogger("kso.scheduler")
@@ -57,7 +57,7 @@ class SchedulerWatcher(ClusterWatcher):
         self.clocks.pop(uid, None)
         self._seen_bound.pop(uid, None)
 
-    def _handle(self, res: _Reflector, event: dict[str, Any]) -> None:
+    def _handle(self, res: Reflector, event: dict[str, Any]) -> None:
         obj = event.get("raw_object")
         kind = event.get("type")
         if isinstance(obj, dict) and kind in ("ADDED", "MODIFIED", "DELETED"):

@@ -17,8 +17,8 @@ from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
 from extender.service import Extender
+from kso.binder import RecordingBinder
 from kso.cluster import ClusterState
-from kso.kube import RecordingBinder
 from kso.objects import node_from_k8s, pod_from_k8s
 
 

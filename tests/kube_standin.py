@@ -1,4 +1,4 @@
-"""A small, faithful stand-in for kube-apiserver, for testing kso.kube with the real ``kubernetes`` client.
+"""A small, faithful stand-in for kube-apiserver, for testing kso.kube/watcher/binder with the real ``kubernetes`` client.
 
 No kube-apiserver binary is available here (none in Debian or PyPI), so this serves the REST paths the
 client calls, with the semantics kso depends on, modelled on the real server:

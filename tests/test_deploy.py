@@ -436,12 +436,12 @@ def test_rbac_scheduler_pod_gets_what_it_needs_and_no_more() -> None:
 
 
 def test_rbac_covers_the_binding_request_kso_actually_sends() -> None:
-    """kso's binder (kso.kube.ApiBinder, the real kubernetes client) binds a pod against a recording HTTP
+    """kso's binder (kso.binder.ApiBinder, the real kubernetes client) binds a pod against a recording HTTP
     server on 127.0.0.1; the RBAC resource of the URL it POSTs to must be granted to the scheduler pod
     ("bindings" and "pods/binding" are different RBAC names for the same operation)."""
     from kubernetes import client
 
-    from kso.kube import ApiBinder
+    from kso.binder import ApiBinder
 
     paths: list[str] = []
 

@@ -28,8 +28,8 @@ from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
 from extender.service import Extender
 from kso import cluster as cluster_module
+from kso.binder import RecordingBinder
 from kso.cluster import ClusterState, image_sizes_scan
-from kso.kube import RecordingBinder
 from kso.objects import node_from_k8s, pod_from_k8s
 from kso.safety import safe_overload_risk
 from tests.conftest import make_node, make_pod

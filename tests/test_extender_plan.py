@@ -17,7 +17,7 @@ from extender.demo import BackgroundServer, Client
 from extender.plan import PlanCache, PlanSolver
 from extender.server import Running, start_plan_jobs
 from extender.service import Extender
-from kso.kube import RecordingBinder
+from kso.binder import RecordingBinder
 from kso.objects import node_from_k8s
 from kso.settings import load_settings
 from optimizer.inputs import problem_from_state

@@ -1,4 +1,4 @@
-"""kso.kube against the stand-in API server (tests/kube_standin.py), driven by the real kubernetes client.
+"""kso.kube, kso.watcher and kso.binder against the stand-in API server (tests/kube_standin.py), driven by the real client.
 
 Only for faults the real kube-apiserver does not produce on demand (tests/test_real_kube.py covers sync,
 changes, paging and binding on the real one): 410 Gone as an HTTP status or an ERROR event at a chosen
@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from kso.binder import ApiBinder, BindError, RecordingBinder
 from kso.cluster import ClusterState
-from kso.kube import ApiBinder, BindError, ClusterWatcher, KubeConfigError, RecordingBinder, load_api_client
+from kso.kube import KubeConfigError, load_api_client
 from kso.resources import CPU, MEMORY, MIB
+from kso.watcher import ClusterWatcher
 from tests.kube_standin import NODES, PODS, StandinApiServer, make_node, make_pod
 
 

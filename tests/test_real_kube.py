@@ -1,4 +1,4 @@
-"""kso.kube (ClusterWatcher, ApiBinder, load_api_client) against the real kube-apiserver v1.36.2.
+"""kso.watcher.ClusterWatcher, kso.binder.ApiBinder and kso.kube.load_api_client against the real kube-apiserver v1.36.2.
 
 These replace the stand-in versions of the same checks: list+watch sync, changes propagating, paging with
 real continue tokens, terminal pods leaving the field selector, and binding (success, retried bind, 404,
@@ -17,9 +17,11 @@ import pytest
 from kubernetes import client
 
 from benchmarks.e2e import create_nodes, delete_nodes, node_manifest, pod_manifest
+from kso.binder import ApiBinder, BindError
 from kso.cluster import ClusterState
-from kso.kube import API_POOL_MAXSIZE, ApiBinder, BindError, ClusterWatcher, KubeConfigError, load_api_client
+from kso.kube import API_POOL_MAXSIZE, KubeConfigError, load_api_client
 from kso.resources import CPU, MEMORY, MIB
+from kso.watcher import ClusterWatcher
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

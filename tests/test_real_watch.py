@@ -1,4 +1,4 @@
-"""Test 3: kso's list+watch (kso.kube.ClusterWatcher) gets a real 410 Gone after an etcd compaction, lists
+"""Test 3: kso's list+watch (kso.watcher.ClusterWatcher) gets a real 410 Gone after an etcd compaction, lists
 again and keeps answering.
 
 This test has its own small control plane started with ``--watch-cache=false``: with the watch cache on,
@@ -19,7 +19,7 @@ from kubernetes import client
 
 from benchmarks.e2e import create_nodes, node_manifest
 from kso.cluster import ClusterState
-from kso.kube import ClusterWatcher
+from kso.watcher import ClusterWatcher
 from tests.conftest import make_pod, running_extender, until
 
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from extender.agents.cost import cost_score
-from kso.kube import RecordingBinder
+from kso.binder import RecordingBinder
 from kso.objects import PodInfo, node_from_k8s, pod_from_k8s
 from scheduler.core import Scheduler, SchedulerSettings, StaticClocks
 from scheduler.feasibility import (

@@ -111,8 +111,8 @@ class KsoExtenderPolicy(Policy):
     def setup(self, sim: SimView) -> None:
         from extender.config import load_config
         from extender.service import Extender
+        from kso.binder import RecordingBinder
         from kso.cluster import ClusterState
-        from kso.kube import RecordingBinder
         from kso.objects import node_from_k8s
 
         config = load_config({"KSO_CLUSTER_SOURCE": "SNAPSHOT", "LOG_LEVEL": "WARNING", **self.env})
