@@ -7,12 +7,12 @@ request times the VM's utilisation (usage / provisioned): mean and std over the 
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from forecasting.traces import DATA_DIR, TraceSource
 from kso.objects import NodeInfo, PodInfo
@@ -25,13 +25,13 @@ SOURCES = ("openb: Alibaba cluster-trace-gpu-v2023 (Weng et al., USENIX ATC 2023
 MAX_PODS_PER_NODE = 110.0
 
 
-def read_openb(data_dir: Path | None = None) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    d = data_dir or DATA_DIR
-    with (d / "openb-nodes.csv").open() as f:
-        nodes = list(csv.DictReader(f))
-    with (d / "openb-pods-cpu.csv").open() as f:
-        pods = list(csv.DictReader(f))
-    return nodes, pods
+def read_openb(data_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The openb trace's node shapes (openb-nodes.csv: sn, cpu_milli, memory_mib, gpu, model) and CPU-only pods
+    (openb-pods-cpu.csv: name, cpu_milli, memory_mib, qos, creation/deletion/scheduled times, ...) from
+    ``data_dir`` (default KSO_TRACE_DIR): the one reader of these files (the solver benchmark's problems, the
+    replay's scenarios). Empty cells are NaN."""
+    d = Path(data_dir) if data_dir else DATA_DIR
+    return pd.read_csv(d / "openb-nodes.csv"), pd.read_csv(d / "openb-pods-cpu.csv")
 
 
 def vm_utilisation(n_vms: int = 60, trace: str = "bitbrains") -> list[tuple[float, float, float, float]]:
@@ -53,14 +53,16 @@ def openb_problem(n_nodes: int, n_pods: int, seed: int = 0, u_star: float = 0.9,
     """``n_nodes`` openb nodes (cpu and memory; GPUs ignored, the pods are the CPU-only variant) and
     ``n_pods`` pods sampled from openb-pods-cpu, all pending, on empty nodes."""
     rng = random.Random(seed)
-    node_rows, pod_rows = read_openb(data_dir)
+    node_frame, pod_frame = read_openb(data_dir)
+    node_rows, pod_rows = node_frame.to_dict("records"), pod_frame.to_dict("records")
     node_rows = rng.sample(node_rows, min(n_nodes, len(node_rows)))
     pod_rows = rng.sample(pod_rows, min(n_pods, len(pod_rows)))
     vms = vms if vms is not None else vm_utilisation()
     nodes = []
     for r in node_rows:
         alloc = {CPU: float(r["cpu_milli"]), MEMORY: float(r["memory_mib"]) * MIB, PODS: MAX_PODS_PER_NODE}
-        info = NodeInfo(r["sn"], alloc, {"openb/model": r["model"] or "cpu"}, {}, [], {}, ())
+        model = r["model"] if isinstance(r["model"], str) and r["model"] else "cpu"  # empty cell: NaN
+        info = NodeInfo(r["sn"], alloc, {"openb/model": model}, {}, [], {}, ())
         nodes.append(PlanNode(r["sn"], alloc, {}, {CPU: NodeLoad(0.0, 0.0), MEMORY: NodeLoad(0.0, 0.0)}, info=info))
     pods = []
     for r in pod_rows:

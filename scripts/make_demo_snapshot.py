@@ -24,8 +24,9 @@ IMAGES = [("docker.io/library/nginx:1.27", 67_000_000), ("docker.io/library/redi
 
 def main() -> None:
     rng = random.Random(2026)
-    nodes_csv, pods_csv = read_openb(DATA)
-    picks = [r for r in nodes_csv if r["gpu"] == "0"][:6] + [r for r in nodes_csv if r["gpu"] != "0"][:10]
+    node_frame, pod_frame = read_openb(DATA)
+    nodes_csv, pods_csv = node_frame.to_dict("records"), pod_frame.to_dict("records")
+    picks = [r for r in nodes_csv if r["gpu"] == 0][:6] + [r for r in nodes_csv if r["gpu"] != 0][:10]
     items = []
     for i, r in enumerate(picks):
         name = f"demo-{i:02d}"
@@ -42,8 +43,8 @@ def main() -> None:
             ann["congestion-factor"] = str(rng.randint(5, 90))
         images = [{"names": [n], "sizeBytes": s} for n, s in IMAGES if rng.random() < 0.5 or "pause" in n]
         alloc = {"cpu": f"{cpu}m", "memory": f"{mem_mib}Mi", "pods": "110", "ephemeral-storage": "100Gi"}
-        if r["gpu"] != "0":
-            alloc["nvidia.com/gpu"] = r["gpu"]
+        if r["gpu"] != 0:
+            alloc["nvidia.com/gpu"] = str(r["gpu"])
         items.append({"apiVersion": "v1", "kind": "Node",
                       "metadata": {"name": name, "resourceVersion": "1", "annotations": ann,
                                    "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"zone-{i % 3}"}},

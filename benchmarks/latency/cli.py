@@ -10,10 +10,10 @@ from typing import Any
 
 from benchmarks.latency import __doc__ as USAGE
 from benchmarks.latency.compare import run_compare
-from benchmarks.latency.machine import machine_info
 from benchmarks.latency.matrix import run_matrix
 from benchmarks.latency.server import HTTP_TIMEOUT_S
 from benchmarks.latency.soak import run_soak
+from benchmarks.machine import machine_info
 
 
 def _csv(kind: type, allowed: Sequence[str] | None = None) -> Any:

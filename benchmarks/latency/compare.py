@@ -27,10 +27,10 @@ from benchmarks.latency.cluster import (
     read_csv,
     sample_size,
 )
-from benchmarks.latency.machine import machine_info
 from benchmarks.latency.matrix import build_bodies
 from benchmarks.latency.measure import Row, drive, pct
 from benchmarks.latency.server import DEFAULT_MAX_BODY, Server, server_delta, server_p99, tree_env
+from benchmarks.machine import machine_info
 
 # Run in each tree compared (see its docstring): answers a list of requests through that tree's ASGI app.
 REPLAY_SCRIPT = Path(__file__).with_name("replay.py")

@@ -14,10 +14,10 @@ import orjson
 
 from benchmarks.latency.client import Body, RawClient, make_body, validate
 from benchmarks.latency.cluster import OPENB_PODS, Cluster, make_cluster, pending_pod, read_csv, sample_size
-from benchmarks.latency.machine import machine_info
 from benchmarks.latency.measure import HEADER, Row, drive, drive_concurrent, fmt_row, pct
 from benchmarks.latency.profiles import py_spy, summarize_profile
 from benchmarks.latency.server import DEFAULT_MAX_BODY, HTTP_TIMEOUT_S, Server, server_delta, server_p99
+from benchmarks.machine import machine_info
 
 
 def build_bodies(cluster: Cluster, mode: str, node_set: str, verb: str, pods: list[dict[str, Any]], port: int,

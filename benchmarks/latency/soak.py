@@ -16,10 +16,10 @@ import orjson
 
 from benchmarks.latency.client import Body, CallError, RawClient, check_reply, make_body
 from benchmarks.latency.cluster import OPENB_PODS, make_cluster, pending_pod, read_csv
-from benchmarks.latency.machine import machine_info
 from benchmarks.latency.matrix import build_bodies
 from benchmarks.latency.measure import drive, pct
 from benchmarks.latency.server import DEFAULT_MAX_BODY, Server, server_delta
+from benchmarks.machine import machine_info
 
 _SOAK: dict[str, list[Body]] = {}
 

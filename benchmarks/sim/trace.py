@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from forecasting.traces import DATA_DIR, TraceSource
+from forecasting.traces import TraceSource
+from optimizer.openb import read_openb
 
 STEP_S = 300.0  # the replay's step: 5 minutes, the Bitbrains sampling period
 DAY_STEPS = 288
@@ -287,9 +288,7 @@ def _assemble(name: str, nodes: pd.DataFrame, table: PodTable, hours: float, gri
 
 def build_openb_scenario(n_nodes: int = 100, hours: float = 4.0, seed: int = 0, target_load: float = 0.75,
                          start_hour: float = 9.0, n_vms: int = 150, data_dir: Path | None = None) -> Scenario:
-    data = Path(data_dir) if data_dir else DATA_DIR
-    all_nodes = pd.read_csv(data / "openb-nodes.csv")
-    pods = pd.read_csv(data / "openb-pods-cpu.csv")
+    all_nodes, pods = read_openb(data_dir)
     rng = np.random.default_rng(seed)
     if n_nodes > len(all_nodes):
         raise ValueError(f"--nodes {n_nodes}: the openb trace has {len(all_nodes)} nodes")
@@ -307,8 +306,7 @@ def write_embedded_excerpt(dest_dir: Path | None = None, n_nodes: int = 40, hour
     """Write ``kso/data/replay-openb-nodes.csv`` and ``replay-openb-pods.csv``: ``n_nodes`` openb node shapes
     and the superposed pods of ``hours`` (see the module docstring), values unchanged, with a source header."""
     dest = Path(dest_dir) if dest_dir else Path(__file__).resolve().parents[2] / "kso" / "data"
-    all_nodes = pd.read_csv(DATA_DIR / "openb-nodes.csv")
-    pods = pd.read_csv(DATA_DIR / "openb-pods-cpu.csv")
+    all_nodes, pods = read_openb()
     rng = np.random.default_rng(seed)
     nodes = all_nodes.iloc[np.sort(rng.choice(len(all_nodes), n_nodes, replace=False))].reset_index(drop=True)
     capacity = np.array([nodes.cpu_milli.sum(), nodes.memory_mib.sum() * MIB], dtype=float)
