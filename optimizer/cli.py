@@ -63,7 +63,8 @@ def _class_usage(args: argparse.Namespace, state: ClusterState) -> tuple[dict[st
     from forecasting.prometheus import PrometheusSettings
     from optimizer.inputs import class_usage_from_prometheus
 
-    usage, note = class_usage_from_prometheus(replace(load_settings(PrometheusSettings), url=args.prometheus),
+    settings = load_settings(PrometheusSettings, None, read_config_file(args.config))  # timeouts, queries: env over --config
+    usage, note = class_usage_from_prometheus(replace(settings, url=args.prometheus),
                                               state.bound_pods())
     if not usage and "failed" in note:
         print(f"kso plan: {note}", file=sys.stderr)
