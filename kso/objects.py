@@ -133,17 +133,23 @@ def _container_requests(container: Any, what: str) -> dict[str, float]:
     return requests
 
 
+def _object_parts(obj: Any, kind: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str]:
+    """(metadata, spec, status, name) of a Pod or Node object; ObjectError naming the bad field."""
+    obj = _dict(obj, kind)
+    meta = _dict(obj.get("metadata"), f"{kind}.metadata")
+    spec = _dict(obj.get("spec"), f"{kind}.spec")
+    status = _dict(obj.get("status"), f"{kind}.status")
+    name = _str(meta.get("name"), f"{kind}.metadata.name")
+    if not name:
+        raise ObjectError(f"{kind}.metadata.name is missing")
+    return meta, spec, status, name
+
+
 def pod_from_k8s(pod: Any) -> PodInfo:
     """Build a PodInfo from a Pod object. Raises ObjectError naming the bad field."""
-    pod = _dict(pod, "Pod")
-    if not pod:
+    if not _dict(pod, "Pod"):
         raise ObjectError("Pod is missing or empty")
-    meta = _dict(pod.get("metadata"), "Pod.metadata")
-    spec = _dict(pod.get("spec"), "Pod.spec")
-    status = _dict(pod.get("status"), "Pod.status")
-    name = _str(meta.get("name"), "Pod.metadata.name")
-    if not name:
-        raise ObjectError("Pod.metadata.name is missing")
+    meta, spec, status, name = _object_parts(pod, "Pod")
     total, nonzero_cpu, nonzero_mem, images = _pod_requests(spec)
     owner_kind, owner_name = _owner(meta)
     priority = spec.get("priority") or 0
@@ -282,13 +288,7 @@ class NodeInfo:
 
 def node_from_k8s(node: Any) -> NodeInfo:
     """Build a NodeInfo from a Node object. Raises ObjectError naming the bad field."""
-    node = _dict(node, "Node")
-    meta = _dict(node.get("metadata"), "Node.metadata")
-    spec = _dict(node.get("spec"), "Node.spec")
-    status = _dict(node.get("status"), "Node.status")
-    name = _str(meta.get("name"), "Node.metadata.name")
-    if not name:
-        raise ObjectError("Node.metadata.name is missing")
+    meta, spec, status, name = _object_parts(node, "Node")
     where = f"Node {name}"
     try:
         alloc_raw = status.get("allocatable")
