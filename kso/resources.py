@@ -51,9 +51,12 @@ def _k8s_parse_quantity() -> Callable[[str], Decimal]:
     if package is None or not package.submodule_search_locations:
         raise ImportError("the kubernetes client package is not installed")
     path = Path(list(package.submodule_search_locations)[0]) / "utils" / "quantity.py"
-    spec = importlib.util.spec_from_file_location("kso._kubernetes_quantity", path)
+    spec = importlib.util.spec_from_file_location("kso._kubernetes_quantity", path) if path.is_file() else None
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
+        # A client release that moved the module: take the slow, supported import rather than fail.
+        from kubernetes.utils.quantity import parse_quantity
+
+        return parse_quantity  # type: ignore[no-any-return]
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.parse_quantity  # type: ignore[no-any-return]
