@@ -105,6 +105,8 @@ class MigrationOptions:
     workers: int = 2
     seed: int = 0
     repair_rounds: int = 3
+    # above this many class x node pairs only a neighbourhood moves (see _neighbourhood)
+    full_model_limit: int = 20_000
 
 
 @dataclass(slots=True)
@@ -424,14 +426,17 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
                          np.iinfo(np.int64).max)
     ub = np.minimum(per_r.min(axis=2), comp.counts[:, None])
     ub = np.where(rules, np.maximum(ub, x_cur), x_cur)  # a pod may always stay where it is
+    lb = _neighbourhood(ctx, over_rn.any(axis=0), options)
+    if lb is not None:
+        ub = np.where((lb == x_cur).all(axis=1)[:, None], x_cur, ub)  # a class with no pod free to leave stays put
 
-    pm = PlacementModel(comp, ub)
+    pm = PlacementModel(comp, ub, lb)
     model, xs, by_node = pm.model, pm.x, pm.by_node
     for ci in range(n_c):
         model.add(sum(pm.by_class[ci]) == int(comp.counts[ci]))
 
     moved: dict[tuple[int, int], Any] = {}
-    for ci, ni in zip(*np.nonzero(x_cur), strict=True):
+    for ci, ni in zip(*np.nonzero(x_cur if lb is None else x_cur - lb), strict=True):
         m = model.new_int_var(0, int(x_cur[ci, ni]), f"m{ci}_{ni}")
         model.add(m >= int(x_cur[ci, ni]) - xs[(ci, ni)])
         moved[(ci, ni)] = m
@@ -539,6 +544,28 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
     if name not in ("OPTIMAL", "FEASIBLE"):
         return None, name, math.nan, math.nan
     return pm.values(solver), name, solver.objective_value, solver.best_objective_bound
+
+
+# A large model (classes x nodes above ``full_model_limit``) does not get past CP-SAT's presolve within a
+# re-optimisation's time limit (measured: 337 classes x 89 nodes, 5 s: only the no-move hint). With a
+# move budget of M pods, a node can be emptied only if it holds at most M movable pods, and risk moves
+# start on nodes over their bound: only those nodes give pods up (every other count may only grow), so
+# only the classes on them have free variables. Chains (a pod moved off a full node to make room for
+# another) are out of reach of this neighbourhood; the full model, on smaller problems, sees them.
+# Returns the lower bound of x (None: the full model).
+def _neighbourhood(ctx: _Context, over_any: np.ndarray, options: MigrationOptions) -> np.ndarray | None:
+    comp, x_cur = ctx.comp, ctx.x_cur
+    if comp.n_classes * comp.n_nodes <= options.full_model_limit:
+        return None
+    held = x_cur.sum(axis=0)
+    sources = over_any & (held > 0)
+    if options.limits.max_moves is None:
+        sources |= held > 0
+    elif options.policy != "none":
+        sources |= (held > 0) & (held <= options.limits.max_moves) & ~ctx.anchored
+    ctx.notes.append(f"large model ({comp.n_classes} classes x {comp.n_nodes} nodes): pods leave only the "
+                     f"{int(sources.sum())} nodes over their bound or small enough to empty")
+    return np.where(sources[None, :], 0, x_cur)
 
 
 def _moves(ctx: _Context, over_before: np.ndarray) -> list[Move]:
