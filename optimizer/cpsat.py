@@ -1,7 +1,8 @@
 """The one CP-SAT model builder both solves use (``optimizer.model`` for new pods, ``optimizer.migration``
 for moves): integer counts x[c, n] of each class on each node, and the rows every placement model has.
 
-    x[c, n] in 0..ub[c, n]                              only where ub > 0 (rules allow it, a pod fits)
+    x[c, n] in lb[c, n]..ub[c, n]                       only where ub > 0 (rules allow it, a pod fits); lb is 0
+                                                        unless the caller fixes part of a placement
     fit     sum_c req[c, r] x[c, n] <= cap[n, r] * y[n]  every resource r (cpu, memory, pods, extended)
     safe    sum_c a[r, c, n] x[c, n] <= budget[r, n] * y[n]   r in (cpu, memory): the linearised chance
                                                         constraint of optimizer.chance
@@ -23,7 +24,7 @@ LARGE_MODEL_PAIRS = 20_000
 
 
 class PlacementModel:
-    def __init__(self, comp: Compiled, ub: np.ndarray) -> None:
+    def __init__(self, comp: Compiled, ub: np.ndarray, lb: np.ndarray | None = None) -> None:
         self.comp = comp
         self.ub = ub
         self.model = cp_model.CpModel()
@@ -31,7 +32,8 @@ class PlacementModel:
         self.by_node: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in range(comp.n_nodes)]
         self.by_class: list[list[cp_model.IntVar]] = [[] for _ in range(comp.n_classes)]
         for ci, ni in zip(*np.nonzero(ub), strict=True):
-            v = self.model.new_int_var(0, int(ub[ci, ni]), f"x{ci}_{ni}")
+            low = 0 if lb is None else int(lb[ci, ni])
+            v = self.model.new_int_var(low, int(ub[ci, ni]), f"x{ci}_{ni}")
             self.x[(int(ci), int(ni))] = v
             self.by_node[ni].append((int(ci), v))
             self.by_class[ci].append(v)

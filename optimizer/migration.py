@@ -39,7 +39,6 @@ Approximations (said here once):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -48,14 +47,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 from ortools.sat.python import cp_model
 
 from forecasting.types import NodeForecast
 from kso.cluster import ClusterState
 from kso.objects import PodInfo
 from kso.placement import rule_violation
-from kso.resources import CPU, MEMORY
 from optimizer.chance import beta_max_mean
 from optimizer.compiled import (
     POLICIES,
@@ -70,15 +67,16 @@ from optimizer.compiled import (
 )
 from optimizer.cpsat import PlacementModel
 from optimizer.inputs import DEFAULT_COST_KEY, problem_from_state
-from optimizer.plan import PlacementPlan, PlanClass, PlanNodeInfo
+from optimizer.migration_result import MigrationContext, MigrationResult, Move, NodeOutcome, moves_of, outcomes
+from optimizer.plan import PlacementPlan
 from optimizer.planner import ProtectedSolver, SolverDied
 from optimizer.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key, request_usage
 
 log = logging.getLogger("kso.optimizer.migration")
+__all__ = ["MIGRATION_POLICIES", "MigrationOptions", "MigrationResult", "Move", "MoveLimits", "NodeOutcome", "plan_migration"]
 
 MIGRATION_POLICIES = (*POLICIES, "none")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-RISK, POLICY = "risk", "policy"
 
 
 @dataclass(slots=True)
@@ -105,67 +103,8 @@ class MigrationOptions:
     workers: int = 2
     seed: int = 0
     repair_rounds: int = 3
-
-
-@dataclass(slots=True)
-class Move:
-    pod: str
-    namespace: str
-    uid: str
-    from_node: str
-    to_node: str
-    reason: str  # "risk" (the source node is over its safe bound) | "policy"
-    class_key: str
-    priority: int = 0
-
-
-@dataclass(slots=True)
-class NodeOutcome:
-    name: str
-    pods_before: int
-    pods_after: int
-    mean_before: dict[str, float]  # forecast mean load / allocatable, per LOAD_RESOURCES
-    mean_after: dict[str, float]
-    risk_before: float  # max over resources of P(util > U*), exact rule
-    risk_after: float
-    over_before: bool
-    over_after: bool
-    in_use_before: bool
-    in_use_after: bool
-    moved_out: int = 0
-    moved_in: int = 0
-
-
-@dataclass
-class MigrationResult:
-    moves: list[Move]
-    nodes: list[NodeOutcome]
-    plan: PlacementPlan  # target slots of every move
-    status: str
-    objective: float
-    bound: float
-    wall_s: float
-    candidates: int  # movable pods the model could move
-    policy: str
-    u_star: float
-    eps: float
-    notes: list[str] = field(default_factory=list)
-    _ctx: Any = field(default=None, repr=False)
-
-    @property
-    def over_before(self) -> list[str]:
-        return [n.name for n in self.nodes if n.over_before]
-
-    @property
-    def over_after(self) -> list[str]:
-        return [n.name for n in self.nodes if n.over_after]
-
-    def nodes_in_use(self) -> tuple[int, int]:
-        return sum(n.in_use_before for n in self.nodes), sum(n.in_use_after for n in self.nodes)
-
-    def plan_for(self, moves: list[Move], now: float | None = None) -> PlacementPlan:
-        """The target plan of a subset of the moves (e.g. the evictions that succeeded)."""
-        return _target_plan(self._ctx, moves, now)
+    # above this many class x node pairs only a neighbourhood moves (see _neighbourhood)
+    full_model_limit: int = 20_000
 
 
 def counts_for_emptiness(pod: PodInfo) -> bool:
@@ -173,28 +112,6 @@ def counts_for_emptiness(pod: PodInfo) -> bool:
     return pod.owner_kind != "DaemonSet" and MIRROR_ANNOTATION not in pod.annotations
 
 
-@dataclass
-class _Context:
-    problem: PlacementProblem
-    comp: Compiled
-    plan_keys: list[str]  # per internal class: the class key the extender computes for its pods
-    namespaces: list[str]
-    members: list[dict[int, list[PodInfo]]]  # per class: node index -> movable pods there
-    x_cur: np.ndarray
-    x_new: np.ndarray
-    anchored: np.ndarray
-    risk_after: np.ndarray
-    headroom_after: np.ndarray
-    policy: str
-    status: str
-    objective: float
-    bound: float
-    wall_s: float
-    notes: list[str]
-
-
-# Long on purpose: the problem as the module docstring states it (classes per namespace, nodes keeping
-# the pods that stay), then the solve and its outcome, in one readable pass.
 def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float, eps: float,
                    movable: list[PodInfo], options: MigrationOptions | None = None, *,
                    class_usage: dict[str, UsageModel] | None = None, cost_key: str = DEFAULT_COST_KEY,
@@ -212,62 +129,9 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
                                  class_usage=class_usage, now=now)
     index = {n.name: i for i, n in enumerate(problem.nodes)}
     notes: list[str] = []
-    movable_uids = set()
-    by_class: dict[tuple[str, str], list[PodInfo]] = defaultdict(list)
-    outside = 0
-    for pod in movable:
-        if not pod.node_name or pod.terminal or pod.uid in movable_uids:
-            continue
-        if pod.node_name not in index:
-            outside += 1
-            continue
-        movable_uids.add(pod.uid)
-        by_class[(class_key(pod), pod.namespace)].append(pod)
-    if outside:
-        notes.append(f"{outside} movable pods are on nodes that are not ready or unknown; left alone")
-
-    # Classes: one per (class key, namespace), so the per-namespace limit is exact even for ownerless
-    # "shape@" classes; the plan merges them back under the key the extender computes.
-    classes: list[WorkloadClass] = []
-    plan_keys: list[str] = []
-    namespaces: list[str] = []
-    members: list[dict[int, list[PodInfo]]] = []
-    class_usage = class_usage or {}
-    seen_keys: set[str] = set()
-    for (key, ns), pods in sorted(by_class.items()):
-        ex = pods[0]
-        model = class_usage.get(key) or request_usage(ex.requests)
-        internal = key if key not in seen_keys else f"{key}~{ns}"
-        seen_keys.add(internal)
-        classes.append(WorkloadClass(internal, dict(ex.requests), len(pods), model, ex, [p.uid for p in pods]))
-        plan_keys.append(key)
-        namespaces.append(ns)
-        where: dict[int, list[PodInfo]] = defaultdict(list)
-        for p in sorted(pods, key=lambda p: (p.priority, p.name)):
-            where[index[p.node_name]].append(p)
-        members.append(dict(where))
-
-    # Nodes: only the pods that stay count as requests; their load is the forecast minus the movable
-    # pods' usage (the model adds back whatever stays or arrives).
-    anchored = np.zeros(len(problem.nodes), dtype=bool)
-    for ni, node in enumerate(problem.nodes):
-        requested: dict[str, float] = {}
-        for p in state.pods_on(node.name):
-            if p.uid in movable_uids:
-                continue
-            for r, v in p.requests.items():
-                requested[r] = requested.get(r, 0.0) + v
-            anchored[ni] |= counts_for_emptiness(p)
-        node.requested = requested
-        node.has_pods = bool(anchored[ni])
-        for r in LOAD_RESOURCES:
-            load = node.load.get(r)
-            if load is None or not math.isfinite(load.mean):
-                continue  # no forecast: compile_problem takes the requests of the pods that stay
-            out_mean = sum(wc.usage.mean.get(r, 0.0) * len(members[ci].get(ni, ())) for ci, wc in enumerate(classes))
-            out_var = sum(wc.usage.std.get(r, 0.0) ** 2 * len(members[ci].get(ni, ())) for ci, wc in enumerate(classes))
-            std = load.std if math.isfinite(load.std) else 0.0
-            node.load[r] = NodeLoad(load.mean - out_mean, math.sqrt(max(std * std - out_var, 0.0)))
+    by_class = _movable_by_class(movable, index, notes)
+    classes, plan_keys, namespaces, members = _classes(by_class, index, class_usage or {})
+    anchored = _keep_staying_pods(state, problem, classes, members, {p.uid for pods in by_class.values() for p in pods})
     problem.classes = classes
     comp = compile_problem(problem)
     x_cur = np.zeros((comp.n_classes, comp.n_nodes), dtype=np.int64)
@@ -275,7 +139,7 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
         for ni, pods in where.items():
             x_cur[ci, ni] = len(pods)
 
-    ctx = _Context(problem, comp, plan_keys, namespaces, members, x_cur, x_cur.copy(), anchored,
+    ctx = MigrationContext(problem, comp, plan_keys, namespaces, members, x_cur, x_cur.copy(), anchored,
                    np.zeros((2, comp.n_nodes)), np.zeros((2, comp.n_nodes)), options.policy, "NO_MOVES", 0.0, 0.0,
                    0.0, notes)
     risk_before, _, mean_before, _ = evaluate(comp, x_cur, u_star)
@@ -299,13 +163,83 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
         notes.append(f"over their safe bound with no movable pod: {', '.join(unfixable[:10])}"
                      + (f" (+{len(unfixable) - 10})" if len(unfixable) > 10 else ""))
     ctx.wall_s = time.perf_counter() - t0
-    moves = _moves(ctx, over_rn.any(axis=0))
-    outcomes = _outcomes(ctx, state, risk_before, mean_before, mean_after, over_rn.any(axis=0), moves)
-    result = MigrationResult(moves, outcomes, PlacementPlan("", 0, "binpack", "", 0, 0, 0, u_star, eps, 0, {}, {}, {}),
+    moves = moves_of(ctx, over_rn.any(axis=0))
+    rows = outcomes(ctx, state, risk_before, mean_before, mean_after, over_rn.any(axis=0), moves)
+    result = MigrationResult(moves, rows, PlacementPlan("", 0, "binpack", "", 0, 0, 0, u_star, eps, 0, {}, {}, {}),
                              ctx.status, ctx.objective, ctx.bound, ctx.wall_s, int(x_cur.sum()), options.policy, u_star,
                              eps, notes, ctx)
     result.plan = result.plan_for(moves)
     return result
+
+
+def _movable_by_class(movable: list[PodInfo], index: dict[str, int],
+                      notes: list[str]) -> dict[tuple[str, str], list[PodInfo]]:
+    """The movable pods on ready nodes, once each, by (class key, namespace)."""
+    seen: set[str] = set()
+    by_class: dict[tuple[str, str], list[PodInfo]] = defaultdict(list)
+    outside = 0
+    for pod in movable:
+        if not pod.node_name or pod.terminal or pod.uid in seen:
+            continue
+        if pod.node_name not in index:
+            outside += 1
+            continue
+        seen.add(pod.uid)
+        by_class[(class_key(pod), pod.namespace)].append(pod)
+    if outside:
+        notes.append(f"{outside} movable pods are on nodes that are not ready or unknown; left alone")
+    return by_class
+
+
+def _classes(by_class: dict[tuple[str, str], list[PodInfo]], index: dict[str, int], class_usage: dict[str, UsageModel],
+             ) -> tuple[list[WorkloadClass], list[str], list[str], list[dict[int, list[PodInfo]]]]:
+    """One class per (class key, namespace), so the per-namespace limit is exact even for ownerless
+    "shape@" classes; the plan merges them back under the key the extender computes. Returns the classes,
+    their plan keys, namespaces and members (node index -> movable pods there, lowest priority first)."""
+    classes: list[WorkloadClass] = []
+    plan_keys: list[str] = []
+    namespaces: list[str] = []
+    members: list[dict[int, list[PodInfo]]] = []
+    seen_keys: set[str] = set()
+    for (key, ns), pods in sorted(by_class.items()):
+        ex = pods[0]
+        model = class_usage.get(key) or request_usage(ex.requests)
+        internal = key if key not in seen_keys else f"{key}~{ns}"
+        seen_keys.add(internal)
+        classes.append(WorkloadClass(internal, dict(ex.requests), len(pods), model, ex, [p.uid for p in pods]))
+        plan_keys.append(key)
+        namespaces.append(ns)
+        where: dict[int, list[PodInfo]] = defaultdict(list)
+        for p in sorted(pods, key=lambda p: (p.priority, p.name)):
+            where[index[p.node_name]].append(p)
+        members.append(dict(where))
+    return classes, plan_keys, namespaces, members
+
+
+def _keep_staying_pods(state: ClusterState, problem: PlacementProblem, classes: list[WorkloadClass],
+                       members: list[dict[int, list[PodInfo]]], movable_uids: set[str]) -> np.ndarray:
+    """Nodes keep only the pods that stay, as requests; their load is the forecast minus the movable pods'
+    usage (the model adds back whatever stays or arrives). Returns which nodes stay in use whatever moves."""
+    anchored = np.zeros(len(problem.nodes), dtype=bool)
+    for ni, node in enumerate(problem.nodes):
+        requested: dict[str, float] = {}
+        for p in state.pods_on(node.name):
+            if p.uid in movable_uids:
+                continue
+            for r, v in p.requests.items():
+                requested[r] = requested.get(r, 0.0) + v
+            anchored[ni] |= counts_for_emptiness(p)
+        node.requested = requested
+        node.has_pods = bool(anchored[ni])
+        for r in LOAD_RESOURCES:
+            load = node.load.get(r)
+            if load is None or not math.isfinite(load.mean):
+                continue  # no forecast: compile_problem takes the requests of the pods that stay
+            out_mean = sum(wc.usage.mean.get(r, 0.0) * len(members[ci].get(ni, ())) for ci, wc in enumerate(classes))
+            out_var = sum(wc.usage.std.get(r, 0.0) ** 2 * len(members[ci].get(ni, ())) for ci, wc in enumerate(classes))
+            std = load.std if math.isfinite(load.std) else 0.0
+            node.load[r] = NodeLoad(load.mean - out_mean, math.sqrt(max(std * std - out_var, 0.0)))
+    return anchored
 
 
 def _align_budgets(comp: Compiled, x: np.ndarray, over_rn: np.ndarray, u_star: float, eps: float) -> None:
@@ -337,13 +271,13 @@ def _rules_ok(problem: PlacementProblem) -> np.ndarray:
     return ok
 
 
-def _solved(options: MigrationOptions, ctx: _Context, over_rn: np.ndarray) -> _Context:
+def _solved(options: MigrationOptions, ctx: MigrationContext, over_rn: np.ndarray) -> MigrationContext:
     """_solve as the protected solver's child runs it: the context comes back with the result."""
     _solve(ctx, over_rn, options)
     return ctx
 
 
-def _solve(ctx: _Context, over_rn: np.ndarray, options: MigrationOptions) -> None:
+def _solve(ctx: MigrationContext, over_rn: np.ndarray, options: MigrationOptions) -> None:
     comp, x_cur, u_star, eps = ctx.comp, ctx.x_cur, ctx.problem.u_star, ctx.problem.eps
     rules = _rules_ok(ctx.problem)
     deadline = time.perf_counter() + options.time_limit_s
@@ -388,7 +322,7 @@ def _exact_violations(risk: np.ndarray, risk_before: np.ndarray, allowed_over: n
     return worse & gained & (cap > 0)
 
 
-def _undo_into(ctx: _Context, bad: np.ndarray, risk_before: np.ndarray, allowed_over: np.ndarray) -> int:
+def _undo_into(ctx: MigrationContext, bad: np.ndarray, risk_before: np.ndarray, allowed_over: np.ndarray) -> int:
     """Last resort: send pods back from nodes the exact rule rejects, one at a time."""
     comp, x, x_cur, u_star, eps = ctx.comp, ctx.x_new, ctx.x_cur, ctx.problem.u_star, ctx.problem.eps
     undone = 0
@@ -410,37 +344,76 @@ def _policy_unit(policy: str) -> int:
     return 1000 if policy == "load-balance" else 100
 
 
-# Long on purpose: one CP-SAT model whose rows read top to bottom in the order the module docstring lists
-# them (variables, moves and limits, fit and safe rows, policy term, objective, hint).
-def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: MigrationOptions,
+def _solve_once(ctx: MigrationContext, rules: np.ndarray, over_rn: np.ndarray, options: MigrationOptions,
                 time_limit_s: float) -> tuple[np.ndarray | None, str, float, float]:
+    """One CP-SAT model, its rows in the order the module docstring lists them: variables (the shared
+    builder, optimizer.cpsat), moves and limits, fit and safe rows, policy term, objective, hint."""
     comp, x_cur = ctx.comp, ctx.x_cur
-    n_c, n_n = comp.n_classes, comp.n_nodes
     policy = "binpack" if options.policy == "a-binpack" else options.policy  # a-binpack: nodes in use, see below
-    held = np.einsum("cr,cn->nr", comp.req, x_cur)
-    cap_fit = np.maximum(comp.free, held)
+    cap_fit = np.maximum(comp.free, np.einsum("cr,cn->nr", comp.req, x_cur))
+    ub, lb = _count_bounds(ctx, rules, over_rn, options, cap_fit)
+    pm = PlacementModel(comp, ub, lb)
+    for ci in range(comp.n_classes):
+        pm.model.add(sum(pm.by_class[ci]) == int(comp.counts[ci]))
+    moved = _move_rows(ctx, pm, lb, options.limits)
+    over_vars, excess_terms, e_max_total, hint = _fit_and_safe_rows(ctx, pm, over_rn, cap_fit)
+    unit = _policy_unit(policy)
+    policy_terms, p_max = _policy_terms(ctx, pm, policy, unit, ub, hint)
+
+    all_moved = list(moved.values())
+    lim = options.limits
+    move_cost = int(round(options.move_cost * unit)) if policy != "none" else 1
+    move_cost = max(move_cost, 1)
+    m_max = int(x_cur.sum()) if lim.max_moves is None else min(int(x_cur.sum()), lim.max_moves)
+    w_excess = p_max + move_cost * m_max + 1
+    w_over = w_excess * (e_max_total + 1)
+    objective = (w_over * sum(over_vars) + w_excess * sum(excess_terms)
+                 + cp_model.LinearExpr.weighted_sum([v for v, _ in policy_terms], [w for _, w in policy_terms])
+                 + move_cost * sum(all_moved))
+
+    # Hint: nothing moves (always feasible).
+    for (ci, ni), v in pm.x.items():
+        pm.model.add_hint(v, int(x_cur[ci, ni]))
+    for m in all_moved:
+        pm.model.add_hint(m, 0)
+    for v, val in hint:
+        pm.model.add_hint(v, val)
+
+    # No relative gap: the objective's weights are lexicographic, a 1 % gap could hide every policy gain.
+    solver, name = pm.solve(objective, time_limit_s, options.workers, options.seed, 0.0)
+    if name not in ("OPTIMAL", "FEASIBLE"):
+        return None, name, math.nan, math.nan
+    return pm.values(solver), name, solver.objective_value, solver.best_objective_bound
+
+
+def _count_bounds(ctx: MigrationContext, rules: np.ndarray, over_rn: np.ndarray, options: MigrationOptions,
+                  cap_fit: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bounds of x[c, n]: at most what fits the node's room (at least what is there: a pod may always stay
+    where it is), on nodes the rules allow; at least what the neighbourhood keeps (large models)."""
+    comp, x_cur = ctx.comp, ctx.x_cur
     with np.errstate(divide="ignore"):
         per_r = np.where(comp.req[:, None, :] > 0, cap_fit[None, :, :] // np.maximum(comp.req[:, None, :], 1),
                          np.iinfo(np.int64).max)
     ub = np.minimum(per_r.min(axis=2), comp.counts[:, None])
-    ub = np.where(rules, np.maximum(ub, x_cur), x_cur)  # a pod may always stay where it is
+    ub = np.where(rules, np.maximum(ub, x_cur), x_cur)
+    lb = _neighbourhood(ctx, over_rn.any(axis=0), options)
+    if lb is not None:
+        ub = np.where((lb == x_cur).all(axis=1)[:, None], x_cur, ub)  # a class with no pod free to leave stays put
+    return ub, lb
 
-    pm = PlacementModel(comp, ub)
-    model, xs, by_node = pm.model, pm.x, pm.by_node
-    for ci in range(n_c):
-        model.add(sum(pm.by_class[ci]) == int(comp.counts[ci]))
 
+def _move_rows(ctx: MigrationContext, pm: PlacementModel, lb: np.ndarray | None, lim: MoveLimits) -> dict[tuple[int, int], Any]:
+    """moved[c, n] >= x_cur[c, n] - x[c, n] where pods may leave, and the eviction limits on them."""
+    x_cur, model = ctx.x_cur, pm.model
     moved: dict[tuple[int, int], Any] = {}
-    for ci, ni in zip(*np.nonzero(x_cur), strict=True):
+    for ci, ni in zip(*np.nonzero(x_cur if lb is None else x_cur - lb), strict=True):
         m = model.new_int_var(0, int(x_cur[ci, ni]), f"m{ci}_{ni}")
-        model.add(m >= int(x_cur[ci, ni]) - xs[(ci, ni)])
+        model.add(m >= int(x_cur[ci, ni]) - pm.x[(ci, ni)])
         moved[(ci, ni)] = m
-    all_moved = list(moved.values())
-    lim = options.limits
     if lim.max_moves is not None:
-        model.add(sum(all_moved) <= lim.max_moves)
+        model.add(sum(moved.values()) <= lim.max_moves)
     if lim.max_per_node is not None:
-        for ni in range(n_n):
+        for ni in range(ctx.comp.n_nodes):
             out = [m for (c, n), m in moved.items() if n == ni]
             if len(out) and int(x_cur[:, ni].sum()) > lim.max_per_node:
                 model.add(sum(out) <= lim.max_per_node)
@@ -449,16 +422,22 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
             out = [m for (c, n), m in moved.items() if ctx.namespaces[c] == ns]
             if sum(int(x_cur[c, n]) for (c, n) in moved if ctx.namespaces[c] == ns) > lim.max_per_namespace:
                 model.add(sum(out) <= lim.max_per_namespace)
+    return moved
 
-    # Fit and the safe bound, per node.
+
+def _fit_and_safe_rows(ctx: MigrationContext, pm: PlacementModel, over_rn: np.ndarray, cap_fit: np.ndarray,
+                       ) -> tuple[list[Any], list[Any], int, list[tuple[Any, int]]]:
+    """Fit per node; the safe bound, hard on node-resources under it now, soft over it: excess e within
+    what it is now, o = 1 while over, ep = the excess per mille of the bound. Returns the o variables, the
+    ep terms, their total range and the no-move values of the new variables (hint)."""
+    comp, model = ctx.comp, pm.model
     over_vars: list[Any] = []
     excess_terms: list[Any] = []
     e_max_total = 0
-    load_cur = np.einsum("rcn,cn->rn", comp.a, x_cur)
-    hint_e: list[tuple[Any, int]] = []
-    for ni in range(n_n):
-        terms = by_node[ni]
-        if not terms:
+    load_cur = np.einsum("rcn,cn->rn", comp.a, ctx.x_cur)
+    hint: list[tuple[Any, int]] = []
+    for ni in range(comp.n_nodes):
+        if not pm.by_node[ni]:
             continue
         pm.add_fit(ni, cap_fit[ni])
         o = None
@@ -474,7 +453,7 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
             if o is None:
                 o = model.new_bool_var(f"o{ni}")
                 over_vars.append(o)
-                hint_e.append((o, 1))
+                hint.append((o, 1))
             model.add(e <= e_cur * o)
             cap_i = max(int(comp.bound_cap[ri, ni]), 1)
             ep_max = -(-T_MAX * e_cur // cap_i)
@@ -482,30 +461,34 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
             model.add(T_MAX * e <= cap_i * ep)
             excess_terms.append(ep)
             e_max_total += ep_max
-            hint_e += [(e, e_cur), (ep, ep_max)]
+            hint += [(e, e_cur), (ep, ep_max)]
+    return over_vars, excess_terms, e_max_total, hint
 
-    # Policy term.
-    unit = _policy_unit(policy)
-    policy_terms: list[tuple[Any, int]] = []
+
+def _policy_terms(ctx: MigrationContext, pm: PlacementModel, policy: str, unit: int, ub: np.ndarray,
+                  hint: list[tuple[Any, int]]) -> tuple[list[tuple[Any, int]], int]:
+    """The policy's (variable, weight) terms and their maximum; appends the no-move values to ``hint``.
+    binpack / consolidate / cost: y[n] = 1 while a node not anchored keeps pods, weighted per node;
+    load-balance: sum_n |t_n - mean| of the load index t_n (per mille of the node's bound, max over cpu and
+    memory), the mean taken from the current placement (moves keep the total); none: no term."""
+    comp, model, by_node = ctx.comp, pm.model, pm.by_node
+    terms: list[tuple[Any, int]] = []
     p_max = 0
-    hint_y: list[tuple[Any, int]] = []
     if policy in ("binpack", "consolidate", "cost"):
         weights = node_weights(comp, policy, unit)
-        for ni in range(n_n):
+        for ni in range(comp.n_nodes):
             if ctx.anchored[ni] or not by_node[ni]:
                 continue
             y = model.new_bool_var(f"y{ni}")
             for ci, v in by_node[ni]:
                 model.add(v <= int(ub[ci, ni]) * y)
-            policy_terms.append((y, int(weights[ni])))
+            terms.append((y, int(weights[ni])))
             p_max += int(weights[ni])
-            hint_y.append((y, int(x_cur[:, ni].any())))
+            hint.append((y, int(ctx.x_cur[:, ni].any())))
     elif policy == "load-balance":
-        # Spread: sum_n |t_n - mean| of the load index t_n (per mille of the node's bound, max over
-        # cpu and memory), the mean taken from the current placement (moves keep the total).
-        index_now = load_index(comp, x_cur).max(axis=0)
+        index_now = load_index(comp, ctx.x_cur).max(axis=0)
         t_vars = []
-        for ni in range(n_n):
+        for ni in range(comp.n_nodes):
             if not by_node[ni]:
                 continue
             t_n = model.new_int_var(0, T_CEIL, f"t{ni}")
@@ -513,100 +496,30 @@ def _solve_once(ctx: _Context, rules: np.ndarray, over_rn: np.ndarray, options: 
             t_vars.append((ni, t_n))
         mean_t = int(np.mean([index_now[ni] for ni, _ in t_vars])) if t_vars else 0
         for d in pm.abs_deviations([t for _, t in t_vars], mean_t, T_CEIL, "d"):
-            policy_terms.append((d, 1))
+            terms.append((d, 1))
             p_max += T_CEIL
-    # "none": no policy term, only risk moves.
-
-    move_cost = int(round(options.move_cost * unit)) if policy != "none" else 1
-    move_cost = max(move_cost, 1)
-    m_max = int(x_cur.sum()) if lim.max_moves is None else min(int(x_cur.sum()), lim.max_moves)
-    w_excess = p_max + move_cost * m_max + 1
-    w_over = w_excess * (e_max_total + 1)
-    objective = (w_over * sum(over_vars) + w_excess * sum(excess_terms)
-                 + cp_model.LinearExpr.weighted_sum([v for v, _ in policy_terms], [w for _, w in policy_terms])
-                 + move_cost * sum(all_moved))
-
-    # Hint: nothing moves (always feasible).
-    for (ci, ni), v in xs.items():
-        model.add_hint(v, int(x_cur[ci, ni]))
-    for m in all_moved:
-        model.add_hint(m, 0)
-    for v, val in hint_e + hint_y:
-        model.add_hint(v, val)
-
-    # No relative gap: the objective's weights are lexicographic, a 1 % gap could hide every policy gain.
-    solver, name = pm.solve(objective, time_limit_s, options.workers, options.seed, 0.0)
-    if name not in ("OPTIMAL", "FEASIBLE"):
-        return None, name, math.nan, math.nan
-    return pm.values(solver), name, solver.objective_value, solver.best_objective_bound
+    return terms, p_max
 
 
-def _moves(ctx: _Context, over_before: np.ndarray) -> list[Move]:
-    comp, x, x_cur = ctx.comp, ctx.x_new, ctx.x_cur
-    moves: list[Move] = []
-    for ci in range(comp.n_classes):
-        leave = x_cur[ci] - x[ci]
-        evicted: list[tuple[PodInfo, int]] = []
-        for ni in np.nonzero(leave > 0)[0]:
-            # Risk sources first; within a node the lowest priority, then by name.
-            evicted += [(p, int(ni)) for p in ctx.members[ci][int(ni)][: int(leave[ni])]]
-        evicted.sort(key=lambda pn: (not over_before[pn[1]], pn[0].priority, pn[0].name))
-        targets = [int(ni) for ni in np.nonzero(leave < 0)[0] for _ in range(int(-leave[ni]))]
-        for (pod, src), dst in zip(evicted, targets, strict=True):
-            moves.append(Move(pod.name, pod.namespace, pod.uid, comp.node_names[src], comp.node_names[dst],
-                              RISK if over_before[src] else POLICY, ctx.plan_keys[ci], pod.priority))
-    moves.sort(key=lambda m: (m.reason != RISK, m.from_node, m.namespace, m.pod))
-    return moves
+# A large model (classes x nodes above ``full_model_limit``) does not get past CP-SAT's presolve within a
+# re-optimisation's time limit (measured: 337 classes x 89 nodes, 5 s: only the no-move hint). With a
+# move budget of M pods, a node can be emptied only if it holds at most M movable pods, and risk moves
+# start on nodes over their bound: only those nodes give pods up (every other count may only grow), so
+# only the classes on them have free variables. Chains (a pod moved off a full node to make room for
+# another) are out of reach of this neighbourhood; the full model, on smaller problems, sees them.
+# Returns the lower bound of x (None: the full model).
+def _neighbourhood(ctx: MigrationContext, over_any: np.ndarray, options: MigrationOptions) -> np.ndarray | None:
+    comp, x_cur = ctx.comp, ctx.x_cur
+    if comp.n_classes * comp.n_nodes <= options.full_model_limit:
+        return None
+    held = x_cur.sum(axis=0)
+    sources = over_any & (held > 0)
+    if options.limits.max_moves is None:
+        sources |= held > 0
+    elif options.policy != "none":
+        sources |= (held > 0) & (held <= options.limits.max_moves) & ~ctx.anchored
+    ctx.notes.append(f"large model ({comp.n_classes} classes x {comp.n_nodes} nodes): pods leave only the "
+                     f"{int(sources.sum())} nodes over their bound or small enough to empty")
+    return np.where(sources[None, :], 0, x_cur)
 
 
-def _outcomes(ctx: _Context, state: ClusterState, risk_before: np.ndarray, mean_before: np.ndarray,
-              mean_after: np.ndarray, over_before: np.ndarray, moves: list[Move]) -> list[NodeOutcome]:
-    comp, eps = ctx.comp, ctx.problem.eps
-    out_n: dict[str, int] = defaultdict(int)
-    in_n: dict[str, int] = defaultdict(int)
-    for m in moves:
-        out_n[m.from_node] += 1
-        in_n[m.to_node] += 1
-    rows = []
-    for ni, name in enumerate(comp.node_names):
-        pods = len(state.pods_on(name))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            before = {r: float(max(mean_before[ri, ni], 0.0) / comp.cap[ri, ni]) if comp.cap[ri, ni] > 0 else math.nan
-                      for ri, r in enumerate(LOAD_RESOURCES)}
-            after = {r: float(max(mean_after[ri, ni], 0.0) / comp.cap[ri, ni]) if comp.cap[ri, ni] > 0 else math.nan
-                     for ri, r in enumerate(LOAD_RESOURCES)}
-        r_before = float(risk_before[:, ni].max())
-        r_after = float(ctx.risk_after[:, ni].max())
-        rows.append(NodeOutcome(
-            name, pods, pods - out_n[name] + in_n[name], before, after, r_before, r_after,
-            bool(over_before[ni]), bool(((ctx.risk_after[:, ni] > eps + 1e-9) & (comp.cap[:, ni] > 0)).any()),
-            bool(ctx.anchored[ni] or ctx.x_cur[:, ni].any()), bool(ctx.anchored[ni] or ctx.x_new[:, ni].any()),
-            out_n[name], in_n[name]))
-    return rows
-
-
-def _target_plan(ctx: _Context, moves: list[Move], now: float | None = None) -> PlacementPlan:
-    """A PlacementPlan whose slots are the moves' targets: the extender sends each replacement pod of a
-    class to a node with a free slot, and the pods bound now (the baseline) take none."""
-    now = time.time() if now is None else now
-    comp, problem = ctx.comp, ctx.problem
-    requests = {ctx.plan_keys[ci]: dict(c.requests) for ci, c in enumerate(problem.classes)}
-    classes: dict[str, PlanClass] = {}
-    for m in moves:
-        pc = classes.setdefault(m.class_key, PlanClass(requests.get(m.class_key, {}), 0, 0, {}))
-        pc.count += 1
-        pc.slots[m.to_node] = pc.slots.get(m.to_node, 0) + 1
-    nodes = {}
-    for ni, name in enumerate(comp.node_names):
-        nodes[name] = PlanNodeInfo({CPU: float(ctx.headroom_after[0, ni]), MEMORY: float(ctx.headroom_after[1, ni])},
-                                   {CPU: float(ctx.risk_after[0, ni]), MEMORY: float(ctx.risk_after[1, ni])},
-                                   bool(ctx.anchored[ni] or ctx.x_new[:, ni].any()))
-    body = orjson.dumps({k: c.slots for k, c in classes.items()}, option=orjson.OPT_SORT_KEYS)
-    plan_id = hashlib.sha1(body + str(now).encode()).hexdigest()[:12]
-    policy = ctx.policy if ctx.policy in POLICIES else "binpack"
-    notes = [f"kso reoptimize: target slots of {len(moves)} evicted pods", *ctx.notes]
-    if ctx.policy not in POLICIES:
-        notes.append(f"policy {ctx.policy}: risk moves only (recorded as {policy})")
-    return PlacementPlan(plan_id, now, policy, ctx.status, ctx.objective, ctx.bound, math.nan, problem.u_star,
-                         problem.eps, ctx.wall_s, dict(problem.input_ages), classes, nodes,
-                         list(problem.baseline_pods), notes)

@@ -537,3 +537,21 @@ def test_the_solve_runs_in_the_protected_child_with_seed_retry() -> None:
                                                                                            on_crash=crashes.append))
     assert dead.moves == [] and dead.status == "SOLVER_DIED"
     assert "no solver process returned a re-optimisation; nothing moves" in dead.notes
+
+
+def test_large_model_moves_pods_only_off_nodes_over_their_bound_or_small_enough_to_empty() -> None:
+    """Above ``full_model_limit`` class x node pairs only a neighbourhood moves: pods leave nodes over their
+    safe bound (n1) and nodes the move budget could empty (n3, one pod); n2's three pods stay."""
+    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+
+    nodes = [node("n1", load_cpu=7900), node("n2", load_cpu=3300), node("n3", load_cpu=1200), node("n4", load_cpu=300)]
+    pods = [pod(f"web-{i}", "n1", cpu="1500m") for i in range(4)]
+    pods += [pod(f"api-{i}", "n2", cpu="1", owner=("ReplicaSet", "api"), labels={"app": "api"}) for i in range(3)]
+    pods += [pod("api-3", "n3", cpu="1", owner=("ReplicaSet", "api"), labels={"app": "api"})]
+    state = _state(nodes, pods)
+    options = MigrationOptions("binpack", 0.2, MoveLimits(max_moves=2), workers=1, full_model_limit=0)
+    result = plan_migration(state, None, U_STAR, EPS, state.bound_pods(), options)
+    assert result.moves, (result.status, result.notes)
+    assert {m.from_node for m in result.moves} <= {"n1", "n3"}
+    assert any(m.from_node == "n1" and m.reason == "risk" for m in result.moves)
+    assert any("pods leave only the 2 nodes" in n for n in result.notes), result.notes

@@ -66,3 +66,38 @@ def test_embedded_excerpt_is_labelled_and_burstable() -> None:
     alive = s.pod_usage[:, :, 0] > 0
     assert (s.pod_usage[:, :, 0][alive] > 1.0).any()  # usage above request exists (right-sized, burstable)
     assert len(set(s.pod_owner)) < s.n_pods  # replicas share a Deployment (a kso workload class)
+
+
+def test_kso_plan_class_usage_equals_the_optimizer_pooled_history() -> None:
+    """kso-plan's vectorised class usage (per-pod sums) gives optimizer.inputs.class_usage_from_history's models."""
+    from benchmarks.sim.engine import run
+    from benchmarks.sim.policies.kso_plan import HISTORY_STEPS, KsoPlanPolicy
+    from optimizer.inputs import class_usage_from_history
+
+    checked: list[int] = []
+
+    class Checked(KsoPlanPolicy):
+        def observe(self, sim):  # type: ignore[no-untyped-def]
+            if sim.step in (1, 5, 14):
+                bound, usage = [], {}
+                for pod in sim.running.values():
+                    samples = sim.pod_usage(pod, HISTORY_STEPS)
+                    if len(samples):
+                        info = self.info(pod)
+                        bound.append(info)
+                        usage[info.key] = {"cpu": samples[:, 0], "memory": samples[:, 1]}
+                want, got = class_usage_from_history(bound, usage), self.class_usage(sim)
+                assert want and set(got) == set(want)
+                for key, model in want.items():
+                    for r in ("cpu", "memory"):
+                        assert np.isclose(got[key].mean[r], model.mean[r], rtol=1e-9), (key, r)
+                        assert np.isclose(got[key].std[r], model.std[r], rtol=1e-6, atol=1e-6 * model.mean[r]), (key, r)
+                checked.append(sim.step)
+            super().observe(sim)
+
+        def place(self, pod, sim):  # type: ignore[no-untyped-def]
+            return super(KsoPlanPolicy, self).place(pod, sim)  # the extender alone: no plan solves needed here
+
+    policy = Checked(replan_steps=10**6)
+    run(build_embedded_google_scenario(hours=1.25), policy)
+    assert checked == [1, 5, 14]

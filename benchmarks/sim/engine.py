@@ -111,7 +111,6 @@ class SimView:
         self.running: dict[int, SimPod] = {}  # pod index -> bound pod
         self.active = np.ones(len(self.node_names), dtype=bool)  # provisioned and ready (the autoscaler's pool)
         self._scenario = scenario
-        self._upcoming: list[SimPod] = []  # all pods sorted by arrival (for plan-driven policies)
         self._forecasts: dict[tuple[int, str, float], dict[str, np.ndarray]] = {}
 
     # ---- time ----
@@ -168,12 +167,6 @@ class SimView:
         return self._forecasts[key]
 
     # ---- pods ----
-    def upcoming(self, horizon_steps: int) -> list[SimPod]:
-        """Pods that will arrive in the next ``horizon_steps`` steps (requests only). This is the trace's
-        future: a policy that uses it has oracle knowledge of arrivals and must say so in its name/report."""
-        lo, hi = self.step + 1, self.step + horizon_steps
-        return [p for p in self._upcoming if lo <= p.arrival_step <= hi]
-
     def pod_usage(self, pod: SimPod, window_steps: int) -> np.ndarray:
         """(w, 2) measured usage (cpu milli, memory bytes) of a bound pod over its last ``window_steps``
         finished steps on its current node (what cAdvisor / the metrics pipeline would show)."""
@@ -182,6 +175,11 @@ class SimView:
             return np.zeros((0, 2))
         ratio = self._scenario.pod_usage[pod.index, lo: self.step, :].astype(float)
         return ratio * np.array([pod.cpu, pod.memory])
+
+    def pod_usage_window(self, pods: np.ndarray, lo: int) -> np.ndarray:
+        """(P, step - lo, 2) usage / request of the given pods over steps lo..step-1 (finished steps only); the
+        caller masks the steps before each pod was bound."""
+        return self._scenario.pod_usage[pods, lo: self.step, :].astype(float)
 
     def free(self) -> np.ndarray:
         """(N, 2) allocatable minus requested."""
@@ -305,7 +303,6 @@ class _Replay:
                             int(scenario.pod_arrival[i]), int(scenario.pod_departure[i]), scenario.pod_qos[i],
                             cpu_limit=float(lim_c[i]), memory_limit=float(lim_m[i]), owner=owners[i])
                      for i, name in enumerate(scenario.pod_names)]
-        view._upcoming = sorted(self.pods, key=lambda p: (p.arrival_step, p.index))
         self.arrivals = [(p.arrival_step, p.index) for p in self.pods]
         heapq.heapify(self.arrivals)
         self.departures: dict[int, list[int]] = {}

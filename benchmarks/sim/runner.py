@@ -106,8 +106,8 @@ def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = Non
     path = out / "cells.jsonl"
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    # expensive policies first, so the slowest cells do not start last
-    order = sorted(cells, key=lambda c: (not c.policy.startswith("kso"), c.seed))
+    # seed by seed (a run stopped early keeps whole seeds), expensive policies first within a seed
+    order = sorted(cells, key=lambda c: (c.seed, not c.policy.startswith("kso")))
     ctx = mp.get_context("fork")
     with path.open("w") as f, ctx.Pool(max(1, jobs)) as pool:
         for n, row in enumerate(pool.imap_unordered(_worker, order, chunksize=1), 1):
