@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forecasting.calibration import conformal_rank
 from forecasting.models import DEFAULT_FORECASTER, FORECASTERS, Forecaster, get_forecaster
 from forecasting.models._base import STALE_AFTER_S, resample
+from forecasting.models.conformal import conformal_rank
 from forecasting.models.ewma import EWMAForecaster
 from forecasting.types import NodeForecast, UtilisationSeries
 

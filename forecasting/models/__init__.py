@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from forecasting.models._base import GridForecaster
 from forecasting.models.blend import BlendForecaster
+from forecasting.models.conformal import ConformalForecaster, SelectingConformalForecaster
 from forecasting.models.ewma import EWMAForecaster
 from forecasting.models.holt_winters import HoltWintersForecaster
 from forecasting.models.ibm import IBMForecaster
 from forecasting.models.last_value import LastValueForecaster
-from forecasting.models.pooled_qr import PooledQuantileForecaster
+from forecasting.models.pooled_qr import PooledQuantileForecaster, QuantileAverageForecaster
 from forecasting.models.seasonal_naive import SeasonalNaiveForecaster
 from forecasting.models.trimaran import TrimaranForecaster
 from forecasting.types import NodeForecast, UtilisationSeries
@@ -40,11 +42,7 @@ class Forecaster(Protocol):
 
 
 def _calibrated(base: str) -> Callable[..., Forecaster]:
-    # Lazy import: forecasting.calibration imports this package, so importing it at module level would
-    # make the import order matter.
     def make(**kwargs: object) -> Forecaster:
-        from forecasting.calibration import ConformalForecaster
-
         return ConformalForecaster(get_forecaster(base), **kwargs)  # type: ignore[arg-type]
 
     return make
@@ -54,16 +52,11 @@ def _calibrated(base: str) -> Callable[..., Forecaster]:
 # holt-winters+conformal on held-out origins at about twice the cost (the in-window winner often does not
 # stay the winner over the next hour); kept for comparison.
 def _auto(**kwargs: object) -> Forecaster:
-    from forecasting.calibration import SelectingConformalForecaster
-
     cands = [LastValueForecaster(), EWMAForecaster(half_life_bins=3.0), HoltWintersForecaster()]
     return SelectingConformalForecaster(cands, **kwargs)  # type: ignore[arg-type]
 
 
 def _average(name: str, members: list[str]) -> Forecaster:
-    from forecasting.models._base import GridForecaster
-    from forecasting.models.pooled_qr import QuantileAverageForecaster
-
     built = [get_forecaster(m) for m in members]
     assert all(isinstance(b, GridForecaster) for b in built)
     return QuantileAverageForecaster(built, name)  # type: ignore[arg-type]

@@ -16,7 +16,6 @@ measures the coverage.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +31,8 @@ from forecasting.models._base import (
     horizon_bins,
     resample,
 )
+from forecasting.models.ewma import ewma_filter
+from forecasting.models.last_value import LastValueForecaster
 from forecasting.types import NodeForecast, UtilisationSeries
 
 # four days of origins: several daily cycles; 4 d beat 1 d and 2 d on the benchmark (more, correlated,
@@ -66,8 +67,6 @@ def local_scale(values: np.ndarray, half_life_bins: float) -> np.ndarray:
     """Normalising scale for locally adaptive conformal scores: bursty series (Bitbrains) have calm
     and volatile stretches, and a band sized by the whole window is too wide in one, too narrow in the
     other. The floor keeps constant stretches from dividing by zero."""
-    from forecasting.models.ewma import ewma_filter
-
     alpha = 1.0 - 2.0 ** (-1.0 / half_life_bins)
     d2 = np.zeros_like(values)
     d2[:, 1:] = np.diff(values, axis=1) ** 2
@@ -197,11 +196,8 @@ class ConformalForecaster(GridForecaster):
             sub = grid.subset(short)
             sub_series = [series[i] for i in short]
             if self.fallback is not None and sub.n_obs.max(initial=0) > 0:
-                from forecasting.models import get_forecaster
-
-                fb = get_forecaster(self.fallback)
-                assert isinstance(fb, GridForecaster)
-                cal = ConformalForecaster(fb, self.window_bins, self.scale_half_life_bins, self.cap_rank, self.floor_last)
+                cal = ConformalForecaster(self.fallback(), self.window_bins, self.scale_half_life_bins, self.cap_rank,
+                                          self.floor_last)
                 fcs = cal.forecast_grid(sub, sub_series, horizon_s)
                 for fc, hb in zip(fcs, sub.history_bins, strict=True):
                     fc.notes.append(
@@ -267,12 +263,6 @@ class ConformalForecaster(GridForecaster):
         return q
 
 
-def empirical_coverage(actual: np.ndarray, bound: np.ndarray) -> float:
-    """Share of finite actual values at or below their bound: the quantity calibration targets."""
-    ok = np.isfinite(actual) & np.isfinite(bound)
-    return float(np.mean(actual[ok] <= bound[ok])) if ok.any() else math.nan
-
-
 # loss_s = mean over scores of sigma_t * rho_0.95(r_{t,j} - Q_0.95), rho_q(d) = max(q d, (q - 1) d):
 # the pinball loss, in utilisation units, the calibrated p95 of a candidate would have had on the window
 def window_pinball(scores: np.ndarray, q95: np.ndarray, sig_win: np.ndarray, h: int) -> np.ndarray:
@@ -297,7 +287,7 @@ class SelectingConformalForecaster(ConformalForecaster):
         candidates: Sequence[GridForecaster],
         window_bins: int = WINDOW_BINS,
         scale_half_life_bins: float | None = SCALE_HALF_LIFE_BINS,
-        fallback: str = "last-value",
+        fallback: type[GridForecaster] = LastValueForecaster,
     ) -> None:
         super().__init__(candidates[0], window_bins, scale_half_life_bins)
         self.candidates = list(candidates)
