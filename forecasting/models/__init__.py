@@ -56,6 +56,11 @@ def _auto(**kwargs: object) -> Forecaster:
     return SelectingConformalForecaster(cands, **kwargs)  # type: ignore[arg-type]
 
 
+def _select(**kwargs: object) -> Forecaster:
+    cands = [HoltWintersForecaster(), LastValueForecaster(), EWMAForecaster(), SeasonalNaiveForecaster()]
+    return SelectingConformalForecaster(cands, name="select+conformal", **kwargs)  # type: ignore[arg-type]
+
+
 def _average(name: str, members: list[str]) -> Forecaster:
     built = [get_forecaster(m) for m in members]
     assert all(isinstance(b, GridForecaster) for b in built)
@@ -77,6 +82,9 @@ FORECASTERS: dict[str, Callable[..., Forecaster]] = {
     "blend+conformal": _calibrated("blend"),
     "trimaran+conformal": _calibrated("trimaran"),
     "auto+conformal": _auto,
+    "select+conformal": _select,
+    "hw+sn": lambda: _average("hw+sn", ["holt-winters+conformal", "seasonal-naive+conformal"]),
+    "hw+sn+ewma": lambda: _average("hw+sn+ewma", ["holt-winters+conformal", "seasonal-naive+conformal", "ewma+conformal"]),
     # Experimental: pooled cross-series quantile regression and its average with the default. Better than the
     # default on the development split, worse on held-out Bitbrains series/origins (pooled_qr.py docstring).
     "pooled-qr": PooledQuantileForecaster,
