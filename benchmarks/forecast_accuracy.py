@@ -70,7 +70,7 @@ def _score(mean: np.ndarray, p95: np.ndarray, p99: np.ndarray, actual: np.ndarra
 
 
 def evaluate(dataset: str, series: list[UtilisationSeries], origins: np.ndarray, models: tuple[str, ...],
-             subset: dict[float, set[str]], cache: Path) -> tuple[pd.DataFrame, int]:
+             subset: dict[float, set[str]], cache: Path, only_subset: bool = False) -> tuple[pd.DataFrame, int]:
     """Rows (origin, key, resource, horizon, model, scores, lib, seconds) for every model at every origin;
     the library models only at the subset's origins whose fits are cached (``seconds``: the model's time
     at that origin over its rows: resample + forecast; library: fit + forecast, counted under the longest
@@ -80,6 +80,10 @@ def evaluate(dataset: str, series: list[UtilisationSeries], origins: np.ndarray,
     lib_used = 0
     for origin in origins:
         hist, futures = live_at(series, float(origin))
+        if only_subset:  # the models forecast each series on its own: the other series change nothing
+            keep = np.array([s.key in subset.get(float(origin), ()) for s in hist], bool)
+            hist = [s for s, k in zip(hist, keep, strict=True) if k]
+            futures = {hs: f[keep] for hs, f in futures.items()}
         if not hist:
             continue
         keys = np.array([f"{s.key}/{s.resource}" for s in hist])
@@ -222,12 +226,12 @@ HEAD = ("| dataset | resource | horizon | default pin95 | best baseline (pin95) 
 def report(rows: pd.DataFrame) -> list[str]:
     """The two summary tables (all rows; library subset) and the per-cell model tables."""
     full_lines, lib_lines, detail = [], [], []
-    for (ds, hs, r), cell in rows.groupby(["dataset", "horizon", "resource"], sort=False):
+    for (ds, hs, r), both in rows.groupby(["dataset", "horizon", "resource"], sort=False):
+        cell, lcell = both[both.run == "full"], both[both.lib]
         full_lines.append(summary_line(ds, r, hs, cell, lib=False))
         n_all = cell[cell.model == DEFAULT_FORECASTER].n.sum()
         detail += [f"\n#### {ds}, {r}, {hs / 60:.0f} min, all series x origins (n = {n_all} future values)\n",
                    *model_table(cell)]
-        lcell = cell[cell.lib]
         if lcell.model.isin(LIB_MODELS).any():
             lib_lines.append(summary_line(ds, r, hs, lcell, lib=True))
             n_lib = lcell[lcell.model == DEFAULT_FORECASTER].n.sum()
@@ -254,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=None, help="write the per-row scores here (csv.gz) for later analysis")
     ap.add_argument("--from-rows", default=None, help="report from these saved rows files (comma-separated) only")
     ap.add_argument("--speed-runs", type=int, default=5)
+    ap.add_argument("--library-pass", action="store_true",
+                    help="only the library subset's origins, only its rows (run after the library fits; the full run "
+                         "then goes with --cache pointing nowhere, and --from-rows joins the two)")
     args = ap.parse_args(argv)
     if args.quick:
         args.vms, args.origins, args.speed_runs = 10, 6, 1
@@ -266,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_line()}, numpy {np.__version__} (shared machine: other work ran concurrently)\n")
     if args.from_rows:
         rows = pd.concat([pd.read_csv(p) for p in args.from_rows.split(",")], ignore_index=True)
+        rows["run"] = rows["run"].fillna("full") if "run" in rows else "full"
     else:
         frames = []
         for ds in args.datasets.split(","):
@@ -273,8 +281,13 @@ def main(argv: list[str] | None = None) -> int:
             origins = split_origins(series, pick_origins(series, args.origins, np.random.default_rng(args.seed)), args.part)
             subset = (library_subset(ds, origins, series, args.lib_origins, args.lib_nodes, args.seed)
                       if args.part == "report" else {})
-            rows, lib_used = evaluate(ds, series, origins, models, subset, Path(args.cache))
+            if args.library_pass:
+                origins = np.array(sorted(subset))
+            rows, lib_used = evaluate(ds, series, origins, models, subset, Path(args.cache), args.library_pass)
             rows.insert(0, "dataset", ds)
+            rows.insert(1, "run", "library" if args.library_pass else "full")
+            if args.library_pass:
+                rows = rows[rows.lib]
             frames.append(rows)
             print(f"- {ds}: {len(series)} series; {len(origins)} {args.part} origins of {args.origins} (seed {args.seed}); "
                   f"library subset: {lib_used} of {len(subset)} drawn origins fitted in time")
@@ -282,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.rows:
             rows.to_csv(args.rows, index=False)
     for ds, d in rows.groupby("dataset", sort=False):
-        lib = d[d.lib & (d.model == DEFAULT_FORECASTER) & (d.horizon == HORIZONS_S[0])]
+        lib, d = d[d.lib], d[d.run == "full"]
+        lib = lib[(lib.model == DEFAULT_FORECASTER) & (lib.horizon == HORIZONS_S[0])]
         print(f"- {ds}: {d.key.nunique()} series, {d.origin.nunique()} origins, "
               f"{len(d[(d.model == DEFAULT_FORECASTER) & (d.horizon == HORIZONS_S[0])])} series x origins; library "
               f"subset: {lib.origin.nunique()} origins, {len(lib)} series x origins")
