@@ -43,7 +43,7 @@ EPOCH_S_MAX = 4.0e9  # unix seconds of 2096: a larger "seconds" timestamp is in 
 UNIT_SCALES = ((1.0, "s"), (1e3, "ms"), (1e6, "us"), (1e9, "ns"))
 
 # Spikes: a value more than SPIKE_FACTOR x both the week's SPIKE_RANK-th largest value (the history cap of
-# forecasting.calibration: values seen SPIKE_RANK times are a level, not an accident) and the highest of its
+# forecasting.models.conformal: values seen SPIKE_RANK times are a level, not an accident) and the highest of its
 # observed neighbours within SPIKE_REACH bins, and above those neighbours by more than SPIKE_NOISE noise
 # scales and SPIKE_MIN_JUMP (1 % of capacity: smaller changes are never worth a note). Why both: on
 # Bitbrains VMs one-bin bursts 2-3x their neighbours are common and are load (a third of the forecasts had

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forecasting.calibration import conformal_rank
 from forecasting.models import DEFAULT_FORECASTER, FORECASTERS, Forecaster, get_forecaster
 from forecasting.models._base import STALE_AFTER_S, resample
+from forecasting.models.conformal import conformal_rank
 from forecasting.models.ewma import EWMAForecaster
 from forecasting.types import NodeForecast, UtilisationSeries
 
@@ -85,6 +85,23 @@ def test_seasonal_model_beats_last_value_on_daily_sine() -> None:
             errs[name].append(abs(get_forecaster(name).forecast(s, 3600).mean - target))
     assert np.mean(errs["holt-winters"]) < 0.7 * np.mean(errs["last-value"])
     assert np.mean(errs["seasonal-naive"]) < np.mean(errs["last-value"])
+
+
+def test_selection_backtest_picks_the_model_that_fits_each_series() -> None:
+    """A job that repeats the same square wave every day (yesterday's values are the answer) and a random
+    walk (the last value is): the out-of-sample backtest picks a seasonal model for one, last-value for the
+    other."""
+    rng = np.random.default_rng(3)
+    n = 7 * 288
+    slot = np.arange(n) % 288
+    daily = np.where((slot // 24) % 2 == 0, 0.2, 0.7) + 0.002 * rng.standard_normal(n)
+    walk = np.clip(0.5 + np.cumsum(0.02 * rng.standard_normal(n)), 0.0, 1.0)
+    fcs = get_forecaster("select+conformal").forecast_many(
+        [grid_series(daily, key="daily"), grid_series(walk, key="walk")], 3600)
+    assert fcs[0].notes[0].split("point model ")[1] in ("seasonal-naive", "holt-winters")
+    assert "point model last-value" in fcs[1].notes[0]
+    for fc in fcs:
+        assert_sane(fc)
 
 
 def test_calibrated_p95_covers_iid_noise() -> None:

@@ -64,7 +64,7 @@ def test_std_is_the_spread_of_the_calibrated_band() -> None:
 def test_std_on_real_bitbrains_vms_is_bounded_by_the_band() -> None:
     """On real VMs 1.9 % of forecasts had std > 1 and 5.9 % std > 3 (p99 - mean); 9.3 % would be rejected by
     the safe agent at U* 90 %, eps 0.3 against 2.4 % with a band-consistent sigma."""
-    from benchmarks.forecast_accuracy import load_bitbrains
+    from benchmarks.forecast_data import load_bitbrains
 
     vms = load_bitbrains(25, first_vm=0)
     origin = float(np.median([s.t[0] for s in vms])) + 14 * 86400.0

@@ -245,12 +245,12 @@ class GridForecaster:
     Subclasses implement ``_predict(grid, h, series)`` returning (mean, std, quantiles[S, 4]) for series that
     have at least ``min_bins`` bins of history, and ``rolling_points(grid, h)`` -- the point forecast
     (horizon mean) the model would have made at every past origin, NaN where it did not compute one --
-    which split-conformal calibration needs. ``fallback`` names the registry model used when the history
-    is shorter than ``min_bins``."""
+    which split-conformal calibration needs. ``fallback`` is the model class used when the history is
+    shorter than ``min_bins`` (a class, not a registry name: the registry sits above the models)."""
 
     name: str = "base"
     min_bins: int = 1
-    fallback: str | None = None
+    fallback: type[GridForecaster] | None = None
     history_s: float = DEFAULT_HISTORY_S
     robust_input: bool = True  # False for the baselines that stand for other systems (see resample)
 
@@ -313,11 +313,7 @@ class GridForecaster:
                 if quality.NO_DATA not in fc.flags:
                     fc.flags.append(quality.NO_DATA)
             return fcs
-        from forecasting.models import get_forecaster  # registry imports the model modules
-
-        fb = get_forecaster(self.fallback)
-        assert isinstance(fb, GridForecaster)
-        fcs = fb.forecast_grid(sub, sub_series, horizon_s)
+        fcs = self.fallback().forecast_grid(sub, sub_series, horizon_s)
         for fc, hb in zip(fcs, sub.history_bins, strict=True):
             fc.notes.append(
                 f"{self.name}: only {hb * STEP_S / 3600:.1f} h of history (< {self.min_bins * STEP_S / 3600:.1f} h"

@@ -14,6 +14,7 @@ import numpy as np
 
 from forecasting.models._base import DAY_BINS, Grid, GridForecaster, gaussian
 from forecasting.models.holt_winters import SELECT_BINS, HoltWintersForecaster
+from forecasting.models.last_value import LastValueForecaster
 from forecasting.types import UtilisationSeries
 
 WEIGHT_LAST = 0.5
@@ -23,7 +24,7 @@ class BlendForecaster(GridForecaster):
     name = "blend"
     min_bins = HoltWintersForecaster.min_bins
     burn_in_bins = DAY_BINS
-    fallback = "last-value"  # without enough history for the season, the last value is the blend's anchor
+    fallback = LastValueForecaster  # without enough history for the season, the last value is the blend's anchor
 
     def __init__(self) -> None:
         self.hw = HoltWintersForecaster()

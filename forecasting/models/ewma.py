@@ -9,6 +9,7 @@ import numpy as np
 from scipy.signal import lfilter
 
 from forecasting.models._base import Grid, GridForecaster, gaussian
+from forecasting.models.last_value import LastValueForecaster
 from forecasting.types import UtilisationSeries
 
 # 1 h: on Bitbrains/Alibaba a 1-h level beat 15- and 30-min ones as the centre of the calibrated p95 band
@@ -27,7 +28,7 @@ def ewma_filter(values: np.ndarray, alpha: float) -> np.ndarray:
 class EWMAForecaster(GridForecaster):
     name = "ewma"
     min_bins = 1
-    fallback = "last-value"
+    fallback = LastValueForecaster
 
     def __init__(self, half_life_bins: float = HALF_LIFE_BINS) -> None:
         # alpha = 1 - 2^(-1 / half_life): the weight of a sample halves every half_life bins

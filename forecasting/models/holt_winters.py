@@ -14,6 +14,7 @@ import numpy as np
 from scipy.ndimage import uniform_filter1d
 
 from forecasting.models._base import DAY_BINS, Grid, GridForecaster, gaussian, horizon_mean_of_future
+from forecasting.models.ewma import EWMAForecaster
 from forecasting.types import UtilisationSeries
 
 # (alpha, gamma, seasonal) settings searched per series; alpha = level smoothing, gamma = season smoothing.
@@ -89,7 +90,7 @@ def hw_points(level: np.ndarray, sea: np.ndarray, h: int) -> np.ndarray:
 class HoltWintersForecaster(GridForecaster):
     name = "holt-winters"
     min_bins = 2 * DAY_BINS  # one day to initialise the season, at least one more to choose a setting
-    fallback = "ewma"
+    fallback = EWMAForecaster
 
     def __init__(self, settings: Sequence[tuple[float, float, bool]] = SETTINGS) -> None:
         self.settings = tuple(settings)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from forecasting.models._base import Grid, GridForecaster, gaussian
+from forecasting.models.trimaran import TrimaranForecaster
 from forecasting.types import UtilisationSeries
 
 WINDOW_BINS = 12  # 1 h
@@ -42,7 +43,7 @@ def ar_one_step(chunks: np.ndarray, p: int = AR_ORDER) -> np.ndarray:
 class IBMForecaster(GridForecaster):
     name = "ibm"
     min_bins = CHUNK_BINS * N_CHUNKS
-    fallback = "trimaran"  # same mean/std-of-window idea without the ARIMA term
+    fallback = TrimaranForecaster  # same mean/std-of-window idea without the ARIMA term
 
     def rolling_points(self, grid: Grid, h: int) -> np.ndarray:
         raise NotImplementedError("ibm is a fixed baseline; it has no calibrated variant")

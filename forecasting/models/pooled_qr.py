@@ -22,7 +22,7 @@ origins each, cov95 in brackets:
       holt-winters+conformal on the same:                     30 min 12.1 % (95.2 %), 60 min  7.8 % (95.1 %)
     held out (VMs 251-500, origins in days 18.5-30):          30 min  2.0 % (96.4 %), 60 min  5.5 % (96.1 %)
       holt-winters+conformal on the same:                     30 min  8.9 % (95.5 %), 60 min 13.2 % (95.0 %)
-(These comparisons predate the history cap and newest-value floor of ``forecasting.calibration``, which
+(These comparisons predate the history cap and newest-value floor of ``forecasting.models.conformal``, which
 lifted holt-winters+conformal to 14-23 % on the full benchmark, README; pooled-qr has neither.)
 On Alibaba (32 series, 8 origins in the last 0.75 d) pooled-qr gained 12.2 % / 23.7 % (95.6 % / 93.4 %)
 against holt-winters+conformal's 7.8 % / 15.6 %. The pooled tail shape wins where a few bursty VMs
@@ -57,7 +57,8 @@ from forecasting.models._base import (
     assemble,
     trailing_mean,
 )
-from forecasting.models.ewma import ewma_filter
+from forecasting.models.conformal import ConformalForecaster
+from forecasting.models.ewma import EWMAForecaster, ewma_filter
 from forecasting.types import NodeForecast, UtilisationSeries
 
 FEATURES = ("mean_1h", "max_1h", "ewma_3h", "max_yesterday", "std_1h", "intercept")
@@ -198,12 +199,19 @@ def fit_coefficients(grid: Grid, h: int, X: np.ndarray, s: np.ndarray) -> tuple[
     return np.array(coefs), n_series
 
 
+class CalibratedEWMAForecaster(ConformalForecaster):
+    """ewma+conformal as a class: pooled-qr's fallback for histories shorter than its window."""
+
+    def __init__(self) -> None:
+        super().__init__(EWMAForecaster())
+
+
 class PooledQuantileForecaster(GridForecaster):
     """p_q = y_T + s_T (x_T . b_q) with b_q fitted across the batch (see the module docstring)."""
 
     name = "pooled-qr"
     min_bins = DAY_BINS + WINDOW_BINS  # yesterday's window and an hour of today
-    fallback = "ewma+conformal"
+    fallback = CalibratedEWMAForecaster
 
     def rolling_points(self, grid: Grid, h: int) -> np.ndarray:
         raise NotImplementedError("pooled-qr calibrates itself; it has no conformal variant")

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from forecasting.models._base import DAY_BINS, Grid, GridForecaster, horizon_mean_of_future
+from forecasting.models.last_value import LastValueForecaster
 from forecasting.types import UtilisationSeries
 
 
 class SeasonalNaiveForecaster(GridForecaster):
     name = "seasonal-naive"
     min_bins = DAY_BINS
-    fallback = "last-value"
+    fallback = LastValueForecaster
 
     # point_t = (1/H) sum_{j=1..H} y_{t+j-288}: yesterday's values over the same clock window
     def rolling_points(self, grid: Grid, h: int) -> np.ndarray:
