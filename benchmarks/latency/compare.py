@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks.latency.client import Body
 from benchmarks.latency.cluster import (
     OPENB_PODS,
     REPO,
@@ -181,32 +182,7 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
                         big = mode == "full" and n * node_kb > 4096
                         bodies = build_bodies(cluster, mode, node_set, verb, pods, servers["this"].port,
                                               2 if big else args.variants)
-                        per_round: dict[str, list[tuple[float, ...]]] = {lb: [] for lb in servers}
-                        for server in servers.values():  # warm-up, and size the rounds
-                            warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)),
-                                         args.max_cell_seconds / 4, 120.0)
-                        per_call = float(np.median(warm.lat)) if warm.lat else 0.01
-                        count = args.requests
-                        if per_call * count > args.max_cell_seconds:
-                            count = max(10 * args.rounds, int(args.max_cell_seconds / per_call))
-                        count = max(1, count // args.rounds)
-                        for r in range(args.rounds):
-                            order = list(servers) if r % 2 == 0 else list(servers)[::-1]
-                            for label in order:
-                                server = servers[label]
-                                m0 = server.metrics()
-                                c0 = server.cpu_seconds()
-                                smp = drive(server.port, verb, bodies, count, args.max_cell_seconds, 120.0)
-                                c1 = server.cpu_seconds()
-                                m1 = server.metrics()
-                                srv_mean, srv_err = server_delta(m0, m1, verb)
-                                if smp.errors or srv_err:
-                                    print(f"   {label}: errors {dict(smp.errors)} server {srv_err}")
-                                lat = np.array(smp.lat) * 1e3
-                                per_round[label].append((pct(lat, 50), pct(lat, 99), lat.size / smp.wall, srv_mean,
-                                                         server_p99(m0, m1, verb), (c1 - c0) / max(lat.size, 1) * 1e3))
-                        stats = {lb: tuple(float(np.median([x[i] for x in v])) for i in range(6))
-                                 for lb, v in per_round.items()}
+                        stats = measure_abba(servers, verb, bodies, args)
                         row = CompareRow(n, mode, verb, node_set, int(np.mean([b.nodes_sent for b in bodies])),
                                          stats)  # type: ignore[arg-type]
                         rows.append(row)
@@ -223,6 +199,37 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
     for row in rows:
         print(fmt_compare(row))
     return 0
+
+
+def measure_abba(servers: dict[str, Server], verb: str, bodies: list[Body],
+                 args: argparse.Namespace) -> dict[str, tuple[float, ...]]:
+    """One cell on every server in alternating (ABBA) rounds: per server label, the medians over rounds of
+    (p50, p99, calls/s, srv mean, srv p99, cpu per call), in ms where a time."""
+    per_round: dict[str, list[tuple[float, ...]]] = {lb: [] for lb in servers}
+    for server in servers.values():  # warm-up, and size the rounds
+        warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)),
+                     args.max_cell_seconds / 4, 120.0)
+    per_call = float(np.median(warm.lat)) if warm.lat else 0.01
+    count = args.requests
+    if per_call * count > args.max_cell_seconds:
+        count = max(10 * args.rounds, int(args.max_cell_seconds / per_call))
+    count = max(1, count // args.rounds)
+    for r in range(args.rounds):
+        order = list(servers) if r % 2 == 0 else list(servers)[::-1]
+        for label in order:
+            server = servers[label]
+            m0 = server.metrics()
+            c0 = server.cpu_seconds()
+            smp = drive(server.port, verb, bodies, count, args.max_cell_seconds, 120.0)
+            c1 = server.cpu_seconds()
+            m1 = server.metrics()
+            srv_mean, srv_err = server_delta(m0, m1, verb)
+            if smp.errors or srv_err:
+                print(f"   {label}: errors {dict(smp.errors)} server {srv_err}")
+            lat = np.array(smp.lat) * 1e3
+            per_round[label].append((pct(lat, 50), pct(lat, 99), lat.size / smp.wall, srv_mean,
+                                     server_p99(m0, m1, verb), (c1 - c0) / max(lat.size, 1) * 1e3))
+    return {lb: tuple(float(np.median([x[i] for x in v])) for i in range(6)) for lb, v in per_round.items()}
 
 
 COMPARE_HEADER = (f"{'nodes':>5} {'mode':<5} {'verb':<10} {'set':<6} {'sent':>5} | {'base p50':>8} {'p99':>6} {'calls/s':>7} "
