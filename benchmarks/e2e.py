@@ -380,10 +380,26 @@ class RunResult:
     verbs: dict[str, dict[str, float]] = field(default_factory=dict)
     filtered: float = 0.0  # nodes kso's filter rejected during the run (all predicates)
     ratio: float = math.nan
+    # CPU the extender's process (all its threads; not the plan solver's child) used per pod during the run,
+    # ms: the extender's cost where a busy machine makes pods/s swing
+    extender_cpu_ms: float = math.nan
+
+
+def process_cpu_s(ext: ExtenderProcess | None) -> float:
+    """CPU seconds (user + system, all threads) the extender's process has used so far; NaN without one."""
+    if ext is None or ext.proc is None:
+        return math.nan
+    import psutil
+
+    try:
+        t = psutil.Process(ext.proc.pid).cpu_times()
+    except psutil.Error:
+        return math.nan
+    return float(t.user + t.system)
 
 
 def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, Any], pods: int, rnd: int,
-             kso: ExtenderProcess | None, timeout: float) -> RunResult:
+             kso: ExtenderProcess | None, timeout: float, ext: ExtenderProcess | None = None) -> RunResult:
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -394,6 +410,7 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
         watch = BindWatch(api, ns)
         create_pods(api, ns, [pod_manifest(f"p{i:05d}") for i in range(pods)])
         before = parse_metrics(kso.get("/metrics")) if kso else {}
+        cpu0 = process_cpu_s(ext)
         t0 = time.monotonic()
         sched = cp.start_scheduler(sched_cfg, name=f"sched-{config_name}")
         try:
@@ -405,13 +422,15 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
             raise RuntimeError(f"{config_name}: {len(watch.bound)} of {pods} pods bound in {timeout:.0f} s "
                                f"(scheduler log {sched.log})")
         times = sorted(t for _, t in watch.bound.values())
+        cpu_ms = (process_cpu_s(ext) - cpu0) * 1e3 / pods
         after = parse_metrics(kso.get("/metrics")) if kso else {}
         mx, p95 = pods_per_node(watch.bound)
         verbs = {v: verb_latency(before, after, v) for v in ("filter", "prioritize", "bind")} if kso else {}
         filtered = (metric_sum(after, "kso_extender_nodes_filtered_total")
                     - metric_sum(before, "kso_extender_nodes_filtered_total")) if kso else 0.0
         return RunResult(config_name, rnd, (len(times) - 1) / max(times[-1] - times[0], 1e-9), times[-1] - t0,
-                         mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered)
+                         mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered,
+                         extender_cpu_ms=cpu_ms)
     finally:
         delete_namespace_pods(api, ns)
         core.delete_namespace(ns)
@@ -445,9 +464,10 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
                 cfg = scheduler_config(None if name == "alone" else ext.url if ext else None,
                                        bind=name == "kso-bind", node_cache=name != "kso-full")
                 kso = ext if name != "trivial" else None
-                res = run_once(cp, api, name, cfg, pods, rnd, kso, timeout)
+                res = run_once(cp, api, name, cfg, pods, rnd, kso, timeout, ext if name != "alone" else None)
                 out(f"  round {rnd} {name:<28} {res.pods_per_s:7.1f} pods/s  max/p95 per node {res.max_per_node}/"
-                    f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  load {res.load1:.1f}")
+                    f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  extender CPU "
+                    f"{res.extender_cpu_ms:.2f} ms/pod  load {res.load1:.1f}")
                 results.append(res)
         finally:
             for ext in extenders.values():
@@ -469,8 +489,8 @@ def _med(values: list[float]) -> float:
 def table(results: list[RunResult]) -> str:
     names = list(dict.fromkeys(r.config for r in results))
     lines = ["| configuration | pods/s | ratio to alone | pods/node max / p95 | filter mean / p99 ms | "
-             "prioritize mean / p99 ms | bind mean / p50 / p99 ms | load avg |",
-             "|---|---|---|---|---|---|---|---|"]
+             "prioritize mean / p99 ms | bind mean / p50 / p99 ms | extender CPU ms/pod | load avg |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         rs = [r for r in results if r.config == name]
 
@@ -482,7 +502,8 @@ def table(results: list[RunResult]) -> str:
             f"| {name} | {_med([r.pods_per_s for r in rs]):.0f} | {_med([r.ratio for r in rs]):.2f} | "
             f"{_med([r.max_per_node for r in rs]):.0f} / {_med([r.p95_per_node for r in rs]):.0f} | "
             f"{verb('filter', ('mean_ms', 'p99_ms'))} | {verb('prioritize', ('mean_ms', 'p99_ms'))} | "
-            f"{verb('bind', ('mean_ms', 'p50_ms', 'p99_ms'))} | {_med([r.load1 for r in rs]):.1f} |")
+            f"{verb('bind', ('mean_ms', 'p50_ms', 'p99_ms'))} | {_med([r.extender_cpu_ms for r in rs]):.2f} | "
+            f"{_med([r.load1 for r in rs]):.1f} |")
     return "\n".join(lines)
 
 

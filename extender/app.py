@@ -121,24 +121,20 @@ class HotRoutes:
         await self.app(scope, receive, send)
 
 
-def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
-    """The scheduler-facing app; with ``admin_routes`` it serves /metrics, /healthz and /readyz as well
-    (tests, demos, or a server without an admin port). Longer than most functions on purpose: it is the
-    route table, and its short nested handlers close over one extender's settings, bounds and metrics."""
-    s = extender.settings
-    metrics = extender.metrics
-    limits = extender.limits
-    image_params = extender.config.agent_params.get("image")
-    # redirect_slashes off: "/filter/" is a 404, never a 307 whose Location comes from the Host header.
-    app = FastAPI(title="kube-safe-optimizer extender", version=VERSION, docs_url=None, redoc_url=None,
-                  openapi_url=None, redirect_slashes=False)
-    app.state.extender = extender
-    offload_over = s.offload_body_bytes
-    offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
+class VerbHandlers:
+    """The scheduler verbs of one extender as HTTP handlers: each reads its body within the bound, answers
+    bytes, and never answers a 500 (a bad input is a 400 naming the bound, an unexpected failure the verb's
+    safe answer). ``handler`` wraps one verb's work; the rest are the verbs' body parsers and fallbacks."""
 
-    hot: dict[str, RawEndpoint] = {}
+    def __init__(self, extender: Extender) -> None:
+        self.extender = extender
+        self.metrics = extender.metrics
+        self.limits = extender.limits
+        self.max_body = extender.settings.max_body_bytes
+        self.offload_over = extender.settings.offload_body_bytes
+        self.offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
 
-    def answer(verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None,
+    def answer(self, verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None,
                body: bytes) -> tuple[bytes, int]:
         """Run one call on its body: the reply bytes and status. A bound or bad input is a 400 with a
         message; any unexpected failure the verb's safe answer (never a 500)."""
@@ -147,20 +143,20 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
             return (result if isinstance(result, bytes) else dumps(result)), 200  # bytes: encoded already
         except (RecursionError, orjson.JSONEncodeError) as exc:
             if isinstance(exc, orjson.JSONEncodeError) and "Recursion" not in str(exc):
-                return internal(verb, exc, fallback, body)
-            exc = too_deep(limits)
-            metrics.errors.labels(verb, exc.kind).inc()
-            log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
-            return dumps({"Error": f"{verb}: {exc}"}), 400
+                return self.internal(verb, exc, fallback, body)
+            return self.bad_request(verb, too_deep(self.limits))
         except ProtocolError as exc:
-            metrics.errors.labels(verb, exc.kind).inc()
-            log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
-            return dumps({"Error": f"{verb}: {exc}"}), 400
+            return self.bad_request(verb, exc)
         except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
-            return internal(verb, exc, fallback, body)
+            return self.internal(verb, exc, fallback, body)
 
-    def internal(verb: str, exc: Exception, fallback: Callable[[bytes], Any] | None, body: bytes) -> tuple[bytes, int]:
-        metrics.errors.labels(verb, "internal").inc()
+    def bad_request(self, verb: str, exc: ProtocolError) -> tuple[bytes, int]:
+        self.metrics.errors.labels(verb, exc.kind).inc()
+        log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
+        return dumps({"Error": f"{verb}: {exc}"}), 400
+
+    def internal(self, verb: str, exc: Exception, fallback: Callable[[bytes], Any] | None, body: bytes) -> tuple[bytes, int]:
+        self.metrics.errors.labels(verb, "internal").inc()
         log.error("%s: internal error; answering with the safe fallback", verb, exc_info=exc)
         if fallback is not None:
             try:
@@ -169,13 +165,13 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
                 log.exception("%s: fallback failed too", verb)
         return dumps({"Error": f"{verb}: internal error in kso: {type(exc).__name__}: {exc}"}), 200
 
-    def handler(verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None = None,
+    def handler(self, verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None = None,
                 threaded: bool = False) -> tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]:
         """Wrap one verb: read the body within the limit, time it, answer on the event loop when the body
         is small and on a worker thread when it is big (or the verb waits on the network: bind). Returns
         the FastAPI endpoint and the same handler as a bare ASGI endpoint (for HotRoutes)."""
-        latency = metrics.latency.labels(verb)
-        limit = s.max_body_bytes
+        latency = self.metrics.latency.labels(verb)
+        limit, offload_over, offloaded, answer = self.max_body, self.offload_over, self.offloaded, self.answer
 
         async def respond(read: Callable[[], Awaitable[bytes]]) -> tuple[bytes, int]:
             start = time.perf_counter()
@@ -188,11 +184,9 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
                     return await run_in_threadpool(answer, verb, work, fallback, body)
                 return answer(verb, work, fallback, body)
             except ProtocolError as exc:  # the body's size or framing
-                metrics.errors.labels(verb, exc.kind).inc()
-                log.warning("%s: 400 %s: %s", verb, exc.kind, exc)
-                return dumps({"Error": f"{verb}: {exc}"}), 400
+                return self.bad_request(verb, exc)
             except Exception as exc:  # noqa: BLE001 - a client gone mid-body: the same safe answer as ever
-                return internal(verb, exc, fallback, b"")
+                return self.internal(verb, exc, fallback, b"")
             finally:
                 latency.observe(time.perf_counter() - start)
 
@@ -208,36 +202,47 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
 
         return endpoint, raw
 
-    def route(path: str, endpoints: tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]) -> None:
-        app.add_api_route(path, endpoints[0], methods=["POST"], include_in_schema=False)
-        hot.setdefault(path, endpoints[1])  # the first route registered for a path wins, as in FastAPI
+    # ---- bodies and the verbs' safe answers (when the work itself failed) ----
+    def extender_args(self, body: bytes) -> Any:
+        return parse_extender_args(body, self.limits)
 
-    def extender_args(body: bytes) -> Any:
-        return parse_extender_args(body, limits)
-
-    def filter_all_pass(body: bytes) -> dict[str, Any]:
-        args = extender_args(body)
+    def filter_all_pass(self, body: bytes) -> dict[str, Any]:
+        args = self.extender_args(body)
         if args.nodes is not None:
             return {"Nodes": args.node_list, "NodeNames": None, "FailedNodes": {},
                     "FailedAndUnresolvableNodes": {}, "Error": ""}
         return {"NodeNames": args.node_names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
 
-    def prioritize_neutral(body: bytes) -> list[dict[str, Any]]:
-        args = extender_args(body)
+    def prioritize_neutral(self, body: bytes) -> list[dict[str, Any]]:
+        args = self.extender_args(body)
         names = args.node_names if args.nodes is None else [
             (n.get("metadata") or {}).get("name", "") for n in args.nodes]
         return [{"Host": n, "Score": 0} for n in names or []]
 
-    def preempt_echo(body: bytes) -> dict[str, Any]:
-        args = parse_preemption_args(body, limits)
+    def preempt_echo(self, body: bytes) -> dict[str, Any]:
+        args = parse_preemption_args(body, self.limits)
         return {"NodeNameToMetaVictims": {n: {"Pods": [{"UID": u} for u in v.uids],
                                               "NumPDBViolations": v.pdb_violations}
                                           for n, v in args.candidates.items()}}
 
-    filter_ep = handler("filter", lambda b: extender.filter(extender_args(b)), filter_all_pass)
-    prioritize_ep = handler("prioritize", lambda b: extender.prioritize_json(extender_args(b)), prioritize_neutral)
-    bind_ep = handler("bind", lambda b: extender.bind(parse_binding_args(b, limits)), threaded=True)
-    preempt_ep = handler("preempt", lambda b: extender.preempt(parse_preemption_args(b, limits)), preempt_echo)
+
+def add_verb_routes(app: FastAPI, verbs: VerbHandlers) -> dict[str, RawEndpoint]:
+    """The route table of the scheduler verbs (as FastAPI routes); returns the same handlers by exact path,
+    for HotRoutes."""
+    extender = verbs.extender
+    s = extender.settings
+    args = verbs.extender_args
+    hot: dict[str, RawEndpoint] = {}
+
+    def route(path: str, endpoints: tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]) -> None:
+        app.add_api_route(path, endpoints[0], methods=["POST"], include_in_schema=False)
+        hot.setdefault(path, endpoints[1])  # the first route registered for a path wins, as in FastAPI
+
+    limits = verbs.limits
+    filter_ep = verbs.handler("filter", lambda b: extender.filter(args(b)), verbs.filter_all_pass)
+    prioritize_ep = verbs.handler("prioritize", lambda b: extender.prioritize_json(args(b)), verbs.prioritize_neutral)
+    bind_ep = verbs.handler("bind", lambda b: extender.bind(parse_binding_args(b, limits)), threaded=True)
+    preempt_ep = verbs.handler("preempt", lambda b: extender.preempt(parse_preemption_args(b, limits)), verbs.preempt_echo)
 
     prefix = "/" + s.url_prefix.strip("/") if s.url_prefix.strip("/") else ""
     for verb, ep in (("filter", filter_ep), ("prioritize", prioritize_ep), ("bind", bind_ep), ("preempt", preempt_ep)):
@@ -245,17 +250,30 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
     route("/scheduler/bind", bind_ep)
 
     # kube-safe-scheduler's per-agent routes, one per predicate and priority of the enabled agents.
+    image_params = extender.config.agent_params.get("image")
     for name in extender.predicates:
-        ep = handler("filter", lambda b, n=name: extender.filter(extender_args(b), [n]), filter_all_pass)
+        ep = verbs.handler("filter", lambda b, n=name: extender.filter(args(b), [n]), verbs.filter_all_pass)
         route(f"/scheduler/predicates/{name}", ep)
     for name in extender.priorities:
-        ep = handler("prioritize", lambda b, n=name: extender.priority(n, extender_args(b)), prioritize_neutral)
+        ep = verbs.handler("prioritize", lambda b, n=name: extender.priority(n, args(b)), verbs.prioritize_neutral)
         route(f"/scheduler/priorities/{name}", ep)
         if name == "image_score" and image_params is not None:
             # The image-score example's route: <api-prefix>/<priorities-prefix>/image_score.
             path = "/" + "/".join(p.strip("/") for p in (image_params.api_prefix, image_params.priorities_prefix,
                                                          "image_score") if p.strip("/"))
             route(path, ep)
+    return hot
+
+
+def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
+    """The scheduler-facing app; with ``admin_routes`` it serves /metrics, /healthz and /readyz as well
+    (tests, demos, or a server without an admin port)."""
+    # redirect_slashes off: "/filter/" is a 404, never a 307 whose Location comes from the Host header.
+    app = FastAPI(title="kube-safe-optimizer extender", version=VERSION, docs_url=None, redoc_url=None,
+                  openapi_url=None, redirect_slashes=False)
+    app.state.extender = extender
+    verbs = VerbHandlers(extender)
+    hot = add_verb_routes(app, verbs)
 
     @app.get("/version")
     async def version() -> Response:
@@ -263,7 +281,7 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
 
     if admin_routes:
         add_admin_routes(app, extender)
-    add_debug_routes(app, extender, answer)
+    add_debug_routes(app, extender, verbs.answer)
     app.add_middleware(HotRoutes, routes=hot)
     app.state.hot_routes = hot  # serve() puts them in front of the whole app too (see outermost_hot_routes)
     return app

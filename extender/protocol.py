@@ -95,10 +95,6 @@ class ExtenderArgs:
     node_list: dict[str, Any] | None  # the NodeList object, echoed back with the passing items
     node_names: list[str] | None  # NodeNames (nodeCacheCapable: true)
 
-    @property
-    def full_nodes(self) -> bool:
-        return self.nodes is not None
-
 
 def _pod(f: dict[str, Any]) -> dict[str, Any]:
     pod = f.get("pod")

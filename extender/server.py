@@ -195,6 +195,62 @@ def configure_logging(level: int) -> None:
 
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one request
+HELD_HEAD_BYTES = 4096  # a response head held back to leave in one write with its body
+
+
+class HeadWithBodyTransport:
+    """A connection's transport whose response heads leave with the body that follows them, in one writev.
+
+    uvicorn writes an ASGI response's head (http.response.start) and its body in two transport.write
+    calls: on loopback with TCP_NODELAY that is two segments, two syscalls and two wake-ups of
+    kube-scheduler for every call. A small write ending a head (CRLF CRLF) is held here until the next
+    write (joined into one writelines: one writev, no copy) and in any case until the event loop's next
+    iteration (call_soon), so nothing is ever held longer than the current step; close and write_eof
+    send it first, abort drops it. Everything else is the wrapped transport's."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.writelines((held, data))
+        elif len(data) <= HELD_HEAD_BYTES and data.endswith(b"\r\n\r\n"):
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        self.flush()
+        self._transport.writelines(chunks)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def timed_protocol(header_timeout_s: float, body_timeout_s: float) -> type:
@@ -222,7 +278,7 @@ def timed_protocol(header_timeout_s: float, body_timeout_s: float) -> type:
             self.transport.close()
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(HeadWithBodyTransport(transport, self.loop))
             self._arm(header_timeout_s)
 
         def on_message_begin(self) -> None:

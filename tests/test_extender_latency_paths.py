@@ -553,3 +553,129 @@ def test_risk_memo_answers_as_betainc(calls: list[list[tuple[int, float, float]]
         fits = (mu != 0) & (sigma != 0) & (var < spread)
         got = memo.fitted_risk(slots[fits], mu[fits], sigma[fits], var[fits], spread[fits])
         assert got.tobytes() == safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 64_000), st.integers(0, 256), st.sampled_from(["", "-0", "nan", "x"])),
+                min_size=1, max_size=8),
+       st.integers(0, 4000), st.integers(0, 8192))
+def test_safe_agent_without_statistics_equals_the_full_computation(nodes: list[tuple[int, int, str]], cpu_m: int,
+                                                                   mem_mi: int) -> None:
+    """Where no node of a call has load statistics the safe agent skips its maths; its verdicts, notes and scores
+    are those of the full computation (which runs when one node of the call has statistics: the safe agent
+    judges each node on its own, so the other nodes' results must not change)."""
+    state = ClusterState()
+    names = []
+    for i, (cpu, gib, std) in enumerate(nodes):
+        # no mean free at all (std-only or unparseable annotations included): nothing to judge
+        ann = {"std-free-cpu": std} if std else {}
+        state.upsert_node(node_from_k8s(make_node(f"n{i}", cpu=f"{cpu}m", memory=f"{gib}Gi", annotations=ann)))
+        names.append(f"n{i}")
+    state.upsert_node(node_from_k8s(make_node("judged", cpu="4000m", memory="16Gi",
+                                              annotations={"mean-free-cpu": "600", "std-free-cpu": "300",
+                                                           "mean-free-memory": "4000", "std-free-memory": "10"})))
+    pod = pod_from_k8s(make_pod("p", cpu=f"{cpu_m}m", memory=f"{mem_mi}Mi"))
+    agent = SafeAgent(SafeParams())
+    bare, full = Call(pod, state.view(names)), Call(pod, state.view([*names, "judged"]))
+    assert not agent.inputs(bare).valid.any() and agent.inputs(full).valid[-1].any()
+    fast, slow = agent.filter_overload(bare), agent.filter_overload(full)
+    k = len(names)
+    assert fast.passed.tolist() == slow.passed[:k].tolist()
+    assert fast.reasons == {i: r for i, r in slow.reasons.items() if i < k}
+    assert list(fast.notes.items()) == [(i, r) for i, r in slow.notes.items() if i < k]
+    for score in (agent.score_overload, agent.score_balance):
+        got, expected = score(bare), score(full)[:k]
+        assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+    explained, reference = agent.explain(bare), agent.explain(full)
+    assert explained.keys() == reference.keys()
+    assert all(explained[key] == reference[key][:k] for key in explained)
+
+
+class RecordingTransport:
+    """The calls a transport receives (what HeadWithBodyTransport hands on), nothing else."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(("write", data))
+
+    def writelines(self, chunks: Any) -> None:
+        self.calls.append(("writelines", tuple(chunks)))
+
+    def close(self) -> None:
+        self.closing = True
+        self.calls.append(("close", None))
+
+    def abort(self) -> None:
+        self.calls.append(("abort", None))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+def test_response_head_leaves_with_its_body_in_one_write() -> None:
+    from extender.server import HELD_HEAD_BYTES, HeadWithBodyTransport
+
+    async def scenario() -> list[list[tuple[str, Any]]]:
+        loop = asyncio.get_running_loop()
+        seen = []
+        head, body = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"{}"
+        # head then body in one step: one writelines, nothing left for the loop's next iteration
+        inner = RecordingTransport()
+        t = HeadWithBodyTransport(inner, loop)
+        t.write(head)
+        assert inner.calls == []
+        t.write(body)
+        await asyncio.sleep(0)
+        seen.append(inner.calls)
+        # a head alone (an empty body writes nothing) leaves on the loop's next iteration
+        inner = RecordingTransport()
+        t = HeadWithBodyTransport(inner, loop)
+        t.write(head)
+        await asyncio.sleep(0)
+        seen.append(inner.calls)
+        # close sends a held head first; abort drops it; a big or non-head write is never held
+        inner = RecordingTransport()
+        t = HeadWithBodyTransport(inner, loop)
+        t.write(head)
+        t.close()
+        t2 = HeadWithBodyTransport(inner, loop)
+        t2.write(head)
+        t2.abort()
+        big = b"x" * (HELD_HEAD_BYTES - 3) + b"\r\n\r\n"
+        t2.write(big)
+        t2.write(b"partial")
+        await asyncio.sleep(0)
+        seen.append(inner.calls)
+        assert t.get_extra_info("peername") == "info:peername"
+        return seen
+
+    one_step, alone, ends = asyncio.run(scenario())
+    assert one_step == [("writelines", (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"{}"))]
+    assert alone == [("write", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")]
+    assert ends[:3] == [("write", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"), ("close", None), ("abort", None)]
+    assert [c[0] for c in ends[3:]] == ["write", "write"] and ends[4] == ("write", b"partial")
+
+
+@SETTINGS
+@given(st.lists(st.one_of(st.floats(allow_nan=True), st.integers(-10**6, 10**6).map(float),
+                          st.sampled_from([math.inf, -math.inf, math.nan, 0.0, -0.0, 1e308, 0.5, 99.0, 100.0, 101.0])),
+                max_size=20),
+       st.integers(1, 10**6))
+def test_congestion_score_equals_the_seed_rule(factors: list[float], factor_max: int) -> None:
+    """cf = min(v, MAX) if v is a positive integer else 0; score = round-half-away-from-zero(10 (1 - cf / MAX)),
+    value by value in Python."""
+    from extender.agents.congestion import congestion_score
+
+    def rule(v: float) -> int:
+        cf = min(v, factor_max) if (math.isfinite(v) and v > 0 and v == math.floor(v)) or v == math.inf else 0.0
+        x = 10.0 * (1.0 - cf / factor_max)
+        return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+    got = congestion_score(np.array(factors, dtype=float), factor_max)
+    assert got.tolist() == [rule(v) for v in factors]

@@ -106,6 +106,9 @@ def _managed_fields(name: str, stat_keys: Sequence[str]) -> list[dict[str, Any]]
     ]
 
 
+STAT_ANNOTATIONS = frozenset({"mean-free-cpu", "std-free-cpu", "mean-free-memory", "std-free-memory", "congestion-factor"})
+
+
 def _node_name(i: int) -> str:
     return f"ip-10-{16 + i // 65536}-{(i // 256) % 256}-{i % 256}.{REGION}.compute.internal"
 
@@ -119,6 +122,14 @@ class Cluster:
 
     def snapshot(self) -> bytes:
         return orjson.dumps({"nodes": self.nodes, "pods": self.pods})
+
+    def snapshot_without_statistics(self) -> bytes:
+        """The same cluster before any load statistics exist (no kube-safe-scheduler annotations on any node,
+        as a new install starts): the safe agent then judges no node."""
+        nodes = [{**nd, "metadata": {**nd["metadata"], "annotations": {
+            k: v for k, v in nd["metadata"].get("annotations", {}).items() if k not in STAT_ANNOTATIONS}}}
+            for nd in self.nodes]
+        return orjson.dumps({"nodes": nodes, "pods": self.pods})
 
 
 def make_cluster(n: int, seed: int, pods_per_node: int = 10) -> Cluster:

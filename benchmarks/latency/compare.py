@@ -4,6 +4,7 @@ in alternating (ABBA) rounds."""
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks.latency.client import Body
 from benchmarks.latency.cluster import (
     OPENB_PODS,
     REPO,
@@ -134,7 +136,9 @@ class CompareRow:
     verb: str
     node_set: str
     sent: int
-    stats: dict[str, tuple[float, ...]]  # tree label -> (p50, p99, calls/s, srv mean, srv p99) ms, medians over rounds
+    # tree label -> (p50, p99, calls/s, srv mean, srv p99, cpu) ms, medians over rounds; cpu = the server's event-loop
+    # thread's CPU time per call (Server.cpu_seconds): what a busy machine inflates least
+    stats: dict[str, tuple[float, ...]]
 
 
 def run_compare(args: argparse.Namespace, tmp: Path) -> int:
@@ -155,9 +159,13 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
         print(f"\n== {n} nodes, {len(cluster.pods)} bound pods", flush=True)
         if not args.no_reply_check:
             t0 = time.perf_counter()
-            verdict = check_replies([other, REPO], snap, reply_check_requests(cluster, pods, args.modes), tmp,
-                                    args.agents)
+            requests = reply_check_requests(cluster, pods, args.modes)
+            verdict = check_replies([other, REPO], snap, requests, tmp, args.agents)
             print(f"   {verdict} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            bare = tmp / f"cluster-{n}-no-statistics.json"
+            bare.write_bytes(cluster.snapshot_without_statistics())
+            verdict = check_replies([other, REPO], bare, requests, tmp, args.agents)
+            print(f"   no load statistics on any node: {verdict}", flush=True)
         node_kb = sum(len(orjson.dumps(x)) for x in cluster.nodes[:50]) / min(50, n) / 1024
         est_full = int(n * node_kb * 1024 * 1.1) + (1 << 20)
         max_body = est_full * 2 if "full" in args.modes else DEFAULT_MAX_BODY
@@ -174,30 +182,7 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
                         big = mode == "full" and n * node_kb > 4096
                         bodies = build_bodies(cluster, mode, node_set, verb, pods, servers["this"].port,
                                               2 if big else args.variants)
-                        per_round: dict[str, list[tuple[float, ...]]] = {lb: [] for lb in servers}
-                        for server in servers.values():  # warm-up, and size the rounds
-                            warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)),
-                                         args.max_cell_seconds / 4, 120.0)
-                        per_call = float(np.median(warm.lat)) if warm.lat else 0.01
-                        count = args.requests
-                        if per_call * count > args.max_cell_seconds:
-                            count = max(10 * args.rounds, int(args.max_cell_seconds / per_call))
-                        count = max(1, count // args.rounds)
-                        for r in range(args.rounds):
-                            order = list(servers) if r % 2 == 0 else list(servers)[::-1]
-                            for label in order:
-                                server = servers[label]
-                                m0 = server.metrics()
-                                smp = drive(server.port, verb, bodies, count, args.max_cell_seconds, 120.0)
-                                m1 = server.metrics()
-                                srv_mean, srv_err = server_delta(m0, m1, verb)
-                                if smp.errors or srv_err:
-                                    print(f"   {label}: errors {dict(smp.errors)} server {srv_err}")
-                                lat = np.array(smp.lat) * 1e3
-                                per_round[label].append((pct(lat, 50), pct(lat, 99), lat.size / smp.wall, srv_mean,
-                                                         server_p99(m0, m1, verb)))
-                        stats = {lb: tuple(float(np.median([x[i] for x in v])) for i in range(5))
-                                 for lb, v in per_round.items()}
+                        stats = measure_abba(servers, verb, bodies, args)
                         row = CompareRow(n, mode, verb, node_set, int(np.mean([b.nodes_sent for b in bodies])),
                                          stats)  # type: ignore[arg-type]
                         rows.append(row)
@@ -208,22 +193,56 @@ def run_compare(args: argparse.Namespace, tmp: Path) -> int:
     print("\n" + "\n".join(machine_info()))
     print(f"base = {other} ({_git_head(other)}); this = {REPO} ({_git_head(REPO)}{_dirty(REPO)})")
     print(f"each cell: {args.rounds} rounds per tree, alternating ABBA; medians over rounds of p50 / p99 (ms) and "
-          "calls/s, and of the server's own mean (srv) and p99 bucket (srv99); one call in flight (closed loop)\n")
+          "calls/s, and of the server's own mean (srv) and p99 bucket (srv99); cpu = the server's event-loop thread's CPU "
+          "ms per call (/proc/PID/schedstat); one call in flight (closed loop)\n")
     print(COMPARE_HEADER)
     for row in rows:
         print(fmt_compare(row))
     return 0
 
 
+def measure_abba(servers: dict[str, Server], verb: str, bodies: list[Body],
+                 args: argparse.Namespace) -> dict[str, tuple[float, ...]]:
+    """One cell on every server in alternating (ABBA) rounds: per server label, the medians over rounds of
+    (p50, p99, calls/s, srv mean, srv p99, cpu per call), in ms where a time."""
+    per_round: dict[str, list[tuple[float, ...]]] = {lb: [] for lb in servers}
+    for server in servers.values():  # warm-up, and size the rounds
+        warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)),
+                     args.max_cell_seconds / 4, 120.0)
+    per_call = float(np.median(warm.lat)) if warm.lat else 0.01
+    count = args.requests
+    if per_call * count > args.max_cell_seconds:
+        count = max(10 * args.rounds, int(args.max_cell_seconds / per_call))
+    count = max(1, count // args.rounds)
+    for r in range(args.rounds):
+        order = list(servers) if r % 2 == 0 else list(servers)[::-1]
+        for label in order:
+            server = servers[label]
+            m0 = server.metrics()
+            c0 = server.cpu_seconds()
+            smp = drive(server.port, verb, bodies, count, args.max_cell_seconds, 120.0)
+            c1 = server.cpu_seconds()
+            m1 = server.metrics()
+            srv_mean, srv_err = server_delta(m0, m1, verb)
+            if smp.errors or srv_err:
+                print(f"   {label}: errors {dict(smp.errors)} server {srv_err}")
+            lat = np.array(smp.lat) * 1e3
+            per_round[label].append((pct(lat, 50), pct(lat, 99), lat.size / smp.wall, srv_mean,
+                                     server_p99(m0, m1, verb), (c1 - c0) / max(lat.size, 1) * 1e3))
+    return {lb: tuple(float(np.median([x[i] for x in v])) for i in range(6)) for lb, v in per_round.items()}
+
+
 COMPARE_HEADER = (f"{'nodes':>5} {'mode':<5} {'verb':<10} {'set':<6} {'sent':>5} | {'base p50':>8} {'p99':>6} {'calls/s':>7} "
-                  f"{'srv':>6} {'srv99':>6} | {'this p50':>8} {'p99':>6} {'calls/s':>7} {'srv':>6} {'srv99':>6} | aim (this)")
+                  f"{'srv':>6} {'srv99':>6} {'cpu':>6} | {'this p50':>8} {'p99':>6} {'calls/s':>7} {'srv':>6} {'srv99':>6} "
+                  f"{'cpu':>6} | cpu this/base | aim (this)")
 
 
 def fmt_compare(r: CompareRow) -> str:
     b, t = r.stats["base"], r.stats["this"]
     aim = Row(r.nodes, r.mode, r.verb, r.node_set, r.sent, 0, 0, 0, t[0], t[1], 0, t[2], t[3], t[4], 0, "").aim()
     return (f"{r.nodes:>5} {r.mode:<5} {r.verb:<10} {r.node_set:<6} {r.sent:>5} | {b[0]:>8.3f} {b[1]:>6.3f} {b[2]:>7.0f} "
-            f"{b[3]:>6.3f} {b[4]:>6.3f} | {t[0]:>8.3f} {t[1]:>6.3f} {t[2]:>7.0f} {t[3]:>6.3f} {t[4]:>6.3f} | {aim}")
+            f"{b[3]:>6.3f} {b[4]:>6.3f} {b[5]:>6.3f} | {t[0]:>8.3f} {t[1]:>6.3f} {t[2]:>7.0f} {t[3]:>6.3f} {t[4]:>6.3f} "
+            f"{t[5]:>6.3f} | {t[5] / b[5] if b[5] else math.nan:>13.2f} | {aim}")
 
 
 def _git_head(tree: Path) -> str:

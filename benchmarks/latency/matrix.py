@@ -45,6 +45,47 @@ def build_bodies(cluster: Cluster, mode: str, node_set: str, verb: str, pods: li
     return out
 
 
+def measure_cell(args: argparse.Namespace, server: Server, cluster: Cluster, pods: list[dict[str, Any]], mode: str,
+                 verb: str, node_set: str, variants: int) -> Row:
+    """One (mode, verb, node set) cell on a running server: warm up, size the cell, check one reply, measure (under
+    py-spy with --py-spy), print and return its row."""
+    n = len(cluster.order)
+    bodies = build_bodies(cluster, mode, node_set, verb, pods, server.port, variants)
+    per_call_s = None
+    # warm-up: a few calls, also to size the cell
+    warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)), args.max_cell_seconds / 4, 120.0)
+    if warm.lat:
+        per_call_s = float(np.median(warm.lat))
+    count = args.requests
+    if per_call_s and per_call_s * count > args.max_cell_seconds:
+        count = max(10, int(args.max_cell_seconds / per_call_s))
+    # one full check of a reply
+    probe = RawClient(server.port, 120.0)
+    status, data = probe.post(bodies[0])
+    probe.close()
+    summary = validate(verb, data, bodies[0].nodes_sent) if status == 200 else f"HTTP {status}"
+    m0 = server.metrics()
+    prof = Path(args.py_spy) / f"{n}-{mode}-{verb}-{node_set}.txt" if args.py_spy else None
+    with py_spy(server.proc.pid, prof):
+        s = drive_concurrent(server.port, verb, bodies, count, args.max_cell_seconds * 2, 120.0, args.concurrency)
+    m1 = server.metrics()
+    srv_mean, srv_err = server_delta(m0, m1, verb)
+    lat = np.array(s.lat) * 1e3
+    errs = dict(s.errors)
+    if srv_err:
+        errs["server"] = int(srv_err)
+    row = Row(n, mode, verb, node_set, int(np.mean([b.nodes_sent for b in bodies])),
+              float(np.mean([len(b) for b in bodies])) / 1024, len(data) / 1024, lat.size,
+              pct(lat, 50), pct(lat, 99), float(lat.max()) if lat.size else math.nan,
+              lat.size / s.wall if s.wall else math.nan, srv_mean, server_p99(m0, m1, verb),
+              int((lat > HTTP_TIMEOUT_S * 1e3).sum()), ",".join(f"{k}:{v}" for k, v in errs.items()), summary)
+    print("   " + fmt_row(row) + f"   [{summary}]", flush=True)
+    if prof is not None and prof.exists():
+        for line in summarize_profile(prof):
+            print("   " + line)
+    return row
+
+
 def run_matrix(args: argparse.Namespace, tmp: Path) -> int:
     rows: list[Row] = []
     rss_lines: list[str] = []
@@ -79,48 +120,9 @@ def run_matrix(args: argparse.Namespace, tmp: Path) -> int:
                     for node_set in args.node_sets:
                         if node_set == "sample" and sample_size(n) >= n:
                             continue  # the sample is every node: same as "all"
-                        big = mode == "full" and n * node_kb > 4096
-                        variants = 2 if big else args.variants
-                        bodies = build_bodies(cluster, mode, node_set, verb, pods, server.port, variants)
-                        per_call_s = None
-                        # warm-up: a few calls, also to size the cell
-                        warm = drive(server.port, verb, bodies, max(3, min(args.warmup, args.requests // 10)),
-                                     args.max_cell_seconds / 4, 120.0)
-                        if warm.lat:
-                            per_call_s = float(np.median(warm.lat))
-                        count = args.requests
-                        if per_call_s and per_call_s * count > args.max_cell_seconds:
-                            count = max(10, int(args.max_cell_seconds / per_call_s))
-                        # one full check of a reply
-                        probe = RawClient(server.port, 120.0)
-                        status, data = probe.post(bodies[0])
-                        probe.close()
-                        summary = validate(verb, data, bodies[0].nodes_sent) if status == 200 else f"HTTP {status}"
-                        m0 = server.metrics()
-                        prof = None
-                        if args.py_spy:
-                            prof = Path(args.py_spy) / f"{n}-{mode}-{verb}-{node_set}.txt"
-                        with py_spy(server.proc.pid, prof):
-                            s = drive_concurrent(server.port, verb, bodies, count, args.max_cell_seconds * 2,
-                                                 120.0, args.concurrency)
-                        m1 = server.metrics()
-                        srv_mean, srv_err = server_delta(m0, m1, verb)
-                        lat = np.array(s.lat) * 1e3
-                        errs = dict(s.errors)
-                        if srv_err:
-                            errs["server"] = int(srv_err)
-                        row = Row(n, mode, verb, node_set, int(np.mean([b.nodes_sent for b in bodies])),
-                                  float(np.mean([len(b) for b in bodies])) / 1024, len(data) / 1024, lat.size,
-                                  pct(lat, 50), pct(lat, 99), float(lat.max()) if lat.size else math.nan,
-                                  lat.size / s.wall if s.wall else math.nan, srv_mean,
-                                  server_p99(m0, m1, verb),
-                                  int((lat > HTTP_TIMEOUT_S * 1e3).sum()),
-                                  ",".join(f"{k}:{v}" for k, v in errs.items()), summary)
+                        row = measure_cell(args, server, cluster, pods, mode, verb, node_set,
+                                           2 if mode == "full" and n * node_kb > 4096 else args.variants)
                         rows.append(row)
-                        print("   " + fmt_row(row) + f"   [{summary}]", flush=True)
-                        if prof is not None and prof.exists():
-                            for line in summarize_profile(prof):
-                                print("   " + line)
             rss1 = server.rss()
             rss_lines.append(f"{n:>5} nodes: server RSS {rss0 / 2**20:.1f} MiB after load -> {rss1 / 2**20:.1f} MiB "
                              f"after all cells ({(rss1 - rss0) / 2**20:+.1f} MiB)")

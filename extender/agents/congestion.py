@@ -19,8 +19,9 @@ class CongestionParams:
 # cf = min(v, MAX) if v > 0 else 0;  score = round-half-away-from-zero(10 (1 - cf / MAX)).
 # The annotation is an integer (the seed parses it with Atoi); anything else counts as 0.
 def congestion_score(factor: np.ndarray, factor_max: int) -> np.ndarray:
-    v = np.nan_to_num(factor, nan=0.0)
-    v = np.where(v == np.floor(v), v, 0.0)
+    # NaN (no annotation) fails v == floor(v) and counts 0 with the non-integers, in one pass instead of a
+    # nan_to_num first (whose +-inf -> +-max float gives the same scores as +-inf itself here).
+    v = np.where(factor == np.floor(factor), factor, 0.0)
     cf = np.where(v > 0, np.minimum(v, factor_max), 0.0)
     x = 10.0 * (1.0 - cf / factor_max)
     return (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(int)

@@ -139,6 +139,8 @@ class RiskMemo:
             setattr(self, name, new)
 
 
+NO_STATS_NOTE = "safe-overload: no load statistics for this node; passed unjudged"
+
 # Relative margin under eps within which the Cantelli bound is not trusted to decide (see SafeInputs.over):
 # far above the error of betainc and of the bound's own arithmetic (~1e-15).
 BOUND_MARGIN = 1e-6
@@ -236,6 +238,13 @@ class SafeAgent(Agent):
         cap = view.stat_capacity()
         free = stats.mean_free
         fc = stats.forecast_free
+        # A node is judged where it has a mean free and a capacity (the forecast blend below keeps a NaN mean
+        # NaN). Where none has (a cluster before any statistics exist, as a new install starts), every value
+        # below would be masked out: mu = sigma = risk = 0 and nothing valid, without the ~30 numpy calls.
+        valid = ~np.isnan(free) & (cap > 0)
+        if not valid.any():
+            return SafeInputs(np.zeros(cap.shape), np.zeros(cap.shape), valid, cap, stats.source, self.u_star,
+                              full_risk=np.zeros(cap.shape))
         has_forecast = ~np.isnan(fc)
         if has_forecast.any():
             free = np.where(has_forecast, (1.0 - self.w) * free + self.w * fc, free)
@@ -267,6 +276,9 @@ class SafeAgent(Agent):
 
     def filter_overload(self, call: Call) -> PredicateResult:
         s = self.inputs(call)
+        if s.full_risk is not None and not s.valid.any():  # no statistics anywhere: every node passes unjudged
+            return PredicateResult(np.ones(len(s.valid), dtype=bool), {},
+                                   dict.fromkeys(range(len(s.valid)), NO_STATS_NOTE))
         failed, risk = s.over(self.eps)
         passed = ~(failed[:, 0] | failed[:, 1])
         reasons: dict[int, str] = {}
@@ -274,7 +286,7 @@ class SafeAgent(Agent):
         if len(bad):
             reasons = dict(zip(bad.tolist(), self._reasons(s, risk, bad, failed[bad]), strict=True))
         no_stats = np.flatnonzero(~(s.valid[:, 0] | s.valid[:, 1])).tolist()
-        notes = dict.fromkeys(no_stats, "safe-overload: no load statistics for this node; passed unjudged")
+        notes = dict.fromkeys(no_stats, NO_STATS_NOTE)
         return PredicateResult(passed, reasons, notes)
 
     def _reasons(self, s: SafeInputs, risk: np.ndarray, bad: np.ndarray, failed: np.ndarray) -> list[str]:
@@ -320,10 +332,14 @@ class SafeAgent(Agent):
 
     def score_overload(self, call: Call) -> np.ndarray:
         s = self.inputs(call)
+        if not s.valid.any():  # what _combine makes of any scores then
+            return np.zeros(len(s.valid), dtype=int)
         return self._combine(overload_score(s.risk, self.eps), s.valid)
 
     def score_balance(self, call: Call) -> np.ndarray:
         s = self.inputs(call)
+        if not s.valid.any():
+            return np.zeros(len(s.valid), dtype=int)
         return self._combine(balance_score(s.mu, s.sigma), s.valid)
 
     def explain(self, call: Call) -> dict[str, Any]:
