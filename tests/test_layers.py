@@ -82,5 +82,5 @@ def test_imports_are_found_wherever_they_are(source: str, module: str, is_packag
 
 def test_layers_of_the_command_and_the_domain() -> None:
     assert layer_of("kso.cli") > layer_of("scheduler.cli") > layer_of("extender.server") > layer_of("optimizer.plan")  # type: ignore[operator]
-    assert layer_of("optimizer.plan") > layer_of("forecasting.models") > layer_of("kso.core.kube") == layer_of("kso.kube")  # type: ignore[operator]
+    assert layer_of("optimizer.plan") > layer_of("forecasting.models") > layer_of("kso.core.kube") == layer_of("kso") == 0  # type: ignore[operator]
     assert layer_of("numpy") is None and layer_of("benchmarks.demo") == layer_of("kso.cli")
