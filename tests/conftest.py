@@ -101,15 +101,14 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-@pytest.fixture(scope="session")
-def control_plane() -> Iterator[Any]:
-    """etcd + kube-apiserver (benchmarks.controlplane), started once per test session and shared: tests
-    keep to their own namespace (``kube_namespace``) and unique node names. Skips when the binaries are
+@contextmanager
+def started_control_plane(apiserver_args: tuple[str, ...] = ()) -> Iterator[Any]:
+    """etcd + kube-apiserver (benchmarks.controlplane), stopped on exit. Skips when the binaries are
     missing, unless KSO_REQUIRE_K8S=1 (as in .ci/run), which turns that into a failure."""
     from benchmarks.controlplane import BinariesMissing, ControlPlane
 
     try:
-        cp = ControlPlane().start()
+        cp = ControlPlane(apiserver_args=apiserver_args).start()
     except BinariesMissing as exc:
         if os.environ.get("KSO_REQUIRE_K8S") == "1":
             pytest.fail(f"KSO_REQUIRE_K8S=1 but {exc}")
@@ -118,6 +117,14 @@ def control_plane() -> Iterator[Any]:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Any]:
+    """The control plane of the test session, started once and shared: tests keep to their own namespace
+    (``kube_namespace``) and unique node names."""
+    with started_control_plane() as cp:
+        yield cp
 
 
 @pytest.fixture

@@ -1,7 +1,19 @@
-"""A small, faithful stand-in for kube-apiserver, for testing kso.kube/watcher/binder with the real ``kubernetes`` client.
+"""A small, faithful stand-in for kube-apiserver, driven by the real ``kubernetes`` client.
 
-No kube-apiserver binary is available here (none in Debian or PyPI), so this serves the REST paths the
-client calls, with the semantics kso depends on, modelled on the real server:
+Tests use the real control plane (kube-apiserver v1.36.2 + etcd: the ``control_plane`` / ``kube_namespace``
+fixtures, benchmarks/controlplane.py) wherever it can produce the condition. This stand-in is kept only for
+faults the real server does not produce on demand:
+
+* tests/test_kube.py: a 410 Gone at a chosen moment, as an ERROR event or as an HTTP status; a forced
+  expiry of a live watch; dropped watch connections; a server that goes away and comes back (``partition``
+  / ``heal``); watch timeouts and bookmarks at chosen times; malformed objects; a stale pending event
+  racing an assumed bind; a 503 on bind; the request log (which query parameters the client sent).
+* tests/test_reoptimize.py: eviction answers forced per pod (``fail_evictions``: 404, 409, 500) and the
+  same cluster seeded in milliseconds for many small ``kso reoptimize`` cases. Its dry-run, execute and
+  PodDisruptionBudget cases could run on the real control plane with kube-controller-manager (as
+  tests/test_real_reoptimize.py does end to end); they are not ported yet.
+
+It serves the REST paths the client calls, with the semantics kso depends on, modelled on the real server:
 
 * ``GET /api/v1/nodes`` and ``/api/v1/pods``: lists carry ``metadata.resourceVersion``; ``limit`` and
   ``continue`` page through a consistent snapshot (later pages are served as of the first page's

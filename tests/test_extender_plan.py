@@ -177,15 +177,20 @@ def test_without_statistics_the_plan_is_solved_when_asked(tmp_path: Path) -> Non
             solver.close()
 
 
-def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> None:
+def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path, control_plane: Any, kube_namespace: str) -> None:
     """``kso reoptimize --execute`` publishes its targets to ConfigMap kso-plan; the extender reads it
-    over the real kubernetes client and ranks those nodes first, next to (not instead of) its own plan."""
-    from kso.kube import load_api_client
-    from tests.kube_standin import StandinApiServer
+    from the real kube-apiserver and ranks those nodes first, next to (not instead of) its own plan."""
+    from kubernetes import client as k8s
 
-    with plan_extender(tmp_path) as (client, ext, cache), StandinApiServer() as server:
-        api = load_api_client(server.write_kubeconfig(tmp_path / "kubeconfig"))
-        cache.poll_configmap(api, "kso-system", "kso-plan")  # none yet: nothing happens, nothing is reported
+    ns = kube_namespace
+    api = control_plane.api_client()
+    core = k8s.CoreV1Api(api)
+
+    def configmap(text: str) -> dict[str, Any]:
+        return {"metadata": {"name": "kso-plan", "namespace": ns}, "data": {"plan.json": text}}
+
+    with plan_extender(tmp_path) as (client, ext, cache):
+        cache.poll_configmap(api, ns, "kso-plan")  # none yet: nothing happens, nothing is reported
         assert cache.describe()["plan"] is None and cache.last_error is None
         own = solved_plan(ext)  # the solver's plan: binpack puts all three on one node
         cache.install(own, "solver")
@@ -196,9 +201,8 @@ def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> Non
         cls["slots"], cls["unplaced"], cls["count"] = {other: 1}, 0, 1
         cls.pop("pods")  # the class now stands for one pod to come, not the three pending ones
         migration["planId"] = "reopt-1"
-        server.put_object("configmaps", {"metadata": {"name": "kso-plan", "namespace": "kso-system"},
-                                         "data": {"plan.json": orjson.dumps(migration).decode()}})
-        cache.poll_configmap(api, "kso-system", "kso-plan")
+        core.create_namespaced_config_map(ns, configmap(orjson.dumps(migration).decode()))
+        cache.poll_configmap(api, ns, "kso-plan")
         described = cache.describe()
         assert described["migration_plan"]["plan_id"] == "reopt-1" and described["plan"]["plan_id"] == own.plan_id
         got = scores(client, PENDING[0])
@@ -209,9 +213,8 @@ def test_reoptimize_targets_from_the_configmap_rank_first(tmp_path: Path) -> Non
         assert status == 200 and body["Error"] == ""
         assert cache.describe()["migration_free_slots"] == 0
         # A corrupt ConfigMap is reported and the plans in use stay.
-        server.put_object("configmaps", {"metadata": {"name": "kso-plan", "namespace": "kso-system"},
-                                         "data": {"plan.json": "{broken"}})
-        cache.poll_configmap(api, "kso-system", "kso-plan")
+        core.replace_namespaced_config_map("kso-plan", ns, configmap("{broken"))
+        cache.poll_configmap(api, ns, "kso-plan")
         assert "not valid JSON" in (cache.last_error or "")
         assert cache.describe()["plan"]["plan_id"] == own.plan_id
 

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from benchmarks.adversarial import ExtenderProcess, deep_body, get, post
+from benchmarks.e2e import create_nodes, delete_nodes, node_manifest
 from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
@@ -30,7 +31,6 @@ from kso.cluster import ClusterState
 from kso.net import free_port
 from kso.objects import node_from_k8s, pod_from_k8s
 from tests.conftest import make_node, make_pod, make_state, running_extender
-from tests.kube_standin import StandinApiServer
 
 POD = make_pod("p", cpu="200m", memory="64Mi")
 NODES = [make_node("n1", annotations={"mean-free-cpu": "2500", "std-free-cpu": "400"}), make_node("n2")]
@@ -186,37 +186,40 @@ def wait_until(pred: Any, timeout: float = 10.0) -> bool:
     return bool(pred())
 
 
-def test_6_api_mode_judges_body_nodes_for_the_call_only(tmp_path: Path) -> None:
-    with StandinApiServer() as api:
-        api.add_node("n1", annotations={"mean-free-cpu": "3000", "std-free-cpu": "100"})
-        api.add_node("n2")
-        kubeconfig = api.write_kubeconfig(tmp_path / "config")
-        config = load_config({"KSO_CLUSTER_SOURCE": "API", "KUBECONFIG": kubeconfig, "KSO_PLAN_POLICY": "none",
-                              "KSO_AGENTS": "safe,pigeon"})
-        running = build(config)
-        try:
-            ext = running.extender
-            assert wait_until(lambda: ext.state.synced and len(ext.state) == 2)
-            forged = make_node("n1", annotations={"mean-free-cpu": "0", "std-free-cpu": "0"})
-            forged["metadata"]["resourceVersion"] = "999999"
-            invented = [make_node(f"fake-{i}") for i in range(50)] + [make_node("fake-zero", cpu="0")]
-            pod = make_pod("intruder")
-            with BackgroundServer(create_app(ext)) as srv:
-                c = Client(srv.port)
-                status, reply = c.post("/filter", {"Pod": pod, "Nodes": {"items": [forged, *invented]}})
-                assert status == 200
-                # judged for this call: the invented zero-capacity node fails, the others pass
-                assert "fake-zero" in reply["FailedAndUnresolvableNodes"]
-                assert "n1" in [n["metadata"]["name"] for n in reply["Nodes"]["items"]]  # the cache's n1, not the forgery
-                # never written: the cache still has the API server's n1 and none of the invented nodes
-                assert ext.state.node("n1").annotations["mean-free-cpu"] == "3000"  # type: ignore[union-attr]
-                assert len(ext.state) == 2 and not ext.state.knows("fake-1")
-                assert ext.state.pending_pod(pod["metadata"]["uid"]) is None
-                # and the next real NodeNames call judges n1 from the watch
-                status, reply = c.post("/filter", {"Pod": make_pod("real", cpu="500m"), "NodeNames": ["n1", "n2"]})
-                assert status == 200 and reply["NodeNames"] == ["n1", "n2"]
-        finally:
-            running.close()
+def test_6_api_mode_judges_body_nodes_for_the_call_only(control_plane: Any) -> None:
+    api = control_plane.api_client()
+    n1, n2 = "h6-n1", "h6-n2"  # nodes are cluster-wide on the shared control plane: names of this test only
+    n1_manifest = node_manifest(n1, "4", "8Gi")
+    n1_manifest["metadata"]["annotations"] = {"mean-free-cpu": "3000", "std-free-cpu": "100"}
+    create_nodes(api, [n1_manifest, node_manifest(n2, "4", "8Gi")])
+    config = load_config({"KSO_CLUSTER_SOURCE": "API", "KUBECONFIG": str(control_plane.kubeconfig),
+                          "KSO_PLAN_POLICY": "none", "KSO_AGENTS": "safe,pigeon"})
+    running = build(config)
+    try:
+        ext = running.extender
+        assert wait_until(lambda: ext.state.synced and ext.state.knows(n1) and ext.state.knows(n2), timeout=30)
+        known = len(ext.state)
+        forged = make_node(n1, annotations={"mean-free-cpu": "0", "std-free-cpu": "0"})
+        forged["metadata"]["resourceVersion"] = "999999999"
+        invented = [make_node(f"fake-{i}") for i in range(50)] + [make_node("fake-zero", cpu="0")]
+        pod = make_pod("intruder")
+        with BackgroundServer(create_app(ext)) as srv:
+            c = Client(srv.port)
+            status, reply = c.post("/filter", {"Pod": pod, "Nodes": {"items": [forged, *invented]}})
+            assert status == 200
+            # judged for this call: the invented zero-capacity node fails, the others pass
+            assert "fake-zero" in reply["FailedAndUnresolvableNodes"]
+            assert n1 in [n["metadata"]["name"] for n in reply["Nodes"]["items"]]  # the cache's n1, not the forgery
+            # never written: the cache still has the API server's n1 and none of the invented nodes
+            assert ext.state.node(n1).annotations["mean-free-cpu"] == "3000"  # type: ignore[union-attr]
+            assert len(ext.state) == known and not ext.state.knows("fake-1")
+            assert ext.state.pending_pod(pod["metadata"]["uid"]) is None
+            # and the next real NodeNames call judges n1 from the watch
+            status, reply = c.post("/filter", {"Pod": make_pod("real", cpu="500m"), "NodeNames": [n1, n2]})
+            assert status == 200 and reply["NodeNames"] == [n1, n2]
+    finally:
+        running.close()
+        delete_nodes(api, [n1, n2])
 
 
 # ---- 7 + 9 + shutdown + admin port: the real `kso extender` process -----------------------------------

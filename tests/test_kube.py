@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -259,28 +257,6 @@ def test_not_synced_while_server_down(server: StandinApiServer, start_watcher: W
 
 
 # ---- binding -------------------------------------------------------------------------------------
-def test_api_binder_concurrent_binds_reuse_its_pool(server: StandinApiServer, caplog: pytest.LogCaptureFixture) -> None:
-    """kube-scheduler binds pods concurrently: the binder's own pool holds a connection per bind in flight,
-    so none is opened and thrown away ("Connection pool is full, discarding connection")."""
-    n = 32
-    for i in range(n):
-        server.add_pod(f"p{i}", cpu="100m", memory="64Mi")
-    shared = api_client_for(server)
-    binder = ApiBinder(shared, timeout_s=5.0)
-    assert shared.configuration.connection_pool_maxsize < n  # the shared client's pool is left as it was
-    start = threading.Barrier(n)
-
-    def bind(i: int) -> None:
-        start.wait()
-        binder.bind("default", f"p{i}", "", "n1")
-
-    with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"), ThreadPoolExecutor(n) as pool:
-        for _ in range(3):  # rounds on the same pool: connections are reused
-            list(pool.map(bind, range(n)))
-    assert len(server.bindings) == n
-    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
-
-
 def test_api_binder_server_unavailable(server: StandinApiServer) -> None:
     """A 503 on bind (the real server's 404, uid and conflict answers: tests/test_real_kube.py)."""
     seed(server)

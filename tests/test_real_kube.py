@@ -9,14 +9,18 @@ names here are unique and the checks look at this test's objects only.
 
 from __future__ import annotations
 
+import copy
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from benchmarks.e2e import create_nodes, delete_nodes, node_manifest, pod_manifest
+from benchmarks.e2e import create_nodes, create_pods, delete_nodes, node_manifest, pod_manifest
 from kso.binder import ApiBinder, BindError
 from kso.cluster import ClusterState
 from kso.kube import API_POOL_MAXSIZE, KubeConfigError, load_api_client
@@ -118,6 +122,32 @@ def test_api_binder_on_the_real_server(control_plane: Any, kube_namespace: str, 
     fetched = binder.fetch_pod(ns, "pending")
     assert fetched is not None and fetched["spec"]["nodeName"] == "k-n1"
     assert binder.fetch_pod(ns, "nope") is None
+
+
+def test_api_binder_concurrent_binds_reuse_its_pool(control_plane: Any, kube_namespace: str, nodes: list[str],
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """kube-scheduler binds pods concurrently: the binder's own pool holds a connection per bind in flight,
+    so none is opened and thrown away ("Connection pool is full, discarding connection"), even when the
+    client it is given has a small pool."""
+    n, rounds, ns = 32, 2, kube_namespace
+    api = control_plane.api_client()
+    create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(n * rounds)])
+    cfg = copy.deepcopy(api.configuration)
+    cfg.connection_pool_maxsize = 4
+    small = client.ApiClient(configuration=cfg)
+    binder = ApiBinder(small, timeout_s=10.0)
+    start = threading.Barrier(n)
+
+    def bind(i: int) -> None:
+        start.wait()
+        binder.bind(ns, f"p{i}", "", "k-n1")
+
+    with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"), ThreadPoolExecutor(n) as pool:
+        for r in range(rounds):  # rounds on the same pool: connections are reused
+            list(pool.map(bind, range(r * n, (r + 1) * n)))
+    assert small.configuration.connection_pool_maxsize == 4  # the given client's pool is left as it was
+    assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
 
 
 def test_plain_client_binding_response_is_not_a_binding(control_plane: Any, kube_namespace: str,

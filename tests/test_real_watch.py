@@ -20,21 +20,13 @@ from kubernetes import client
 from benchmarks.e2e import create_nodes, node_manifest
 from kso.cluster import ClusterState
 from kso.watcher import ClusterWatcher
-from tests.conftest import make_pod, running_extender, until
+from tests.conftest import make_pod, running_extender, started_control_plane, until
 
 
 @pytest.fixture(scope="module")
 def uncached_plane() -> Iterator[Any]:
-    from benchmarks.controlplane import BinariesMissing, ControlPlane
-
-    try:
-        cp = ControlPlane(apiserver_args=("--watch-cache=false",)).start()
-    except BinariesMissing as exc:
-        pytest.skip(str(exc))
-    try:
+    with started_control_plane(apiserver_args=("--watch-cache=false",)) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 def test_watch_expired_by_compaction_relists_and_keeps_answering(uncached_plane: Any,
