@@ -7,7 +7,7 @@ on the admin port is probed every 50 ms and the process's memory (RSS, children 
     python -m benchmarks.adversarial --seconds 20
 
 Self-stopping: every client has a deadline and the server is stopped (SIGTERM) at the end.
-tests/test_adversarial.py runs a short version with CI's margins.
+tests/extender/test_adversarial.py runs a short version with CI's margins.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import orjson
 import psutil
 
 from extender.config import ExtenderSettings
-from kso.net import free_port
-from kso.settings import load_settings
+from kso.core.net import free_port
+from kso.core.settings import load_settings
 
 # A Node as the API server sends it (~1.4 KB of JSON): full-node bodies are lists of these.
 NODE_TEMPLATE: dict[str, Any] = {

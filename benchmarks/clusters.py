@@ -175,11 +175,11 @@ def generate(n_nodes: int, n_pods: int, seed: int = 0, *, daemonset_pods: int | 
 
 
 def cluster_state(doc: dict[str, Any]) -> Any:
-    """The generated objects as kso reads a cluster (kso.cluster.ClusterState), via the snapshot parser."""
+    """The generated objects as kso reads a cluster (kso.core.cluster.ClusterState), via the snapshot parser."""
     import orjson
 
-    from kso.cluster import ClusterState
-    from kso.snapshot import parse_snapshot
+    from kso.core.cluster import ClusterState
+    from kso.core.snapshot import parse_snapshot
 
     nodes, pods = parse_snapshot(orjson.dumps(doc), "generated cluster")
     state = ClusterState()

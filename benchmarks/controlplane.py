@@ -53,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from kso.net import free_port  # benchmarks.e2e imports it from here
+from kso.core.net import free_port  # benchmarks.e2e imports it from here
 
 K8S_VERSION = "v1.36.2"
 K8S_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -469,7 +469,7 @@ class ControlPlane:
 
     def api_client(self) -> Any:
         """A kubernetes.client.ApiClient for cluster-admin (kso's own loader, so tests use kso's path)."""
-        from kso.kube import load_api_client
+        from kso.core.kube import load_api_client
 
         return load_api_client(str(self.kubeconfig))
 

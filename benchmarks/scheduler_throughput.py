@@ -33,8 +33,8 @@ from typing import Any
 from kubernetes import client
 
 from benchmarks.controlplane import ControlPlane, _insecure
-from kso.net import free_port
-from kso.watcher import RawWatch  # events as parsed JSON: a model per event would make the watch lag
+from kso.core.net import free_port
+from kso.core.watcher import RawWatch  # events as parsed JSON: a model per event would make the watch lag
 
 KUBE_SCHEDULER_CONFIG = {
     "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",

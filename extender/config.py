@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from extender.agents import AGENTS
-from kso.settings import load_settings, read_config_file, setting
+from kso.core.settings import load_settings, read_config_file, setting
 from optimizer.settings import PlanSettings
 
 if TYPE_CHECKING:

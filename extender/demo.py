@@ -17,9 +17,9 @@ import uvicorn
 from extender.app import create_app
 from extender.config import load_config
 from extender.server import build
-from kso.net import free_port
-from kso.objects import pod_from_k8s
-from kso.snapshot import DEMO_SNAPSHOT
+from kso.core.net import free_port
+from kso.core.objects import pod_from_k8s
+from kso.core.snapshot import DEMO_SNAPSHOT
 
 
 class BackgroundServer:

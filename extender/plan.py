@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from kso.cluster import ClusterState
-from kso.objects import PodInfo
+from kso.core.cluster import ClusterState
+from kso.core.objects import PodInfo
 from optimizer.plan import PlacementPlan, PlanError, load_plan, write_plan
 from optimizer.problem import PlacementProblem, class_key
 from optimizer.settings import PlanSettings

@@ -17,10 +17,10 @@ from typing import Any
 from extender.config import Config
 from extender.plan import PlanCache, PlanSolver, prometheus_usage
 from extender.service import Extender
-from kso.cluster import ClusterState
-from kso.settings import parse_log_level
-from kso.snapshot import load_snapshot
-from kso.stats import NodeStatsSource
+from kso.core.cluster import ClusterState
+from kso.core.settings import parse_log_level
+from kso.core.snapshot import load_snapshot
+from kso.core.stats import NodeStatsSource
 
 log = logging.getLogger("kso.extender")
 
@@ -72,7 +72,7 @@ def start_forecasts(config: Config) -> tuple[NodeStatsSource, Callable[[], Any]]
     from forecasting.prometheus import PrometheusSource
     from forecasting.stats_source import ForecastStats
     from forecasting.store import ForecastStore
-    from kso.stats import AnnotationStats
+    from kso.core.stats import AnnotationStats
 
     store = ForecastStore(config.store)
     source = PrometheusSource(config.prometheus)
@@ -88,9 +88,9 @@ def start_forecasts(config: Config) -> tuple[NodeStatsSource, Callable[[], Any]]
 def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterState | None = None) -> Running:
     """Create the node cache from the configured source and the Extender on top of it."""
     # the kubernetes client is only needed here, not by the agents
-    from kso import kube
-    from kso.binder import ApiBinder, RecordingBinder
-    from kso.watcher import ClusterWatcher
+    from kso.core import kube
+    from kso.core.binder import ApiBinder, RecordingBinder
+    from kso.core.watcher import ClusterWatcher
 
     problems = config.validate()
     if problems:

@@ -22,11 +22,11 @@ from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan import PlanCache
 from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
-from kso.binder import Binder
-from kso.cluster import ClusterState, NodeView
-from kso.objects import NodeInfo, ObjectError, PodInfo, node_from_k8s, pod_from_k8s
-from kso.resources import CPU, MEMORY
-from kso.stats import NodeStatsSource
+from kso.core.binder import Binder
+from kso.core.cluster import ClusterState, NodeView
+from kso.core.objects import NodeInfo, ObjectError, PodInfo, node_from_k8s, pod_from_k8s
+from kso.core.resources import CPU, MEMORY
+from kso.core.stats import NodeStatsSource
 
 log = logging.getLogger("kso.extender")
 

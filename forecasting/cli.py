@@ -20,11 +20,11 @@ import orjson
 from forecasting.inputs import DEFAULT_SERIES, add_forecast_args, refresh_once, synthetic_join
 from forecasting.store import ForecastStore
 from forecasting.types import RESOURCES, NodeForecast
-from kso.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
-from kso.inputs import add_cluster_args, load_nodes
-from kso.objects import NodeInfo
-from kso.resources import CPU, MEMORY, MIB
-from kso.settings import load_settings
+from kso.core.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
+from kso.core.inputs import add_cluster_args, load_nodes
+from kso.core.objects import NodeInfo
+from kso.core.resources import CPU, MEMORY, MIB
+from kso.core.settings import load_settings
 
 SOURCE_ANNOTATION = "kso.io/forecast-source"  # says where the numbers came from (synthetic joins too)
 
@@ -44,7 +44,7 @@ def add_commands(subparsers: Any) -> None:
                     help="with --trace: give the trace's series to the cluster's nodes in name order "
                          "(a synthetic join, recorded in the kso.io/forecast-source annotation)")
     an.add_argument("--cost", metavar="FILE", help="write node costs instead: prices from FILE (YAML/JSON key: price, or CSV "
-                    "key,price), keyed by node name or by --cost-label's value (kso.node_costs)")
+                    "key,price), keyed by node name or by --cost-label's value (kso.core.node_costs)")
     an.add_argument("--cost-label", action="append", metavar="LABEL",
                     help="node label whose value keys the price file (repeatable; default the instance-type labels)")
     an.add_argument("--random", action="store_true", help="demo only: random costs from the seed annotator's price list")
@@ -130,7 +130,7 @@ def annotations_for(node: NodeInfo, forecasts: dict[str, NodeForecast], source: 
 
 
 def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
-    """The nodes (kso.inputs) and a CoreV1Api to patch them with (None for a snapshot)."""
+    """The nodes (kso.core.inputs) and a CoreV1Api to patch them with (None for a snapshot)."""
     nodes, api_client = load_nodes(args, "kso annotate")
     if api_client is None:
         return nodes, None
@@ -141,7 +141,7 @@ def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
 
 def cmd_annotate_cost(args: argparse.Namespace) -> int:
     """``kso annotate --cost FILE | --random``: the cost annotation (KSO_PLAN_COST_KEY) per node."""
-    from kso import node_costs
+    from kso.core import node_costs
 
     if args.cost and args.random:
         print("error: --cost and --random are alternatives", file=sys.stderr)

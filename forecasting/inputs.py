@@ -2,7 +2,7 @@
 options, parsed the same way for ``kso forecast``, ``kso annotate``, ``kso plan`` and ``kso reoptimize``;
 and the one synthetic join that gives a trace's series to a cluster's nodes.
 
-Reading the cluster itself is kso.inputs (the layer below).
+Reading the cluster itself is kso.core.inputs (the layer below).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from forecasting.store import ForecastStore, StoreSettings
 from forecasting.types import NodeForecast
-from kso.inputs import InputError
-from kso.settings import load_settings
+from kso.core.inputs import InputError
+from kso.core.settings import load_settings
 
 DEFAULT_SERIES = 20  # trace series read when neither --nodes nor a cluster says how many
 

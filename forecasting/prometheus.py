@@ -31,7 +31,7 @@ from urllib3.util.retry import Retry
 
 from forecasting.quality import LAGGING_SAMPLES
 from forecasting.types import UtilisationSeries
-from kso.settings import load_settings, setting
+from kso.core.settings import load_settings, setting
 
 log = logging.getLogger("kso.forecasting.prometheus")
 

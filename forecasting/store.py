@@ -22,7 +22,7 @@ import numpy as np
 
 from forecasting.models._base import STALE_AFTER_S
 from forecasting.types import RESOURCES, NodeForecast, UtilisationSeries
-from kso.settings import load_settings, setting
+from kso.core.settings import load_settings, setting
 
 log = logging.getLogger("kso.forecasting.store")
 

@@ -4,7 +4,7 @@ The pure maths of the optimizer (no solver here), as Trimaran keeps its formulas
 
 A node's load of one resource after the plan is L + sum_c x_c X_c: the forecast current load L (mean m,
 std s) plus x_c pods of class c, each with usage mean mu_c and std sigma_c, independent. The safe rule
-(kube-safe-scheduler, kso.safety) is P((L + sum x_c X_c) / cap > U*) <= eps.
+(kube-safe-scheduler, kso.core.safety) is P((L + sum x_c X_c) / cap > U*) <= eps.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
-from kso.safety import safe_overload_risk
+from kso.core.safety import safe_overload_risk
 
 
 # Normal quantile of the bound: P(N(M, V) > B) <= eps  <=>  M + z sqrt(V) <= B with z = Phi^-1(1 - eps).
@@ -51,7 +51,7 @@ def linear_safe_bound(m: float, s: float, cap: float, mu: np.ndarray, var: np.nd
     return a, budget
 
 
-# The exact check every plan is held to: the moment-matched Beta rule of kso.safety (the safe agent's
+# The exact check every plan is held to: the moment-matched Beta rule of kso.core.safety (the safe agent's
 # rule), on the mean and variance of the node's load after the plan:
 #     mu = (m + sum x_c mu_c) / cap,   sigma = sqrt(s^2 + sum x_c sigma_c^2) / cap,   risk = P(Beta > U*).
 def plan_risk(mean: np.ndarray, var: np.ndarray, cap: np.ndarray, u_star: float) -> np.ndarray:

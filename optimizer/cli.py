@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 
 from forecasting.inputs import add_forecast_args, node_forecasts
-from kso.cluster import ClusterState
-from kso.inputs import InputError, add_cluster_args, load_cluster
-from kso.settings import load_settings, read_config_file
+from kso.core.cluster import ClusterState
+from kso.core.inputs import InputError, add_cluster_args, load_cluster
+from kso.core.settings import load_settings, read_config_file
 
 log = logging.getLogger("kso.optimizer")
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from kso.placement import rule_violation
-from kso.resources import CPU, MEMORY, MIB, PODS
+from kso.core.placement import rule_violation
+from kso.core.resources import CPU, MEMORY, MIB, PODS
 from optimizer.chance import beta_max_mean, linear_safe_bound, plan_risk, z_value
 from optimizer.problem import LOAD_RESOURCES, PlacementProblem
 

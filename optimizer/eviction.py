@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from kso.inputs import REQUEST_TIMEOUT_S, RawCluster, response_body
+from kso.core.inputs import REQUEST_TIMEOUT_S, RawCluster, response_body
 
 EVENT_COMPONENT = "kso-reoptimize"
 REASON_EVICTED = "KsoReoptimizeEvicted"
@@ -56,7 +56,7 @@ class Execution:
 def eviction_failure(exc: Any) -> tuple[int | None, str]:
     from kubernetes.client.exceptions import ApiException
 
-    from kso.kube import api_message
+    from kso.core.kube import api_message
 
     if isinstance(exc, ApiException):
         status = exc.status
@@ -176,7 +176,7 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from kso.kube import api_message
+    from kso.core.kube import api_message
     from optimizer.plan import write_plan
 
     execution.plan_id = plan.plan_id

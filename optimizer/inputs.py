@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from forecasting.types import NodeForecast
-from kso.cluster import STAT_SCALE, ClusterState
-from kso.node_costs import DEFAULT_COST_KEY
-from kso.objects import PodInfo
-from kso.resources import CPU, MEMORY
+from kso.core.cluster import STAT_SCALE, ClusterState
+from kso.core.node_costs import DEFAULT_COST_KEY
+from kso.core.objects import PodInfo
+from kso.core.resources import CPU, MEMORY
 from optimizer.problem import (
     LOAD_RESOURCES,
     NodeLoad,

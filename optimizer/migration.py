@@ -50,9 +50,9 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from forecasting.types import NodeForecast
-from kso.cluster import ClusterState
-from kso.objects import PodInfo
-from kso.placement import rule_violation
+from kso.core.cluster import ClusterState
+from kso.core.objects import PodInfo
+from kso.core.placement import rule_violation
 from optimizer.chance import beta_max_mean
 from optimizer.compiled import (
     POLICIES,

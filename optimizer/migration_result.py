@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kso.cluster import ClusterState
-from kso.objects import PodInfo
-from kso.resources import CPU, MEMORY
+from kso.core.cluster import ClusterState
+from kso.core.objects import PodInfo
+from kso.core.resources import CPU, MEMORY
 from optimizer.compiled import POLICIES, Compiled
 from optimizer.plan import PlacementPlan, PlanClass, PlanNodeInfo
 from optimizer.problem import LOAD_RESOURCES, PlacementProblem

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from forecasting.traces import DATA_DIR, TraceSource
-from kso.objects import NodeInfo, PodInfo
-from kso.resources import CPU, MEMORY, MIB, PODS
+from kso.core.objects import NodeInfo, PodInfo
+from kso.core.resources import CPU, MEMORY, MIB, PODS
 from optimizer.problem import NodeLoad, PlacementProblem, PlanNode, UsageModel, WorkloadClass, class_key
 
 USAGE_LABEL = "usage: synthetic join (openb requests x Bitbrains VM utilisation)"

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kso.objects import PodInfo
-from kso.resources import CPU, MEMORY
+from kso.core.objects import PodInfo
+from kso.core.resources import CPU, MEMORY
 from optimizer.compiled import POLICIES, Compiled, SolveResult, evaluate
 from optimizer.problem import PlacementProblem
 

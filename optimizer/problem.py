@@ -14,8 +14,8 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from kso.objects import NodeInfo, PodInfo
-from kso.resources import CPU, MEMORY, MIB, PODS
+from kso.core.objects import NodeInfo, PodInfo
+from kso.core.resources import CPU, MEMORY, MIB, PODS
 
 # The resources the safe bound is judged on (forecasts exist for these).
 LOAD_RESOURCES = (CPU, MEMORY)

@@ -12,7 +12,7 @@ pods, nor opted-out or excluded-namespace ones).
 
 Exit codes: 0 done, 1 configuration error (message on stderr), 2 some evictions failed.
 
-This module is the command (flags, options, output); the cluster and forecasts are read by kso.inputs
+This module is the command (flags, options, output); the cluster and forecasts are read by kso.core.inputs
 and forecasting.inputs.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 from forecasting.inputs import node_forecasts
-from kso.inputs import InputError, RawCluster, add_cluster_args, load_cluster
-from kso.settings import load_settings, read_config_file
+from kso.core.inputs import InputError, RawCluster, add_cluster_args, load_cluster
+from kso.core.settings import load_settings, read_config_file
 from optimizer.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
 from optimizer.eviction import Execution, execute, plan_namespace, publish
 

@@ -1,12 +1,12 @@
-"""The optimizer's settings, parsed from env / settings file in one place (kso.settings)."""
+"""The optimizer's settings, parsed from env / settings file in one place (kso.core.settings)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kso.node_costs import CostKeySettings
-from kso.safety import SafeBoundSettings
-from kso.settings import setting
+from kso.core.node_costs import CostKeySettings
+from kso.core.safety import SafeBoundSettings
+from kso.core.settings import setting
 from optimizer.compiled import SolverOptions
 
 

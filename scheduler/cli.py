@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from extender.config import Config, load_config
-from kso.cluster import ClusterState
-from kso.settings import parse_log_level
+from kso.core.cluster import ClusterState
+from kso.core.settings import parse_log_level
 from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
 
@@ -139,8 +139,8 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     ``config``: read by load_scheduler_config(env, config_file) when not given. ``sync_timeout_s``: how long to
     wait for the first list of nodes and pods before scheduling from what is listed so far (default
     ``KSO_CACHE_SYNC_TIMEOUT_S``)."""
-    from kso import kube
-    from kso.binder import ApiBinder
+    from kso.core import kube
+    from kso.core.binder import ApiBinder
     from scheduler.debug import debug_server
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher

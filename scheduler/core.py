@@ -23,11 +23,11 @@ import numpy as np
 
 from extender.agents.base import MAX_PRIORITY, Call
 from extender.service import Extender
-from kso.binder import Binder
-from kso.cluster import ClusterState
-from kso.node_costs import CostKeySettings
-from kso.objects import PodInfo
-from kso.settings import setting
+from kso.core.binder import Binder
+from kso.core.cluster import ClusterState
+from kso.core.node_costs import CostKeySettings
+from kso.core.objects import PodInfo
+from kso.core.settings import setting
 from scheduler.feasibility import (
     failed_message,
     hightower_choice,
@@ -214,7 +214,7 @@ class Scheduler:
         return self._node_names[2]
 
     def _rule_failures(self, pod: PodInfo, names: list[str], nodes: list[Any]) -> dict[int, str]:
-        """kso.placement's verdicts per node, memoised per rule signature until a node changes."""
+        """kso.core.placement's verdicts per node, memoised per rule signature until a node changes."""
         sig = rule_signature(pod)
         hit = self._rules.get(sig)
         if hit is not None and hit[0] == self.clocks.epoch and hit[1] == tuple(names):

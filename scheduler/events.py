@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kso.objects import PodInfo
+from kso.core.objects import PodInfo
 
 log = logging.getLogger("kso.scheduler")
 

@@ -1,7 +1,7 @@
 """Which nodes a pod may go on, as kube-scheduler's core filters decide it for the rules kso parses, and
 Hightower's choice for ``--seed-compatible``.
 
-The rules themselves are kso's (kso.placement.rule_violation, the resource columns of ClusterState); this
+The rules themselves are kso's (kso.core.placement.rule_violation, the resource columns of ClusterState); this
 module turns them into kube-scheduler's per-node reason texts and its deduplicated FailedScheduling
 message ("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector.").
 """
@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kso.cluster import NodeView
-from kso.node_costs import DEFAULT_COST_KEY
-from kso.objects import NodeInfo, PodInfo
-from kso.placement import rule_violation
-from kso.resources import CPU, PODS
+from kso.core.cluster import NodeView
+from kso.core.node_costs import DEFAULT_COST_KEY
+from kso.core.objects import NodeInfo, PodInfo
+from kso.core.placement import rule_violation
+from kso.core.resources import CPU, PODS
 
 log = logging.getLogger("kso.scheduler")
 
@@ -29,7 +29,7 @@ REASON_TOO_MANY_PODS = "Too many pods"
 
 
 def kube_reason(violation: str) -> str:
-    """kso.placement's explanation as the text kube-scheduler's plugin gives for the same rule."""
+    """kso.core.placement's explanation as the text kube-scheduler's plugin gives for the same rule."""
     if violation.startswith("node is unschedulable"):
         return REASON_UNSCHEDULABLE
     if violation.startswith("untolerated taint "):
@@ -43,7 +43,7 @@ def kube_reason(violation: str) -> str:
 
 
 def rule_signature(pod: PodInfo) -> tuple[object, ...]:
-    """What kso.placement reads of a pod: pods with equal signatures pass the same nodes."""
+    """What kso.core.placement reads of a pod: pods with equal signatures pass the same nodes."""
     return (pod.tolerations, tuple(sorted(pod.node_selector.items())), pod.required_terms)
 
 

@@ -1,4 +1,4 @@
-"""The scheduler's cache: kso's list+watch mirror (kso.watcher.ClusterWatcher: nodes and pods into
+"""The scheduler's cache: kso's list+watch mirror (kso.core.watcher.ClusterWatcher: nodes and pods into
 ClusterState, re-list on 410) plus what only a scheduler needs from the same events:
 
 - each pod's QoS clock (timestamps and conditions, scheduler.qos.PodClock), kept beside ClusterState;
@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 from kubernetes import client
 
-from kso.cluster import ClusterState
-from kso.objects import ObjectError, pod_from_k8s
-from kso.watcher import ClusterWatcher, Reflector
+from kso.core.cluster import ClusterState
+from kso.core.objects import ObjectError, pod_from_k8s
+from kso.core.watcher import ClusterWatcher, Reflector
 from scheduler.qos import PodClock, clock_from_k8s
 
 log = logging.getLogger("kso.scheduler")

@@ -44,7 +44,7 @@ CATEGORIES = (
     ("JSON parse (orjson.loads)", ("loads (extender/protocol.py", "loads (orjson", "parse_extender_args")),
     ("pod parse (pod_from_k8s)", ("pod_from_k8s", "parse_pod")),
     ("resolve full nodes (knows/lock)", ("resolve (extender/service.py",)),
-    ("NodeView gather (ClusterState.view)", ("view (kso/cluster.py",)),
+    ("NodeView gather (ClusterState.view)", ("view (kso/core/cluster.py",)),
     ("agents", ("extender/agents/",)),
     ("filter/prioritize bookkeeping", ("_judge (extender", "_scores (extender", "filter (extender/service.py",
                                        "prioritize (extender/service.py")),

@@ -16,7 +16,7 @@ import orjson
 import psutil
 
 from benchmarks.latency.cluster import REPO
-from kso.net import free_port
+from kso.core.net import free_port
 
 HTTP_TIMEOUT_S = 5.0  # kube-scheduler's default extender httpTimeout
 DEFAULT_MAX_BODY = 1024 * 1024  # the server's KSO_MAX_BODY_BYTES default (extender/config.py)

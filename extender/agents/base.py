@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kso.cluster import NodeView
-from kso.objects import PodInfo
+from kso.core.cluster import NodeView
+from kso.core.objects import PodInfo
 
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority
 

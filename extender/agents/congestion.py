@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from extender.agents.base import Agent, Call
-from kso.settings import setting
+from kso.core.settings import setting
 
 
 @dataclass

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from extender.agents.base import MAX_PRIORITY, Agent, Call
-from kso.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
-from kso.settings import setting
+from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
+from kso.core.settings import setting
 
 A_BINPACK = "A_BINPACK"
 LOAD_BALANCE = "LOAD_BALANCE"

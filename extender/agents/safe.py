@@ -1,5 +1,5 @@
 """Agent ``safe``: safe overloading and safe balancing (kube-safe-scheduler), on forecast or
-annotated load statistics. The maths is in kso.safety; this file turns a call into its inputs."""
+annotated load statistics. The maths is in kso.core.safety; this file turns a call into its inputs."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import numpy as np
 from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
-from kso.resources import CPU, MEMORY, MIB
-from kso.safety import SafeBoundSettings, balance_score, overload_score
-from kso.settings import setting
-from kso.stats import AnnotationStats, NodeStatsSource
+from kso.core.resources import CPU, MEMORY, MIB
+from kso.core.safety import SafeBoundSettings, balance_score, overload_score
+from kso.core.settings import setting
+from kso.core.stats import AnnotationStats, NodeStatsSource
 
 RESOURCE_NAMES = ("cpu", "memory")
 _RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
 
 
 @dataclass
-class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.safety
+class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.safety
     forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent", help="weight of forecast")
     # kso addition: pods bound within this many seconds are added to the measured load, because the
     # statistics do not show them yet (Trimaran and Koordinator do the same). 0 turns it off.
@@ -62,7 +62,7 @@ def sig3(values: np.ndarray) -> list[str]:
 
 
 def beta_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
-    """kso.safety.safe_overload_risk(mu, sigma, u_star), value for value, with the Beta CDF evaluated only
+    """kso.core.safety.safe_overload_risk(mu, sigma, u_star), value for value, with the Beta CDF evaluated only
     where the rule uses it: where mu = 0, sigma = 0 or no Beta fits (sigma^2 >= mu (1 - mu), e.g. a node
     at 100%), the rule's special cases decide, and betainc (~0.2 us a value) is not run."""
     var = sigma * sigma

@@ -111,9 +111,9 @@ class KsoExtenderPolicy(Policy):
     def setup(self, sim: SimView) -> None:
         from extender.config import load_config
         from extender.service import Extender
-        from kso.binder import RecordingBinder
-        from kso.cluster import ClusterState
-        from kso.objects import node_from_k8s
+        from kso.core.binder import RecordingBinder
+        from kso.core.cluster import ClusterState
+        from kso.core.objects import node_from_k8s
 
         config = load_config({"KSO_CLUSTER_SOURCE": "SNAPSHOT", "LOG_LEVEL": "WARNING", **self.env})
         self.state = ClusterState(recent_window_s=OPEN_WINDOW_S)

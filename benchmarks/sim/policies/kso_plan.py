@@ -55,7 +55,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
     def setup(self, sim: SimView) -> None:
         super().setup(sim)
         from extender.plan import PlanCache
-        from kso.settings import load_settings
+        from kso.core.settings import load_settings
         from optimizer.settings import PlanSettings
 
         settings = load_settings(PlanSettings, {**self.env, "KSO_PLAN_POLICY": self.plan_policy.upper(),
@@ -64,7 +64,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
         self.extender.plan = self.cache
 
     def info(self, pod: SimPod) -> Any:
-        from kso.objects import pod_from_k8s
+        from kso.core.objects import pod_from_k8s
 
         got = self._infos.get(pod.index)
         if got is None:
@@ -95,7 +95,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
         """Per Deployment, mean and std of its running pods' measured usage over the last hour (the past only):
         ``optimizer.inputs.class_usage_from_history``'s pooled statistics, computed here from per-pod sums
         (the replay's usage is a dense array; building per-pod sample lists each plan cost ~10% of a run).
-        tests/test_sim_google.py checks both give the same models."""
+        tests/benchmarks/sim/test_google.py checks both give the same models."""
         from optimizer.inputs import MIN_USAGE_SAMPLES
         from optimizer.problem import UsageModel, class_key, owner_key
 

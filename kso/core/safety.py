@@ -1,0 +1,74 @@
+"""The safe overload bound: the probability that a node's utilisation exceeds U*.
+
+Shared by the safe agent (per call) and the optimizer (per plan), so both judge a node the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import betainc
+
+from kso.core.settings import setting
+
+
+@dataclass
+class SafeBoundSettings:
+    """U* and eps, the safe bound's two settings (kube-safe-scheduler's variables): declared here only, so the
+    safe agent (extender.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
+    inherit them, judge nodes alike."""
+
+    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent", help="U*, percent")
+    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps, percent")
+
+    @property
+    def u_star(self) -> float:
+        return self.utilization / 100.0
+
+    @property
+    def eps(self) -> float:
+        return self.percentile / 100.0
+
+
+# Moment-matched Beta (kube-safe-scheduler): utilisation U ~ Beta(alpha, beta) with mean mu and
+# variance sigma^2:
+#     t = mu (1 - mu) / sigma^2 - 1,  alpha = mu t,  beta = (1 - mu) t
+#     rank = P(U <= U*) = I_{U*}(alpha, beta)          (regularised incomplete beta)
+# Special cases, as the seed: mu == 0, or sigma == 0 and mu <= U*  -> rank 1;
+#                             sigma == 0 and mu > U*               -> rank 0;
+#                             sigma^2 >= mu (1 - mu) (no Beta fits) -> rank 0;  NaN -> 1.
+# risk = 1 - rank.
+def safe_overload_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
+    """P(utilisation > u_star) under the moment-matched Beta; mu, sigma already clamped to [0, 1]."""
+    mu = np.asarray(mu, dtype=float)
+    sigma = np.asarray(sigma, dtype=float)
+    var = sigma * sigma
+    spread = mu * (1.0 - mu)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = spread / var - 1.0
+        alpha = mu * t
+        beta = (1.0 - mu) * t
+        rank = betainc(alpha, beta, u_star)
+    rank = np.where(np.isnan(rank), 1.0, rank)
+    rank = np.where(var >= spread, 0.0, rank)
+    rank = np.where((sigma == 0) & (mu > u_star), 0.0, rank)
+    rank = np.where((mu == 0) | ((sigma == 0) & (mu <= u_star)), 1.0, rank)
+    return 1.0 - rank
+
+
+# safe-overload priority: rf = min(risk / eps, 1); score = 0 if rf >= 1 else int((1 - sqrt(rf)) * 10).
+# Truncation is the seed's: a riskless node scores 9, not 10.
+def overload_score(risk: np.ndarray, eps: float) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rf = np.minimum(risk / eps, 1.0) if eps > 0 else np.where(risk > 0, 1.0, 0.0)
+    return np.where(rf >= 1.0, 0, ((1.0 - np.sqrt(rf)) * 10.0).astype(int))
+
+
+# safe-balance priority: obj = (mu + sqrt(sigma)) / 2; score = int((1 - obj) * 10 + 0.5).
+# A NaN mu or sigma (no statistics for that resource) scores 0, the lowest score: the safe agent gives a node
+# with no valid resource 0 too (SafeAgent._combine), and casting NaN to int is undefined (numpy warns).
+def balance_score(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        raw = (1.0 - (mu + np.sqrt(sigma)) / 2.0) * 10.0 + 0.5
+    return np.where(np.isnan(raw), 0.0, raw).astype(int)

@@ -1,0 +1,98 @@
+"""``kso annotate --cost``: prices from a user's file by node name or instance type, --random only on request,
+the same dry-run / apply convention as the rest of ``kso annotate``; applied on the real control plane."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kso.cli import main as kso_main
+from kso.core.node_costs import SEED_PRICES, PriceFileError, load_prices
+from tests.support.fixtures import make_node
+
+
+def _snapshot(tmp_path: Path, nodes: list[dict[str, Any]]) -> str:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"nodes": nodes, "pods": []}))
+    return str(path)
+
+
+def _typed(name: str, instance_type: str | None) -> dict[str, Any]:
+    node = make_node(name)
+    if instance_type:
+        node["metadata"]["labels"]["node.kubernetes.io/instance-type"] = instance_type
+    return node
+
+
+def _patches(out: str) -> dict[str, str]:
+    return {p["node"]: p["patch"]["metadata"]["annotations"]["hightower.com/cost"]
+            for p in map(json.loads, out.strip().splitlines())}
+
+
+def test_prices_by_name_then_instance_type_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("m5.large: 0.096\nc5.xlarge: '0.17'\nspecial-node: 0.01\n")
+    snap = _snapshot(tmp_path, [_typed("a", "m5.large"), _typed("special-node", "m5.large"), _typed("b", "c5.xlarge"),
+                                _typed("c", "unknown.type"), _typed("d", None)])
+    assert kso_main(["annotate", "--cost", str(prices), "--snapshot", snap]) == 0
+    out = capsys.readouterr()
+    assert _patches(out.out) == {"a": "0.096", "special-node": "0.01", "b": "0.17"}
+    assert "# c: no price" in out.err and "unknown.type" in out.err and "# d: no price" in out.err
+
+
+def test_csv_price_file_and_a_custom_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.csv"
+    prices.write_text("pool,price\nspot,0.02\nondemand,0.09\n")
+    a, b = make_node("a"), make_node("b")
+    a["metadata"]["labels"]["pool"], b["metadata"]["labels"]["pool"] = "spot", "ondemand"
+    assert kso_main(["annotate", "--cost", str(prices), "--cost-label", "pool", "--snapshot", _snapshot(tmp_path, [a, b])]) == 0
+    assert _patches(capsys.readouterr().out) == {"a": "0.02", "b": "0.09"}
+
+
+@pytest.mark.parametrize("text, suffix, message", [("a: -1\n", ".yaml", "must be a finite number >= 0"),
+                                                  ("a: cheap\n", ".yaml", "is not a number"),
+                                                  ("a,1,2\n", ".csv", "expected 'key,price'"),
+                                                  ("", ".csv", "no prices")])
+def test_bad_price_files_say_what_is_wrong(tmp_path: Path, text: str, suffix: str, message: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / f"prices{suffix}"
+    path.write_text(text)
+    with pytest.raises(PriceFileError, match=message):
+        load_prices(path)
+    assert kso_main(["annotate", "--cost", str(path), "--snapshot", _snapshot(tmp_path, [make_node("a")])]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_random_is_explicit_and_uses_the_seed_price_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = _snapshot(tmp_path, [make_node(f"n{i}") for i in range(20)])
+    assert kso_main(["annotate", "--random", "--seed", "3", "--snapshot", snap]) == 0
+    first = _patches(capsys.readouterr().out)
+    assert len(first) == 20 and set(first.values()) <= set(SEED_PRICES)
+    assert kso_main(["annotate", "--random", "--seed", "3", "--snapshot", snap]) == 0
+    assert _patches(capsys.readouterr().out) == first
+    assert kso_main(["annotate", "--random", "--cost", "x.yaml", "--snapshot", snap]) == 2
+
+
+def test_applied_on_the_real_api_server(control_plane: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    core = client.CoreV1Api(control_plane.api_client())
+    names = [f"cost-{tmp_path.name[-12:].lower().replace('_', '-')}-{i}" for i in range(2)]
+    for name, itype in zip(names, ("m5.large", "c5.xlarge"), strict=True):
+        node = _typed(name, itype)
+        node["metadata"].pop("resourceVersion")
+        core.create_node(node)
+    try:
+        prices = tmp_path / "prices.json"
+        prices.write_text(json.dumps({"m5.large": 0.096, "c5.xlarge": 0.17}))
+        monkeypatch.setenv("KSO_PLAN_COST_KEY", "example.com/hourly-price")
+        assert kso_main(["annotate", "--cost", str(prices), "--kubeconfig", str(control_plane.kubeconfig)]) == 0
+        assert "annotated 2 of" in capsys.readouterr().out
+        got = [core.read_node(n).metadata.annotations.get("example.com/hourly-price") for n in names]
+        assert got == ["0.096", "0.17"]
+    finally:
+        for name in names:
+            core.delete_node(name)

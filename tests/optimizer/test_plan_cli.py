@@ -1,0 +1,149 @@
+"""``kso plan`` end to end on the embedded demo cluster, and the protected solve it shares with the
+extender and ``kso reoptimize`` (optimizer.planner.ProtectedSolver): the solve runs in a child process; a
+child that dies (for real: the ``abort_attempts`` test parameter makes the first N children call
+os.abort(), as google/or-tools#5288 does) is retried with another seed, a child past its wall-clock
+limit is stopped, and when no attempt returns the plan is first-fit-decreasing's held to the exact bound."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from kso.cli import main
+from optimizer.cli import cmd_plan, parse_plan_args
+from optimizer.plan import PlacementPlan, load_plan
+from optimizer.planner import FFD_STATUS, ORTOOLS_ABORT, ProtectedSolver
+
+ARGS = ["--demo", "--time-limit", "5", "--workers", "1"]
+
+
+def assert_within_safe_bounds(plan: PlacementPlan) -> None:
+    """Every node the plan puts pods on stays within its safe bound (nodes over it already get none)."""
+    targets = {node for c in plan.classes.values() for node, k in c.slots.items() if k > 0}
+    assert targets
+    assert all(risk <= plan.eps + 1e-9 for node in targets for risk in plan.nodes[node].risk.values())
+
+
+def test_plan_demo_writes_a_valid_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.json"
+    assert main(["plan", *ARGS, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    plan = load_plan(out)
+    assert plan.status in ("OPTIMAL", "FEASIBLE")
+    assert plan.policy == "binpack"
+    assert sum(c.count for c in plan.classes.values()) == 36  # the demo's pending pods
+    assert sum(sum(c.slots.values()) for c in plan.classes.values()) > 0
+    assert_within_safe_bounds(plan)
+    assert "kso plan: binpack, 16 nodes" in printed.out
+    assert f"plan {plan.plan_id} written to {out}" in printed.out
+    assert "died" not in printed.err and ORTOOLS_ABORT not in printed.err
+
+
+def test_a_dead_solver_process_is_retried_with_another_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.json"
+    # the first child aborts, the retry solves
+    assert cmd_plan(parse_plan_args([*ARGS, "--out", str(out)]), abort_attempts=1) == 0
+    printed = capsys.readouterr()
+    crash = ("kso plan: attempt 1 (seed 0): the solver process died (killed by SIGABRT); an OR-Tools abort, "
+             f"see {ORTOOLS_ABORT}; retrying with seed 1")
+    assert crash in printed.err.splitlines()
+    assert "attempt 2" not in printed.err and "first-fit-decreasing" not in printed.err
+    assert "Traceback" not in printed.err
+    plan = load_plan(out)
+    assert plan.status in ("OPTIMAL", "FEASIBLE")
+    assert any(n.startswith("attempt 1 (seed 0): the solver process died") for n in plan.notes)
+    assert f"plan {plan.plan_id} written to {out}" in printed.out
+
+
+def test_every_attempt_dead_falls_back_to_ffd(tmp_path: Path) -> None:
+    # A separate process, so that the terminal's stderr (fd 2, the children's included) is what is checked.
+    out = tmp_path / "plan.json"
+    script = ("import sys; from optimizer.cli import cmd_plan, parse_plan_args; "
+              "sys.exit(cmd_plan(parse_plan_args(sys.argv[1:]), abort_attempts=2))")
+    proc = subprocess.run([sys.executable, "-c", script, *ARGS, "--out", str(out), "--json"], cwd=tmp_path,
+                          env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.splitlines()
+    assert err == [
+        f"kso plan: attempt 1 (seed 0): the solver process died (killed by SIGABRT); an OR-Tools abort, see {ORTOOLS_ABORT}; "
+        "retrying with seed 1",
+        f"kso plan: attempt 2 (seed 1): the solver process died (killed by SIGABRT); an OR-Tools abort, see {ORTOOLS_ABORT}; "
+        "given up",
+        "kso plan: no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)",
+    ]
+    summary = orjson.loads(proc.stdout)
+    assert summary["status"] == FFD_STATUS
+    assert summary["nodes_over_safe_bound"] == 0
+    plan = load_plan(out)
+    assert plan.status == FFD_STATUS
+    assert err[-1].removeprefix("kso plan: ") in plan.notes
+    assert math.isfinite(plan.bound) and math.isfinite(plan.gap)  # the LP bound of a plan CP-SAT did not bound
+    assert sum(sum(c.slots.values()) for c in plan.classes.values()) > 0
+    assert_within_safe_bounds(plan)
+    assert not list(tmp_path.glob("core*"))
+
+
+def test_an_exception_in_the_child_is_raised_not_retried() -> None:
+    from kso.core.snapshot import load_snapshot
+    from optimizer.inputs import problem_from_state
+    from optimizer.model import SolverOptions
+
+    problem = problem_from_state(load_snapshot(None), None, 0.9, 0.3)
+    crashes: list[str] = []
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        ProtectedSolver(on_crash=crashes.append).solve_plan(problem, SolverOptions(policy="nope"))
+    assert crashes == []
+
+
+def test_a_solve_past_its_wall_clock_limit_is_stopped_and_ffd_used() -> None:
+    from optimizer.compiled import SolverOptions
+    from optimizer.openb import openb_problem
+
+    problem = openb_problem(60, 400, seed=0)
+    # Decomposed search runs until its own time limit (120 s); the wall-clock limit stops it first.
+    options = SolverOptions(time_limit_s=120, full_model_limit=0, lns_nodes=8, lns_step_s=0.5)
+    crashes: list[str] = []
+    t0 = time.perf_counter()
+    result = ProtectedSolver(on_crash=crashes.append, timeout_s=10).solve_plan(problem, options)
+    assert time.perf_counter() - t0 < 60
+    assert crashes[0] == "attempt 1 (seed 0): the solver process ran past its wall-clock limit of 10 s and was stopped; given up"
+    assert result.status == FFD_STATUS and result.violations == 0
+    assert result.x.sum() > 0
+
+
+def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
+    """The extender's re-solve (extender.plan.PlanSolver) takes class usage from its usage source (Prometheus
+    when KSO_PROMETHEUS_URL is set, see prometheus_usage) and solves through the protected child."""
+    from benchmarks.clusters import cluster_state, generate
+    from extender.plan import PlanCache, PlanSolver, prometheus_usage
+    from kso.core.settings import load_settings
+    from optimizer.problem import UsageModel, class_key
+    from optimizer.settings import PlanSettings
+
+    state = cluster_state(generate(8, 12, seed=0, best_effort_share=0.0, daemonset_pods=0))
+    pending = state.pending_pods()
+    measured = {class_key(p): UsageModel({"cpu": 50.0, "memory": 64.0 * 2**20}, {"cpu": 10.0, "memory": 0.0}, "history")
+                for p in pending}
+    asked: list[int] = []
+
+    def usage(seen: object) -> dict[str, UsageModel]:
+        asked.append(id(seen))
+        return measured
+
+    cache = PlanCache(load_settings(PlanSettings, {"KSO_SOLVER_TIME_LIMIT_S": "3"}), state)
+    solver = PlanSolver(cache, usage=usage)
+    try:
+        plan = solver.solve()
+    finally:
+        solver.close()
+    assert plan is not None and asked == [id(state)]
+    assert all(c.detail["usage"]["source"] == "history" and c.detail["usage"]["mean"]["cpu"] == 50.0
+               for c in plan.classes.values())
+    assert prometheus_usage(None)(state) == {}  # Prometheus not in use: classes at their requests
