@@ -34,7 +34,7 @@ CONFIGMAP_LIMIT = 1024 * 1024  # bytes of data a ConfigMap may hold
 
 @dataclass
 class Outcome:
-    move: Any  # optimizer.migration.Move
+    move: Any  # optimizer.migration_result.Move
     evicted: bool
     detail: str  # "evicted" or why not
     status: int | None = None  # HTTP status of a failed eviction

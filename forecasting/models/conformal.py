@@ -27,9 +27,7 @@ from forecasting.models._base import (
     Grid,
     GridForecaster,
     assemble,
-    check_many,
     horizon_bins,
-    resample,
 )
 from forecasting.models.ewma import ewma_filter
 from forecasting.models.last_value import LastValueForecaster
@@ -170,16 +168,6 @@ class ConformalForecaster(GridForecaster):
         self.min_bins = base.min_bins
         self.fallback = base.fallback
         self.history_s = base.history_s
-
-    def forecast_many(
-        self, series: Sequence[UtilisationSeries], horizon_s: float, now: float | None = None
-    ) -> list[NodeForecast]:
-        if not series:
-            return []
-        series = check_many(series, now, self.history_s)
-        fcs = self.forecast_grid(resample(series, now, self.history_s, self.robust_input), series, horizon_s)
-        quality.record(fcs)
-        return fcs
 
     def forecast_grid(self, grid: Grid, series: Sequence[UtilisationSeries], horizon_s: float) -> list[NodeForecast]:
         h = horizon_bins(horizon_s)
