@@ -190,27 +190,11 @@ def make_cluster(n: int, seed: int, pods_per_node: int = 10) -> Cluster:
         for img in rng.choices(catalog, weights=weights, k=rng.randint(3, 33)):
             if img not in images:
                 images.append(img)
-        labels = {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/instance-type": itype,
-                  "beta.kubernetes.io/os": "linux", "failure-domain.beta.kubernetes.io/region": REGION,
-                  "failure-domain.beta.kubernetes.io/zone": zone, "kubernetes.io/arch": "amd64",
-                  "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                  "node.kubernetes.io/instance-type": itype, "topology.kubernetes.io/region": REGION,
-                  "topology.kubernetes.io/zone": zone, "topology.ebs.csi.aws.com/zone": zone,
-                  "eks.amazonaws.com/nodegroup": f"ng-{itype.replace('.', '-')}",
-                  "eks.amazonaws.com/capacityType": "SPOT" if i % 5 == 0 else "ON_DEMAND",
-                  "k8s.io/cloud-provider-aws": "3b3c8f1d2e6a4b0c9d7e5f1a2b3c4d5e"}
+        labels = _node_labels(name, itype, zone, i)
         spec: dict[str, Any] = {"podCIDR": f"10.244.{i % 256}.0/24", "podCIDRs": [f"10.244.{i % 256}.0/24"],
                                 "providerID": f"aws:///{zone}/i-0{rng.getrandbits(64):016x}"}
         if gpu:
             spec["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-        conditions = [
-            {"type": t, "status": "False", "lastHeartbeatTime": HEARTBEAT, "lastTransitionTime": CREATED,
-             "reason": r, "message": m}
-            for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
-        ] + [{"type": "Ready", "status": "True", "lastHeartbeatTime": HEARTBEAT, "lastTransitionTime": CREATED,
-              "reason": "KubeletReady", "message": "kubelet is posting ready status"}]
         nodes.append({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "uid": f"{rng.getrandbits(128):032x}", "resourceVersion": str(100_000 + i),
@@ -218,7 +202,7 @@ def make_cluster(n: int, seed: int, pods_per_node: int = 10) -> Cluster:
                          "managedFields": _managed_fields(name, stat_keys)},
             "spec": spec,
             "status": {
-                "capacity": capacity, "allocatable": allocatable, "conditions": conditions,
+                "capacity": capacity, "allocatable": allocatable, "conditions": _node_conditions(),
                 "addresses": [{"type": "InternalIP", "address": annotations["alpha.kubernetes.io/provided-node-ip"]},
                               {"type": "InternalDNS", "address": name}, {"type": "Hostname", "address": name}],
                 "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -233,6 +217,30 @@ def make_cluster(n: int, seed: int, pods_per_node: int = 10) -> Cluster:
     order = [str(nd["metadata"]["name"]) for nd in nodes]
     rng.shuffle(order)
     return Cluster(nodes, pods, order, catalog)
+
+
+def _node_labels(name: str, itype: str, zone: str, i: int) -> dict[str, str]:
+    return {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/instance-type": itype,
+              "beta.kubernetes.io/os": "linux", "failure-domain.beta.kubernetes.io/region": REGION,
+              "failure-domain.beta.kubernetes.io/zone": zone, "kubernetes.io/arch": "amd64",
+              "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "node.kubernetes.io/instance-type": itype, "topology.kubernetes.io/region": REGION,
+              "topology.kubernetes.io/zone": zone, "topology.ebs.csi.aws.com/zone": zone,
+              "eks.amazonaws.com/nodegroup": f"ng-{itype.replace('.', '-')}",
+              "eks.amazonaws.com/capacityType": "SPOT" if i % 5 == 0 else "ON_DEMAND",
+              "k8s.io/cloud-provider-aws": "3b3c8f1d2e6a4b0c9d7e5f1a2b3c4d5e"}
+
+
+def _node_conditions() -> list[dict[str, str]]:
+    """A ready node's conditions (the same for every node: no randomness here)."""
+    return [
+        {"type": t, "status": "False", "lastHeartbeatTime": HEARTBEAT, "lastTransitionTime": CREATED,
+         "reason": r, "message": m}
+        for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                        ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                        ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
+    ] + [{"type": "Ready", "status": "True", "lastHeartbeatTime": HEARTBEAT, "lastTransitionTime": CREATED,
+          "reason": "KubeletReady", "message": "kubelet is posting ready status"}]
 
 
 def _bound_pod(trace_name: str, node_i: int, j: int, node: str, cpu_m: int, mem_mi: int, image: Image) -> dict[str, Any]:
@@ -257,7 +265,10 @@ def _bound_pod(trace_name: str, node_i: int, j: int, node: str, cpu_m: int, mem_
 
 
 def pending_pod(rng: random.Random, catalog: Sequence[Image], k: int, pod_rows: Sequence[dict[str, str]]) -> dict[str, Any]:
-    """A pending Pod as kube-scheduler sends it (like the captured fixtures' ``multi`` pod, larger)."""
+    """A pending Pod as kube-scheduler sends it (like the captured fixtures' ``multi`` pod, larger).
+
+    Over 80 lines on purpose: one literal Pod, kept whole so that it reads like the captured request it
+    imitates, and so that its random draws stay in the order the recorded benchmark bodies depend on."""
     row = rng.choice([r for r in pod_rows if 0 < int(r["cpu_milli"] or 0) <= 16000])
     cpu_m, mem_mi = int(row["cpu_milli"]), max(int(row["memory_mib"] or 0), 256)
     app_img = catalog[int(rng.paretovariate(1.0)) % 30]

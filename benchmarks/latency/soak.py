@@ -10,6 +10,7 @@ import random
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -118,6 +119,12 @@ def run_soak(args: argparse.Namespace, tmp: Path) -> int:
         rss.append((time.monotonic() - start_at, server.rss()))
     finally:
         server.stop()
+    _print_soak_report(args, parts, m0, m1, rss, bucket)
+    return 0
+
+
+def _print_soak_report(args: argparse.Namespace, parts: list[Any], m0: Any, m1: Any, rss: list[tuple[float, int]],
+                       bucket: float) -> None:
     t = np.concatenate([p[0] for p in parts])
     lat = np.concatenate([p[1] for p in parts]) * 1e3
     verb = np.concatenate([p[2] for p in parts])
@@ -151,6 +158,5 @@ def run_soak(args: argparse.Namespace, tmp: Path) -> int:
     print(f"\nserver RSS: {r0 / 2**20:.1f} MiB at start -> {r1 / 2**20:.1f} MiB at end ({(r1 - r0) / 2**20:+.1f} MiB; "
           f"max {max(r for _, r in rss) / 2**20:.1f} MiB over {len(rss)} samples)")
     if achieved < 0.95 * args.rate:
-        print(f"note: the target rate was not reached with {workers} client processes on "
+        print(f"note: the target rate was not reached with {args.soak_clients} client processes on "
               f"{os.cpu_count()} cores; the server (one process, one core) and the clients share the machine")
-    return 0
