@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.config import Config
-from extender.plan import PlanCache, PlanSolver, prometheus_usage
+from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
 from extender.service import Extender
 from kso.core.cluster import ClusterState
 from kso.core.settings import parse_log_level

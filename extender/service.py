@@ -20,7 +20,7 @@ from extender.agents.base import MAX_PRIORITY, Agent, Call, Predicate, Predicate
 from extender.agents.safe import SafeAgent
 from extender.config import Config
 from extender.metrics import ExtenderMetrics
-from extender.plan import PlanCache
+from extender.plan_cache import PlanCache
 from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
 from kso.core.binder import Binder
 from kso.core.cluster import ClusterState, NodeView

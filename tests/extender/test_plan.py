@@ -14,7 +14,7 @@ import pytest
 from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
-from extender.plan import PlanCache, PlanSolver
+from extender.plan_cache import PlanCache, PlanSolver
 from extender.server import Running, start_plan_jobs
 from extender.service import Extender
 from kso.core.binder import RecordingBinder

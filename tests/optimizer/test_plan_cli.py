@@ -119,10 +119,10 @@ def test_a_solve_past_its_wall_clock_limit_is_stopped_and_ffd_used() -> None:
 
 
 def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
-    """The extender's re-solve (extender.plan.PlanSolver) takes class usage from its usage source (Prometheus
+    """The extender's re-solve (extender.plan_cache.PlanSolver) takes class usage from its usage source (Prometheus
     when KSO_PROMETHEUS_URL is set, see prometheus_usage) and solves through the protected child."""
     from benchmarks.clusters import cluster_state, generate
-    from extender.plan import PlanCache, PlanSolver, prometheus_usage
+    from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
     from kso.core.settings import load_settings
     from optimizer.problem import UsageModel, class_key
     from optimizer.settings import PlanSettings

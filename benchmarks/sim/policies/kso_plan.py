@@ -54,7 +54,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
 
     def setup(self, sim: SimView) -> None:
         super().setup(sim)
-        from extender.plan import PlanCache
+        from extender.plan_cache import PlanCache
         from kso.core.settings import load_settings
         from optimizer.settings import PlanSettings
 
