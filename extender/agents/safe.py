@@ -12,7 +12,7 @@ from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
 from kso.core.resources import CPU, MEMORY, MIB
-from kso.core.safety import SafeBoundSettings, balance_score, overload_score
+from kso.core.safety import SafeBoundSettings, balance_score, overload_score, point_mass
 from kso.core.settings import setting
 from kso.core.stats import AnnotationStats, NodeStatsSource
 
@@ -65,33 +65,42 @@ def beta_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
     """kso.core.safety.safe_overload_risk(mu, sigma, u_star), value for value, with the Beta CDF evaluated only
     where the rule uses it: where mu = 0, sigma = 0 or no Beta fits (sigma^2 >= mu (1 - mu), e.g. a node
     at 100%), the rule's special cases decide, and betainc (~0.2 us a value) is not run."""
-    var = sigma * sigma
-    spread = mu * (1.0 - mu)
-    fits = (mu != 0) & (sigma != 0) & (var < spread)
+    var, spread, fits, point = _beta_cases(mu, sigma)
     if fits.all():
         return _fitted_risk(mu, var, spread, u_star)
-    risk = _special_risk(mu, sigma, var, spread, u_star)
+    risk = _special_risk(mu, point, var, spread, u_star)
     if fits.any():
         risk[fits] = _fitted_risk(mu[fits], var[fits], spread[fits], u_star)
     return risk
 
 
+def _beta_cases(mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sigma^2, mu (1 - mu), where a Beta fits, where the rule reads a point mass): the split between
+    safe_overload_risk's Beta CDF and its special cases, the same for every caller below."""
+    var = sigma * sigma
+    spread = mu * (1.0 - mu)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t = spread / var - 1.0
+    point = point_mass(sigma, t)
+    return var, spread, (mu != 0) & ~point & (var < spread), point
+
+
 def _fitted_risk(mu: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
-    """safe_overload_risk where a Beta fits (mu != 0, sigma != 0, var < spread = mu (1 - mu)): there none of
+    """safe_overload_risk where a Beta fits (mu != 0, not a point mass, var < spread = mu (1 - mu)): there none of
     its special cases applies, so the risk is 1 - I_{U*}(alpha, beta), NaN read as rank 1, computed with
     safe_overload_risk's own operations in its order (the same bits)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a var that underflowed to 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = spread / var - 1.0
         rank = betainc(mu * t, (1.0 - mu) * t, u_star)
     return 1.0 - np.where(np.isnan(rank), 1.0, rank)
 
 
-def _special_risk(mu: np.ndarray, sigma: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
+def _special_risk(mu: np.ndarray, point: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
     """safe_overload_risk's special cases in its order, starting from what its NaN rule makes of a value no
     case covers (rank 1: NaN inputs); every finite entry where no Beta fits meets one of them."""
     rank = np.where(var >= spread, 0.0, 1.0)
-    rank = np.where((sigma == 0) & (mu > u_star), 0.0, rank)
-    rank = np.where((mu == 0) | ((sigma == 0) & (mu <= u_star)), 1.0, rank)
+    rank = np.where(point & (mu > u_star), 0.0, rank)
+    rank = np.where((mu == 0) | (point & (mu <= u_star)), 1.0, rank)
     return 1.0 - rank
 
 
@@ -171,11 +180,9 @@ class SafeInputs:
             if self.memo is None:
                 self.full_risk = np.where(self.valid, beta_risk(self.mu, self.sigma, self.u_star), 0.0)
             else:  # beta_risk, its fitted entries through the memo
-                mu, sigma = self.mu, self.sigma
-                var = sigma * sigma
-                spread = mu * (1.0 - mu)
-                fits = (mu != 0) & (sigma != 0) & (var < spread)
-                risk = _special_risk(mu, sigma, var, spread, self.u_star)
+                mu = self.mu
+                var, spread, fits, point = _beta_cases(mu, self.sigma)
+                risk = _special_risk(mu, point, var, spread, self.u_star)
                 if fits.any():
                     risk[fits] = self._fitted(fits, var, spread)
                 self.full_risk = np.where(self.valid, risk, 0.0)
@@ -192,10 +199,8 @@ class SafeInputs:
         the rest. The rule's special cases (mu = 0, sigma = 0, no Beta fits) never take the shortcut."""
         if self.full_risk is not None:
             return self.valid & (self.full_risk > eps), self.full_risk
-        mu, sigma = self.mu, self.sigma
-        var = sigma * sigma
-        spread = mu * (1.0 - mu)
-        fits = (mu != 0) & (sigma != 0) & (var < spread)
+        mu = self.mu
+        var, spread, fits, point = _beta_cases(mu, self.sigma)
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = self.u_star - mu
             bound = var / (var + gap * gap)
@@ -205,7 +210,7 @@ class SafeInputs:
         risk[fitted] = self._fitted(fitted, var, spread)
         special = need & ~fits
         if special.any():
-            risk[special] = _special_risk(mu[special], sigma[special], var[special], spread[special], self.u_star)
+            risk[special] = _special_risk(mu[special], point[special], var[special], spread[special], self.u_star)
         return need & (risk > eps), risk
 
 

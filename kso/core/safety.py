@@ -38,22 +38,32 @@ class SafeBoundSettings:
 # Special cases, as the seed: mu == 0, or sigma == 0 and mu <= U*  -> rank 1;
 #                             sigma == 0 and mu > U*               -> rank 0;
 #                             sigma^2 >= mu (1 - mu) (no Beta fits) -> rank 0;  NaN -> 1.
+# A sigma so small that t is not finite (sigma^2 underflows, or mu (1 - mu) / sigma^2 overflows) is sigma == 0:
+# its limit. Left to betainc(inf, inf) it would be NaN, read as rank 1, i.e. risk 0 even for mu > U*.
 # risk = 1 - rank.
+def point_mass(sigma: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Where the rule reads the utilisation as a point (no spread): sigma == 0, or t = mu (1 - mu) / sigma^2 - 1 not
+    finite for a non-NaN sigma (sigma^2 underflowed, or the quotient overflowed)."""
+    sigma = np.asarray(sigma, dtype=float)
+    return (sigma == 0) | (~np.isfinite(t) & ~np.isnan(sigma))
+
+
 def safe_overload_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
     """P(utilisation > u_star) under the moment-matched Beta; mu, sigma already clamped to [0, 1]."""
     mu = np.asarray(mu, dtype=float)
     sigma = np.asarray(sigma, dtype=float)
     var = sigma * sigma
     spread = mu * (1.0 - mu)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = spread / var - 1.0
         alpha = mu * t
         beta = (1.0 - mu) * t
         rank = betainc(alpha, beta, u_star)
+    point = point_mass(sigma, t)
     rank = np.where(np.isnan(rank), 1.0, rank)
     rank = np.where(var >= spread, 0.0, rank)
-    rank = np.where((sigma == 0) & (mu > u_star), 0.0, rank)
-    rank = np.where((mu == 0) | ((sigma == 0) & (mu <= u_star)), 1.0, rank)
+    rank = np.where(point & (mu > u_star), 0.0, rank)
+    rank = np.where((mu == 0) | (point & (mu <= u_star)), 1.0, rank)
     return 1.0 - rank
 
 

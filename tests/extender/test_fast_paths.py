@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from extender.agents.base import Call, PredicateResult
 from extender.agents.image import ImageAgent, ImageParams, image_locality_score
-from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, beta_risk
+from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, _beta_cases, beta_risk
 from extender.app import create_app, outermost_hot_routes
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
@@ -549,8 +549,7 @@ def test_risk_memo_answers_as_betainc(calls: list[list[tuple[int, float, float]]
         slots = np.array([e[0] for e in entries], dtype=np.intp)
         mu = np.array([e[1] for e in entries])
         sigma = np.array([e[2] for e in entries])
-        var, spread = sigma * sigma, mu * (1.0 - mu)
-        fits = (mu != 0) & (sigma != 0) & (var < spread)
+        var, spread, fits, _ = _beta_cases(mu, sigma)
         got = memo.fitted_risk(slots[fits], mu[fits], sigma[fits], var[fits], spread[fits])
         assert got.tobytes() == safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
-from kso.core.safety import balance_score
+from extender.agents.safe import beta_risk
+from kso.core.safety import balance_score, safe_overload_risk
 
 
 def test_balance_score_is_the_seeds_formula_on_known_statistics() -> None:
@@ -24,3 +26,14 @@ def test_balance_score_of_nan_statistics_is_zero_without_a_warning() -> None:
         scores = balance_score(mu, sigma)
     assert scores.tolist() == [0, 0, 0, 9]
     assert scores.dtype.kind == "i"
+
+
+@pytest.mark.parametrize("sigma", [1e-170, 1e-160, 5e-155])
+def test_a_vanishing_sigma_is_read_as_no_spread(sigma: float) -> None:
+    # sigma^2 underflows to 0 (or mu (1 - mu) / sigma^2 overflows): the limit sigma -> 0, not betainc(inf, inf)'s
+    # NaN, which read as rank 1 gave a node above U* risk 0. The agent's fast path must agree value for value.
+    mu = np.array([0.95, 0.5, 1.0, 0.0, np.nan])
+    sig = np.full(mu.shape, sigma)
+    expected = [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert safe_overload_risk(mu, sig, 0.9).tolist()[:4] == expected[:4]
+    assert np.array_equal(beta_risk(mu, sig, 0.9), safe_overload_risk(mu, sig, 0.9), equal_nan=True)
