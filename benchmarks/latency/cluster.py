@@ -169,23 +169,13 @@ def make_cluster(n: int, seed: int, pods_per_node: int = 10) -> Cluster:
             used_mem += pm * 1024
             pods.append(_bound_pod(pr["name"], i, bound, name, pc, pm, catalog[int(rng.paretovariate(1.2)) % len(catalog)]))
             bound += 1
-        # kube-safe-scheduler annotations: a synthetic join of load around the requested share
         annotations = {"alpha.kubernetes.io/provided-node-ip": f"10.{16 + i // 65536}.{(i // 256) % 256}.{i % 256}",
                        "csi.volume.kubernetes.io/nodeid": f'{{"ebs.csi.aws.com":"i-0{rng.getrandbits(64):016x}"}}',
                        "node.alpha.kubernetes.io/ttl": "0",
                        "volumes.kubernetes.io/controller-managed-attach-detach": "true"}
-        stat_keys: list[str] = []
-        if rng.random() > 0.04:  # a few nodes the annotator has not reached yet
-            u_cpu = min(0.97, max(0.02, used_cpu / alloc_cpu * rng.uniform(0.3, 0.85) + rng.gauss(0.03, 0.05)))
-            u_mem = min(0.97, max(0.02, used_mem / alloc_mem_ki * rng.uniform(0.5, 1.0) + rng.gauss(0.05, 0.05)))
-            stats = {"mean-free-cpu": f"{alloc_cpu * (1 - u_cpu):.2f}",
-                     "std-free-cpu": f"{alloc_cpu * rng.uniform(0.01, 0.09):.2f}",
-                     "mean-free-memory": f"{alloc_mem_ki / 1024 * (1 - u_mem):.2f}",
-                     "std-free-memory": f"{alloc_mem_ki / 1024 * rng.uniform(0.005, 0.05):.2f}"}
-            if rng.random() < 0.3:
-                stats["congestion-factor"] = str(rng.randint(0, 100))
-            annotations.update(stats)
-            stat_keys = list(stats)
+        stats = _node_statistics(rng, alloc_cpu, alloc_mem_ki, used_cpu, used_mem)
+        annotations.update(stats)
+        stat_keys = list(stats)
         images = list(SYSTEM_IMAGES)
         for img in rng.choices(catalog, weights=weights, k=rng.randint(3, 33)):
             if img not in images:
@@ -217,6 +207,23 @@ def make_cluster(n: int, seed: int, pods_per_node: int = 10) -> Cluster:
     order = [str(nd["metadata"]["name"]) for nd in nodes]
     rng.shuffle(order)
     return Cluster(nodes, pods, order, catalog)
+
+
+def _node_statistics(rng: random.Random, alloc_cpu: float, alloc_mem_ki: float, used_cpu: float,
+                     used_mem: float) -> dict[str, str]:
+    """kube-safe-scheduler annotations: a synthetic join of load around the requested share (none on a few
+    nodes the annotator has not reached yet). Draws from ``rng`` in make_cluster's order."""
+    if rng.random() <= 0.04:
+        return {}
+    u_cpu = min(0.97, max(0.02, used_cpu / alloc_cpu * rng.uniform(0.3, 0.85) + rng.gauss(0.03, 0.05)))
+    u_mem = min(0.97, max(0.02, used_mem / alloc_mem_ki * rng.uniform(0.5, 1.0) + rng.gauss(0.05, 0.05)))
+    stats = {"mean-free-cpu": f"{alloc_cpu * (1 - u_cpu):.2f}",
+             "std-free-cpu": f"{alloc_cpu * rng.uniform(0.01, 0.09):.2f}",
+             "mean-free-memory": f"{alloc_mem_ki / 1024 * (1 - u_mem):.2f}",
+             "std-free-memory": f"{alloc_mem_ki / 1024 * rng.uniform(0.005, 0.05):.2f}"}
+    if rng.random() < 0.3:
+        stats["congestion-factor"] = str(rng.randint(0, 100))
+    return stats
 
 
 def _node_labels(name: str, itype: str, zone: str, i: int) -> dict[str, str]:
