@@ -314,11 +314,16 @@ class GridForecaster:
                     fc.flags.append(quality.NO_DATA)
             return fcs
         fcs = self.fallback().forecast_grid(sub, sub_series, horizon_s)
-        for fc, hb in zip(fcs, sub.history_bins, strict=True):
-            fc.notes.append(
-                f"{self.name}: only {hb * STEP_S / 3600:.1f} h of history (< {self.min_bins * STEP_S / 3600:.1f} h"
-                f" needed); fell back to {fc.model}"
-            )
-            if quality.SHORT_HISTORY not in fc.flags:
-                fc.flags.append(quality.SHORT_HISTORY)
+        note_fallback(fcs, sub.history_bins, self.name, self.min_bins)
         return fcs
+
+
+def note_fallback(fcs: Sequence[NodeForecast], history_bins: np.ndarray, model: str, min_bins: int) -> None:
+    """Say on each forecast that ``model`` had too little history and which fallback answered, and flag it."""
+    for fc, hb in zip(fcs, history_bins, strict=True):
+        fc.notes.append(
+            f"{model}: only {hb * STEP_S / 3600:.1f} h of history (< {min_bins * STEP_S / 3600:.1f} h"
+            f" needed); fell back to {fc.model}"
+        )
+        if quality.SHORT_HISTORY not in fc.flags:
+            fc.flags.append(quality.SHORT_HISTORY)

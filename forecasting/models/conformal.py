@@ -28,6 +28,7 @@ from forecasting.models._base import (
     GridForecaster,
     assemble,
     horizon_bins,
+    note_fallback,
 )
 from forecasting.models.ewma import ewma_filter
 from forecasting.models.last_value import LastValueForecaster
@@ -187,13 +188,7 @@ class ConformalForecaster(GridForecaster):
                 cal = ConformalForecaster(self.fallback(), self.window_bins, self.scale_half_life_bins, self.cap_rank,
                                           self.floor_last)
                 fcs = cal.forecast_grid(sub, sub_series, horizon_s)
-                for fc, hb in zip(fcs, sub.history_bins, strict=True):
-                    fc.notes.append(
-                        f"{self.name.removesuffix('+conformal')}: only {hb * 300 / 3600:.1f} h of history (< "
-                        f"{self.min_bins * 300 / 3600:.1f} h needed); fell back to {fc.model}"
-                    )
-                    if quality.SHORT_HISTORY not in fc.flags:
-                        fc.flags.append(quality.SHORT_HISTORY)
+                note_fallback(fcs, sub.history_bins, self.name.removesuffix("+conformal"), self.min_bins)
             else:
                 fcs = self.base.forecast_grid(sub, sub_series, horizon_s)
             for r, fc in zip(short, fcs, strict=True):
