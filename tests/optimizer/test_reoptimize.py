@@ -1,7 +1,10 @@
-"""``kso reoptimize`` against the stand-in API server (tests/support/kube_standin.py) with the real kubernetes client,
-and the migration model on its own.
+"""``kso reoptimize`` without an API server (eligibility, snapshots, the demo, configuration errors), the
+migration model on its own, and the one fault the real API server cannot produce on demand: an eviction
+answered 404, 409 or 500 for chosen pods (the stand-in API server, tests/support/kube_standin.py, with the
+real kubernetes client). Dry-run, --execute, PodDisruptionBudgets and publishing run on the real control
+plane: test_reoptimize_on_control_plane.py, on the same cluster.
 
-The cluster of most tests: node n1 is over its safe bound (kube-safe-scheduler annotations say 98.75 % cpu
+The cluster: node n1 is over its safe bound (kube-safe-scheduler annotations say 98.75 % cpu
 in use, U* = 90 %), hosting three movable web pods (ReplicaSet web, 4 replicas) and one pod of every kind
 that must never be evicted; n2 and n3 are nearly idle; n5 is idle but tainted (no pod may land there).
 """
@@ -21,7 +24,6 @@ from kso.cli import main
 from kso.core.objects import pod_from_k8s
 from kso.core.safety import safe_overload_risk
 from optimizer import eligibility, eviction
-from optimizer.plan import PlacementPlan, load_plan
 from tests.support.kube_standin import NODES, PODS, StandinApiServer, make_node
 
 U_STAR, EPS = 0.9, 0.3
@@ -116,14 +118,6 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[
     return code, json.loads(out), err
 
 
-def writes(server: StandinApiServer) -> list[tuple[str, str]]:
-    return [(m, p) for m, p in server.requests if m not in ("GET", "HEAD")]
-
-
-def evicted(server: StandinApiServer) -> list[str]:
-    return [f"{ns}/{name}" for ns, name, code in server.evictions if code == 201]
-
-
 # ---- eligibility (no server) -----------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(NEVER))
 def test_never_movable_kinds_have_a_reason(name: str) -> None:
@@ -146,51 +140,6 @@ def test_movable_pod_has_no_reason_and_unknown_owner_is_not_moved() -> None:
 
 
 # ---- dry-run -----------------------------------------------------------------------------------------
-def test_dry_run_changes_nothing_and_prints_targets(server: StandinApiServer, kubeconfig: str,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    seed(server)
-    code, out, err = run(capsys, "--kubeconfig", kubeconfig)
-    assert code == 0, err
-    assert writes(server) == [] and server.evictions == []  # not one POST/PUT: no eviction, event or ConfigMap
-    assert "DRY-RUN" in out and "no pod was evicted" in out
-    moves = [line.split() for line in out.splitlines() if line.startswith("team-a/web-")]
-    assert moves, out
-    for pod_name, src, dst, *why in moves:
-        assert src == "n1" and dst in ("n2", "n3"), (pod_name, src, dst)  # never the tainted n5
-        assert why[0] == "risk:"
-    assert "Target plan" in out and "team-a/ReplicaSet/web@" in out
-    assert "n1" in out and "over -> ok" in out
-
-
-def test_dry_run_json_relieves_the_overloaded_node(server: StandinApiServer, kubeconfig: str,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    seed(server)
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--policy", "none")
-    assert code == 0, err
-    assert doc["dryRun"] and doc["candidates"] == 4  # web-0..2 on n1 and web-3 on n2
-    nodes = {n["name"]: n for n in doc["nodes"]}
-    assert nodes["n1"]["overBefore"] and not any(n["overAfter"] for n in doc["nodes"])
-    moved = {m["pod"] for m in doc["moves"]}
-    assert moved <= MOVABLE and len(moved) >= 2
-    assert all(m["reason"] == "risk" and m["from"] == "n1" and m["to"] in ("n2", "n3") for m in doc["moves"])
-    # Independent check of "after": annotations' load minus/plus the moved pods' requests, exact Beta rule.
-    load = {"n1": 7900.0, "n2": 500.0, "n3": 600.0, "n5": 0.0}
-    for m in doc["moves"]:
-        load[m["from"]] -= 500.0
-        load[m["to"]] += 500.0
-    names = sorted(load)
-    risk = safe_overload_risk(np.array([load[n] / CPU_M for n in names]), np.full(len(names), 200.0 / CPU_M), U_STAR)
-    assert (risk <= EPS).all(), dict(zip(names, risk, strict=True))
-    assert safe_overload_risk(np.array([7900 / CPU_M]), np.array([200 / CPU_M]), U_STAR)[0] > EPS  # and it was over
-    # The plan's slots are exactly the moves' targets.
-    plan = PlacementPlan.from_dict(doc["plan"])
-    assert sum(sum(c.slots.values()) for c in plan.classes.values()) == len(doc["moves"])
-    assert Counter(m["to"] for m in doc["moves"]) == Counter(
-        {n: k for c in plan.classes.values() for n, k in c.slots.items()})
-    assert set(doc["notMovable"]) >= {"mirror (static) pod", "DaemonSet pod", "system-critical pod",
-                                      "local storage (emptyDir/hostPath)", "namespace kube-system excluded"}
-
-
 def test_demo_snapshot_dry_run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KSO_PLAN_POLICY", raising=False)
     code, doc, err = run_json(capsys, "--demo", "--max-per-namespace", "5")
@@ -223,122 +172,6 @@ def test_snapshot_file_with_owner_objects(tmp_path: Path, capsys: pytest.Capture
 
 
 # ---- --execute -------------------------------------------------------------------------------------
-def test_execute_evicts_only_eligible_pods_records_events_and_publishes(
-        server: StandinApiServer, kubeconfig: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    seed(server)
-    plan_file = tmp_path / "state" / "plan.json"
-    monkeypatch.setenv("KSO_PLAN_FILE", str(plan_file))
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute", "--plan-namespace", "kso-test")
-    assert code == 0, err
-    done = evicted(server)
-    assert done and {d.split("/")[1] for d in done} <= MOVABLE
-    assert not any(name in NEVER for _, name, _ in server.evictions)  # never even asked
-    assert len(server.evictions) == len(doc["moves"]) == len(set(server.evictions))  # each once
-    for d in done:
-        assert server.get(PODS, d) is None  # the stand-in deleted them
-    for name in NEVER:
-        ns = "kube-system" if name == "system" else "team-a"
-        assert server.get(PODS, f"{ns}/{name}") is not None
-    # Events: one per eviction, on the pod, from kso-reoptimize.
-    events = server.objects("events")
-    assert sorted(f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}" for e in events) == sorted(done)
-    for e in events:
-        assert e["reason"] == "KsoReoptimizeEvicted" and e["type"] == "Normal"
-        assert e["source"]["component"] == "kso-reoptimize" and e["involvedObject"]["kind"] == "Pod"
-        assert e["involvedObject"]["uid"] and "n1" in e["message"]
-    # The plan: ConfigMap kso-test/kso-plan and the plan file, slots = where the evicted pods should land.
-    cm = server.get_object("configmaps", "kso-test/kso-plan")
-    assert cm is not None, server.objects("configmaps")
-    plan = PlacementPlan.from_json(cm["data"]["plan.json"])
-    slots = Counter({n: k for c in plan.classes.values() for n, k in c.slots.items()})
-    assert slots == Counter(m["to"] for m in doc["moves"]) and set(slots) <= {"n2", "n3"}
-    assert load_plan(plan_file).plan_id == plan.plan_id
-    assert set(plan.baseline_pods) >= {server.get(PODS, "team-a/web-3")["metadata"]["uid"]}  # type: ignore[index]
-    assert any("kso-test/kso-plan (created)" in p for p in doc["published"])
-
-
-def test_plan_configmap_is_replaced_on_the_next_run(server: StandinApiServer, kubeconfig: str, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    seed(server, never=False)
-    (tmp_path / "ns").write_text("kso-ns\n")
-    monkeypatch.setattr(eviction, "SA_NAMESPACE_FILE", str(tmp_path / "ns"))
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute", "--max-moves", "1")
-    assert code == 0, err
-    first = server.get_object("configmaps", "kso-ns/kso-plan")
-    assert first is not None and len(evicted(server)) == 1
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute", "--max-moves", "1")
-    assert code == 0, err
-    second = server.get_object("configmaps", "kso-ns/kso-plan")
-    assert second is not None and second["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
-    assert second["data"]["plan.json"] != first["data"]["plan.json"]
-    assert any("(replaced)" in p for p in doc["published"])
-    assert len(server.objects("configmaps")) == 1
-
-
-@pytest.mark.parametrize(("flag", "value"), [("--max-moves", 1), ("--max-per-node", 1), ("--max-per-namespace", 1)])
-def test_execute_honours_every_limit(flag: str, value: int, server: StandinApiServer, kubeconfig: str,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    # Two overloaded nodes, each needing two moves, in two namespaces.
-    server.add(NODES, node("n1", load_cpu=7900))
-    server.add(NODES, node("n4", load_cpu=7900))
-    for name in ("n2", "n3", "n6"):
-        server.add(NODES, node(name, load_cpu=300))
-    server.add_owner("ReplicaSet", "web", "team-a", replicas=4)
-    server.add_owner("ReplicaSet", "api", "team-b", replicas=4)
-    for i in range(4):
-        server.add(PODS, pod(f"web-{i}", "n1"))
-        server.add(PODS, pod(f"api-{i}", "n4", namespace="team-b", owner=("ReplicaSet", "api"), labels={"app": "api"}))
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute", "--policy", "none", flag, str(value))
-    assert code == 0, err
-    done = evicted(server)
-    assert done
-    per_node = Counter(m["from"] for m in doc["moves"])
-    per_ns = Counter(d.split("/")[0] for d in done)
-    if flag == "--max-moves":
-        assert len(done) == 1
-    elif flag == "--max-per-node":
-        assert max(per_node.values()) == 1 and len(done) == 2
-    else:
-        assert max(per_ns.values()) == 1 and len(done) == 2
-    # Under the limits the overloads cannot all be fixed; the model says so honestly.
-    assert {n["name"] for n in doc["nodes"] if n["overAfter"]} <= {"n1", "n4"}
-
-
-def test_pdb_refusal_is_reported_and_not_retried(server: StandinApiServer, kubeconfig: str,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    seed(server, never=False)
-    server.add_pdb("web-pdb", {"app": "web"}, disruptions_allowed=0, namespace="team-a")
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute")
-    assert code == 2
-    assert doc["moves"] and evicted(server) == []
-    calls = Counter((ns, name) for ns, name, _ in server.evictions)
-    assert set(calls.values()) == {1} and len(calls) == len(doc["moves"])  # one request per pod, no retry loop
-    assert all(code == 429 for _, _, code in server.evictions)
-    assert all(not e["evicted"] and e["status"] == 429 and "disruption budget web-pdb" in e["detail"]
-               for e in doc["evictions"])
-    assert "429" in err
-    events = server.objects("events")
-    assert len(events) == len(doc["moves"])
-    assert all(e["reason"] == "KsoReoptimizeSkipped" and e["type"] == "Warning" and "429" in e["message"] for e in events)
-    assert server.objects("configmaps") == []  # nothing evicted, no plan to publish
-
-
-def test_pdb_with_room_allows_some_evictions(server: StandinApiServer, kubeconfig: str,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    seed(server, never=False)
-    server.add_pdb("web-pdb", {"app": "web"}, disruptions_allowed=1, namespace="team-a")
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig, "--execute", "--policy", "none")
-    assert len(doc["moves"]) >= 2
-    assert code == 2 and len(evicted(server)) == 1
-    assert Counter(c for _, _, c in server.evictions) == Counter({201: 1, 429: len(doc["moves"]) - 1})
-    cm = server.get_object("configmaps", "kso-system/kso-plan")  # default namespace without a service account
-    assert cm is not None
-    plan = PlacementPlan.from_json(cm["data"]["plan.json"])
-    assert sum(c.count for c in plan.classes.values()) == 1  # only the eviction that happened has a slot
-
-
 @pytest.mark.parametrize("status", [404, 409, 500])
 def test_other_eviction_failures_are_reported_once(status: int, server: StandinApiServer, kubeconfig: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -350,30 +183,6 @@ def test_other_eviction_failures_are_reported_once(status: int, server: StandinA
     assert Counter((ns, n) for ns, n, _ in server.evictions).most_common(1)[0][1] == 1
     assert all(e["status"] == status for e in doc["evictions"])
     assert f"{status}" in err
-
-
-def test_publish_failure_is_reported_not_fatal(server: StandinApiServer, kubeconfig: str, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    seed(server, never=False)
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    monkeypatch.setenv("KSO_PLAN_FILE", str(blocker / "plan.json"))  # a path under a file: cannot be written
-    code, out, err = run(capsys, "--kubeconfig", kubeconfig, "--execute")
-    assert code == 0 and evicted(server)
-    assert "could not publish the plan" in err and "plan.json" in err
-    assert server.get_object("configmaps", "kso-system/kso-plan") is not None  # the ConfigMap still went out
-    assert "Evictions:" in out and "evicted" in out
-
-
-def test_node_over_its_bound_without_movable_pods_is_reported(server: StandinApiServer, kubeconfig: str,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    server.add(NODES, node("n1", load_cpu=7900))
-    server.add(NODES, node("n2", load_cpu=500))
-    server.add(PODS, pod("ds", "n1", owner=("DaemonSet", "agent")))
-    code, doc, err = run_json(capsys, "--kubeconfig", kubeconfig)
-    assert code == 0, err
-    assert doc["moves"] == [] and any("n1" in note and "no movable pod" in note for note in doc["notes"])
-    assert [n["name"] for n in doc["nodes"] if n["overAfter"]] == ["n1"]
 
 
 # ---- configuration errors --------------------------------------------------------------------------

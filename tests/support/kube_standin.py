@@ -8,10 +8,9 @@ faults the real server does not produce on demand:
   expiry of a live watch; dropped watch connections; a server that goes away and comes back (``partition``
   / ``heal``); watch timeouts and bookmarks at chosen times; malformed objects; a stale pending event
   racing an assumed bind; a 503 on bind; the request log (which query parameters the client sent).
-* tests/optimizer/test_reoptimize.py: eviction answers forced per pod (``fail_evictions``: 404, 409, 500) and the
-  same cluster seeded in milliseconds for many small ``kso reoptimize`` cases. Its dry-run, execute and
-  PodDisruptionBudget cases could run on the real control plane with kube-controller-manager (as
-  tests/e2e/test_reoptimize_execute.py does end to end); they are not ported yet.
+* tests/optimizer/test_reoptimize.py: eviction answers forced per pod (``fail_evictions``: 404, 409, 500).
+  Its dry-run, execute, PodDisruptionBudget and publishing cases run on the real control plane
+  (tests/optimizer/test_reoptimize_on_control_plane.py, with kube-controller-manager's disruption controller).
 
 It serves the REST paths the client calls, with the semantics kso depends on, modelled on the real server:
 
@@ -31,10 +30,9 @@ It serves the REST paths the client calls, with the semantics kso depends on, mo
   already bound or the binding's uid precondition does not match; 404 for an unknown pod.
 * ``GET /api/v1/namespaces/{ns}/pods/{name}``.
 * ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (policy/v1 Eviction): 201 with a ``Status`` and
-  the pod deleted (DELETED on the watch); 429 ``TooManyRequests`` when a PodDisruptionBudget in the
-  stand-in's state (``add_pdb``: ``spec.selector.matchLabels`` against the pod's labels) has
-  ``status.disruptionsAllowed`` < 1, as the real server's message and cause; 404 for an unknown pod; 409
-  when ``deleteOptions.preconditions.uid`` does not match. ``fail_evictions`` forces a status per pod.
+  the pod deleted (DELETED on the watch); 404 for an unknown pod; 409 when
+  ``deleteOptions.preconditions.uid`` does not match (PodDisruptionBudgets: the real server, see above).
+  ``fail_evictions`` forces a status per pod.
 * ``POST /api/v1/namespaces/{ns}/events`` (kept in ``objects("events")``); ConfigMaps: ``POST`` to create
   (409 AlreadyExists), ``GET`` / ``PUT`` by name (404 when missing, 409 on a stale resourceVersion);
   ``GET /apis/apps/v1/namespaces/{ns}/replicasets/{name}`` and ``.../statefulsets/{name}``. These kinds
@@ -68,7 +66,6 @@ EXTRA = {
     "events": ("v1", "Event"),
     "replicasets": ("apps/v1", "ReplicaSet"),
     "statefulsets": ("apps/v1", "StatefulSet"),
-    "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget"),
 }
 
 
@@ -333,7 +330,7 @@ current-context: {context}
         pod.setdefault("status", {})["phase"] = phase
         return self.modify(PODS, pod)
 
-    # ---- test helpers: kinds without watch (configmaps, events, owners, PDBs) -----------------
+    # ---- test helpers: kinds without watch (configmaps, events, owners) -----------------
     def put_object(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or overwrite a namespaced object of one of the EXTRA kinds."""
         with self._cond:
@@ -360,13 +357,6 @@ current-context: {context}
         resource = {"ReplicaSet": "replicasets", "StatefulSet": "statefulsets"}[kind]
         return self.put_object(resource, {"metadata": {"name": name, "namespace": namespace},
                                           "spec": {"replicas": replicas}})
-
-    def add_pdb(self, name: str, match_labels: dict[str, str], disruptions_allowed: int,
-                namespace: str = "default") -> dict[str, Any]:
-        return self.put_object("poddisruptionbudgets", {
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"selector": {"matchLabels": dict(match_labels)}},
-            "status": {"disruptionsAllowed": disruptions_allowed}})
 
     # ---- test helpers: failures -------------------------------------------------------------
     def compact(self) -> None:
@@ -525,18 +515,6 @@ current-context: {context}
             if uid and uid != pod["metadata"]["uid"]:
                 return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": Precondition failed: '
                                     f"UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}")
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            pdbs = [p for p in self._extra["poddisruptionbudgets"].values()
-                    if p["metadata"]["namespace"] == namespace
-                    and all(labels.get(k) == v for k, v in ((p["spec"].get("selector") or {}).get("matchLabels") or {}).items())]
-            for pdb in pdbs:
-                if pdb["status"].get("disruptionsAllowed", 0) < 1:
-                    status = _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                                     causes=[{"reason": "DisruptionBudget", "message": f"The disruption budget "
-                                              f"{pdb['metadata']['name']} needs more healthy pods than it has currently"}])
-                    return 429, status
-            for pdb in pdbs:
-                pdb["status"]["disruptionsAllowed"] -= 1
             self._write(PODS, copy.deepcopy(pod), "DELETED")
         return 201, _status(201, "", "")
 
