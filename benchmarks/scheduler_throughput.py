@@ -17,8 +17,8 @@ time (kso_scheduler_binding_seconds, waiting for a bind worker included). p50/p9
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -33,6 +33,7 @@ from typing import Any
 from kubernetes import client
 
 from benchmarks.controlplane import ControlPlane, _insecure
+from benchmarks.machine import machine_facts, machine_line
 from kso.core.net import free_port
 from kso.core.watcher import RawWatch  # events as parsed JSON: a model per event would make the watch lag
 
@@ -210,13 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     med = {w: statistics.median(r["pods_per_s"] for r in results if r["scheduler"] == w) for w in ("kube-scheduler", "kso")}
     summary = {"nodes": args.nodes, "pods": args.pods, "rounds": results, "median_pods_per_s": med,
                "kso_over_kube": round(med["kso"] / med["kube-scheduler"], 3) if med["kube-scheduler"] else None,
-               "machine": {"cpus": os.cpu_count(), "load1": os.getloadavg()[0]}}
+               "machine": dataclasses.asdict(machine_facts())}
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         print(f"median pods/s: kube-scheduler {med['kube-scheduler']:.1f}, kso {med['kso']:.1f} "
-              f"(kso / kube-scheduler = {summary['kso_over_kube']}); load1 {summary['machine']['load1']:.2f} "
-              f"on {summary['machine']['cpus']} cpus")
+              f"(kso / kube-scheduler = {summary['kso_over_kube']}); machine: {machine_line()}")
     return 0
 
 
