@@ -3,9 +3,12 @@ drift apart (defaults, ranges), as U* and eps once did between the safe agent an
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARATION = re.compile(r'setting\(\s*"([A-Z][A-Z0-9_]*)"')
@@ -23,3 +26,15 @@ def test_every_setting_variable_is_declared_once() -> None:
     assert len(where) > 50, "the declarations were not found (pattern out of date?)"
     twice = {name: places for name, places in where.items() if len(places) > 1}
     assert not twice, f"declared more than once (inherit the one declaration instead): {twice}"
+
+
+def test_a_bad_value_read_by_two_settings_classes_is_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """SAFEUTILIZATION is read by the safe agent's and the planner's settings (both inherit SafeBoundSettings):
+    one typo, one warning, and both fall back to the default."""
+    from extender.config import load_config
+
+    with caplog.at_level(logging.WARNING, logger="kso.core.settings"):
+        config = load_config({"SAFEUTILIZATION": "ninety-once", "KSO_AGENTS": "safe"})
+    warned = [r for r in caplog.records if "ninety-once" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert config.agent_params["safe"].utilization == config.plan.utilization == 90

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -111,9 +112,15 @@ def load_settings(cls: type[T], env: Mapping[str, str] | None = None,
                 kwargs[f.name] = _parse(str(raw) if not isinstance(raw, str) else raw, default,
                                         meta["kind"], meta["lo"], meta["hi"])
             except ValueError as exc:
-                log.warning("%s %s=%r ignored (%s); using %r", source, name, raw, exc,
-                            kwargs.get(f.name, default))
+                _warn_ignored(source, name, str(raw), str(exc), repr(kwargs.get(f.name, default)))
     return cls(**kwargs)
+
+
+@lru_cache(maxsize=256)
+def _warn_ignored(source: str, name: str, raw: str, why: str, using: str) -> None:
+    """Once per bad value: several settings classes share a name (U* and eps in SafeParams and PlanSettings),
+    and one typo should be one warning, not one per class that reads it."""
+    log.warning("%s %s=%r ignored (%s); using %s", source, name, raw, why, using)
 
 
 def read_config_file(path: str | Path | None) -> dict[str, Any]:
