@@ -144,8 +144,9 @@ def conformal_quantiles(scores: np.ndarray, qs: Sequence[float] = QUANTILES) -> 
     return out, n
 
 
-# kth(v, k) = the k-th largest observed 5-minute value;  cap_s = max(point_s, kth(v_s, k) + lift_s) with
-# lift_s = max(0, kth(v_s, k) - kth(v_s[: n - L], k)): the climb of the cap over the last L bins (0: no lift)
+# kth(v, k) = the k-th largest observed 5-minute value;  lift_s = max(0, kth(v_s, k) - kth(v_s[: n - L], k)),
+# the climb of the cap over the last L bins;  cap_s = max(point_s, kth(v_s, k)) if lift_s = 0, else
+# max(point_s, max(kth(v_s, k), y_T) + lift_s)
 def history_cap(grid: Grid, point: np.ndarray, rank: int, lift_bins: int = 0) -> np.ndarray:
     """Upper limit for a series' quantiles: nothing in the week went above it more than ``rank - 1``
     times, so a band above it is the calibration's artefact, not the data's -- unless the series is
@@ -158,7 +159,11 @@ def history_cap(grid: Grid, point: np.ndarray, rank: int, lift_bins: int = 0) ->
     if lift_bins > 0 and n - lift_bins >= k:
         old = -np.partition(-v[:, : n - lift_bins], k - 1, axis=1)[:, k - 1]
         ok = np.isfinite(old) & np.isfinite(kth)
-        cap = cap + np.clip(np.where(ok, kth, 0.0) - np.where(ok, old, 0.0), 0.0, None)
+        lift = np.clip(np.where(ok, kth, 0.0) - np.where(ok, old, 0.0), 0.0, None)
+        # a climbing series is at its top now, and the k-th largest value lags it by about k bins: the climb
+        # is extrapolated from the newest value (young-task tuning set: p95 coverage of climbing memory in
+        # its first 4 h 64 -> 73 %, pinball -1 to -21 %; the other tuning cells within 0.2 %)
+        cap = np.where(lift > 0, np.maximum(cap, grid.values[:, -1]) + lift, cap)
     return np.maximum(cap, point)
 
 

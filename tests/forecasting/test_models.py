@@ -344,7 +344,8 @@ def _restarted_task_memory(rng: np.random.Generator, hours: float = 9.0) -> np.n
 def test_a_confirmed_ramp_lifts_the_cap_so_the_band_covers_the_climb() -> None:
     """8 h after a restart the memory is still climbing: the week's-top cap pinned p95 = p99 = the newest
     value and 3 of 4 of the next hour's values lay above it; the cap lifted by its own climb over the last
-    horizon covers most of them."""
+    horizon, extrapolated from the newest value (the 6th-largest value lags a climb by half an hour), covers
+    them."""
     y = _restarted_task_memory(np.random.default_rng(7))
     hist, future = y[:96], y[96:]
     s = UtilisationSeries("task", "memory", 1_700_000_000.0 + STEP * np.arange(96), hist)
@@ -352,7 +353,7 @@ def test_a_confirmed_ramp_lifts_the_cap_so_the_band_covers_the_climb() -> None:
     unlifted = get_forecaster("holt-winters+conformal", cap_lift_horizons=0.0).forecast(s, 3600.0)
     assert unlifted.p95 == unlifted.p99 == pytest.approx(hist[-1])  # the failure (so this test can fail)
     assert np.mean(future <= unlifted.p95) <= 0.3
-    assert np.mean(future <= fc.p95) >= 0.7
+    assert np.mean(future <= fc.p95) >= 0.9  # 0.75 with the climb added to the 6th-largest value instead
     assert np.mean(future <= fc.p99) == 1.0
     assert fc.p99 <= hist.max() + (hist.max() - hist[:-12].max()) + 1e-9  # never above the max plus the climb
     assert_sane(fc)
