@@ -297,7 +297,7 @@ def _on_off_series(rng: np.random.Generator, days: int = 7) -> np.ndarray:
 
 def test_calibrated_quantiles_are_capped_by_the_weeks_top_values() -> None:
     """Just after a switch to saturation the uncapped band reaches far above anything the series ever did;
-    the cap keeps p99 at the week's 6th-largest value."""
+    the cap keeps p95 at the week's 6th-largest value and p99 at its largest."""
     rng = np.random.default_rng(3)
     y = _on_off_series(rng)
     y[-3:] = 1.0  # a switch in the last 15 minutes: volatility is at its highest
@@ -306,7 +306,8 @@ def test_calibrated_quantiles_are_capped_by_the_weeks_top_values() -> None:
     uncapped = get_forecaster("holt-winters+conformal", cap_rank=None).forecast(s, 3600.0)
     sixth = float(np.sort(y)[-6])
     assert uncapped.p99 > 1.5  # the failure the cap exists for (so this test can fail)
-    assert capped.p99 <= max(sixth, capped.mean) + 1e-9
+    assert capped.p95 <= max(sixth, capped.mean) + 1e-9
+    assert capped.p99 <= max(float(y.max()), capped.mean) + 1e-9
     assert_sane(capped)
 
 
@@ -332,3 +333,42 @@ def test_upper_quantiles_never_below_the_newest_value() -> None:
     assert min(fc.p90, fc.p95, fc.p99) >= 0.6 - 1e-9
     assert fc.p50 == raw.p50  # the median is not floored
     assert_sane(fc)
+
+
+def _restarted_task_memory(rng: np.random.Generator, hours: float = 9.0) -> np.ndarray:
+    """Memory of a task that restarted: it climbs towards its working set for many hours (Google 2019 tasks)."""
+    t = np.arange(round(hours * 12)) * STEP
+    return 0.6 + 0.3 * (1.0 - np.exp(-t / (10 * 3600.0))) + rng.normal(0, 0.002, t.size)
+
+
+def test_a_confirmed_ramp_lifts_the_cap_so_the_band_covers_the_climb() -> None:
+    """8 h after a restart the memory is still climbing: the week's-top cap pinned p95 = p99 = the newest
+    value and 3 of 4 of the next hour's values lay above it; the cap lifted by its own climb over the last
+    horizon, extrapolated from the newest value (the 6th-largest value lags a climb by half an hour), covers
+    them."""
+    y = _restarted_task_memory(np.random.default_rng(7))
+    hist, future = y[:96], y[96:]
+    s = UtilisationSeries("task", "memory", 1_700_000_000.0 + STEP * np.arange(96), hist)
+    fc = get_forecaster("holt-winters+conformal").forecast(s, 3600.0)
+    unlifted = get_forecaster("holt-winters+conformal", cap_lift_horizons=0.0).forecast(s, 3600.0)
+    assert unlifted.p95 == unlifted.p99 == pytest.approx(hist[-1])  # the failure (so this test can fail)
+    assert np.mean(future <= unlifted.p95) <= 0.3
+    assert np.mean(future <= fc.p95) >= 0.9  # 0.75 with the climb added to the 6th-largest value instead
+    assert np.mean(future <= fc.p99) == 1.0
+    assert fc.p99 <= hist.max() + (hist.max() - hist[:-12].max()) + 1e-9  # never above the max plus the climb
+    assert_sane(fc)
+
+
+def test_no_lift_when_the_weeks_top_values_are_old() -> None:
+    """A week of steady load whose top values came from a burst days ago: the lift is zero, the cap is the
+    week's 6th-largest value (p50-p95) and its largest (p99)."""
+    rng = np.random.default_rng(8)
+    y = 0.3 + rng.normal(0, 0.01, 7 * 288)
+    y[3 * 288 : 3 * 288 + 20] = 0.9 + rng.normal(0, 0.01, 20)  # a burst 4 days ago sets the top values
+    y[-3:] = 0.6  # a jump now: without the floor the calibrated band is what the cap limits
+    s = grid_series(y)
+    lifted = get_forecaster("holt-winters+conformal", floor_last=False).forecast(s, 3600.0)
+    unlifted = get_forecaster("holt-winters+conformal", floor_last=False, cap_lift_horizons=0.0).forecast(s, 3600.0)
+    assert quantiles(lifted) == quantiles(unlifted)
+    assert lifted.p95 <= float(np.sort(y)[-6]) + 1e-9
+    assert lifted.p99 <= float(y.max()) + 1e-9
