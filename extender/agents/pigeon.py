@@ -266,6 +266,7 @@ class PigeonAgent(Agent):
         self._lock = threading.Lock()
         self._demand = DemandStats()
         self._last_capacity: CallCapacity | None = None
+        self._last_gamma: tuple[bytes, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
 
     def demand(self, call: Call) -> np.ndarray:
@@ -316,7 +317,7 @@ class PigeonAgent(Agent):
         capacity = self._capacity(cap)
         gamma_dem = None
         if self.policy == A_BINPACK and stats.mean is not None and stats.second is not None:
-            gamma_dem = demand_gamma_at(stats, capacity.average)
+            gamma_dem = self._gamma(stats, capacity)
         elif self.policy == A_BINPACK:
             gamma_dem = 0.0
         usage = call.requested()
@@ -338,8 +339,9 @@ class PigeonAgent(Agent):
             # (libpigeon's resource_getutilization). Every capacity positive (the usual case): utilisation()
             # is the plain ratio there.
             if capacity.all_positive:
-                util = np.clip(usage / cap, 0.0, 1.0)
-                util_new = np.clip(new_usage / cap, 0.0, 1.0)
+                util, util_new = usage / cap, new_usage / cap
+                for u in (util, util_new):  # = np.clip(u, 0, 1) in place, without its wrappers (no -0.0 here)
+                    np.minimum(np.maximum(u, 0.0, out=u), 1.0, out=u)
             else:
                 util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
                 util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
@@ -356,6 +358,18 @@ class PigeonAgent(Agent):
         values = np.full(n, np.nan)
         values[rows] = np.where(feasible, obj, np.nan)
         return PigeonResult(values, gamma_dem, stats.count)
+
+    def _gamma(self, stats: DemandStats, capacity: CallCapacity) -> float:
+        """demand_gamma_at(stats, capacity.average), kept for the last moments and capacities seen: the pods of
+        one workload have the same demand, and the moments' running average then stays exactly that demand."""
+        assert stats.mean is not None and stats.second is not None
+        key = stats.mean.tobytes() + stats.second.tobytes() + capacity.key
+        last = self._last_gamma
+        if last is not None and last[0] == key:
+            return last[1]
+        gamma = demand_gamma_at(stats, capacity.average)
+        self._last_gamma = (key, gamma)
+        return gamma
 
     def _capacity(self, cap: np.ndarray) -> CallCapacity:
         """average_capacity(cap) and whether every entry is positive, kept for the last capacity matrix seen:
