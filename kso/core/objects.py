@@ -244,6 +244,9 @@ class PodMemo:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._items
+
 
 def _pod_requests(spec: dict[str, Any]) -> tuple[dict[str, float], float, float, list[str]]:
     """(requests with pods = 1, kube-scheduler's non-zero cpu and memory, the containers' images).
