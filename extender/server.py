@@ -18,6 +18,7 @@ from extender.config import Config
 from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
 from extender.service import Extender
 from kso.core.cluster import ClusterState
+from kso.core.objects import PodMemo
 from kso.core.settings import parse_log_level
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
@@ -102,12 +103,13 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     stop: list[Callable[[], Any]] = []
     binder: Any
     client: Any = None
+    pod_memo = PodMemo()
     if source == "API":
         try:
             client = kube.load_api_client(config.settings.kubeconfig or None)
         except kube.KubeConfigError as exc:
             raise SystemExit(f"kso: cannot reach the API server ({exc}); use --snapshot or --demo to run offline") from None
-        watcher = ClusterWatcher(state, client)
+        watcher = ClusterWatcher(state, client, pod_memo=pod_memo)
         watcher.start()
         stop.append(watcher.stop)
         binder = ApiBinder(client)
@@ -122,7 +124,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
             stop.append(stop_forecasts)
     plan = make_plan_cache(config, state)
     # API mode: the watched cache is the only source of cluster state (request bodies never write it).
-    extender = Extender(config, state, binder, stats, plan, cache_bodies=source != "API")
+    extender = Extender(config, state, binder, stats, plan, cache_bodies=source != "API", pod_memo=pod_memo)
     if plan is not None:
         plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
         plan.load_file()  # a restarted extender answers from the last plan at once

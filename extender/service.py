@@ -24,7 +24,7 @@ from extender.plan_cache import PlanCache
 from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
 from kso.core.binder import Binder
 from kso.core.cluster import ClusterState, NodeView
-from kso.core.objects import NodeInfo, ObjectError, PodInfo, node_from_k8s, pod_from_k8s
+from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
 
@@ -100,8 +100,11 @@ def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: s
 class Extender:
     def __init__(self, config: Config, state: ClusterState, binder: Binder,
                  stats: NodeStatsSource | None = None, plan: PlanCache | None = None,
-                 cache_bodies: bool = True) -> None:
+                 cache_bodies: bool = True, pod_memo: PodMemo | None = None) -> None:
         self.config = config
+        # Pods parsed by uid and resourceVersion (filter, then prioritize, of the same pending pod); shared
+        # with the watch in API mode, which parses each pending pod before kube-scheduler asks about it.
+        self.pod_memo = pod_memo if pod_memo is not None else PodMemo()
         self.settings = config.settings
         self.state = state
         # False (API mode): the watched cache is the only source of cluster state; Nodes and Pods in
@@ -139,7 +142,7 @@ class Extender:
     # ---- inputs ------------------------------------------------------------------------------
     def parse_pod(self, pod: dict[str, Any]) -> PodInfo:
         try:
-            info = pod_from_k8s(pod)
+            info = self.pod_memo.parse(pod)
         except ObjectError as exc:
             raise ProtocolError(str(exc), "bad_pod") from None
         if not info.node_name and self.cache_bodies:
@@ -251,13 +254,13 @@ class Extender:
                 failed = {i: r for i, r in failed.items() if known[i] and i not in unresolvable}
                 noted = {i: r for i, r in noted.items() if known[i]}
             if failed:
-                self.metrics.filtered.labels(name).inc(len(failed))
+                self.metrics.child(self.metrics.filtered, name).inc(len(failed))
                 reasons.append(failed)
             if noted:
-                self.metrics.unjudged.labels(name).inc(len(noted))
+                self.metrics.child(self.metrics.unjudged, name).inc(len(noted))
                 notes.append(noted)
         if unresolvable:
-            self.metrics.filtered.labels("no-capacity").inc(len(unresolvable))
+            self.metrics.child(self.metrics.filtered, "no-capacity").inc(len(unresolvable))
         return Verdicts(len(view), reasons, unresolvable, notes)
 
     def _judge(self, call: Call, predicates: list[str], verb: str) -> tuple[dict[int, list[str]], dict[int, str],
@@ -314,11 +317,11 @@ class Extender:
             return None
         slots = self.plan.slots_for(call.pod)
         if slots is None:
-            self.metrics.plan_decisions.labels("none").inc()
+            self.metrics.child(self.metrics.plan_decisions, "none").inc()
             return None
         free = {n for n, k in slots.items() if k > 0}
         hit = np.fromiter(map(free.__contains__, call.view.names), dtype=bool, count=len(call.view))
-        self.metrics.plan_decisions.labels("hit" if hit.any() else "miss").inc()
+        self.metrics.child(self.metrics.plan_decisions, "hit" if hit.any() else "miss").inc()
         return hit if hit.any() else None
 
     # Plan first: nodes with a free slot of the pod's class get the top score (10) and every other node

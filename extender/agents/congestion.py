@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from extender.agents.base import Agent, Call
+from extender.agents.base import MAX_PRIORITY, Agent, Call
 from kso.core.settings import setting
 
 
@@ -37,7 +37,10 @@ class CongestionAgent(Agent):
         self.priorities = {"congestion": self.score}
 
     def score(self, call: Call) -> np.ndarray:
-        return congestion_score(call.view.congestion, self.params.factor_max)
+        factor = call.view.congestion
+        if np.isnan(factor).all():  # no node annotated (the common case): congestion_score gives each 10
+            return np.full(len(factor), MAX_PRIORITY, dtype=int)
+        return congestion_score(factor, self.params.factor_max)
 
     def explain(self, call: Call) -> dict[str, Any]:
         return {"congestion_factor": [None if np.isnan(v) else float(v) for v in call.view.congestion]}

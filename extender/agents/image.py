@@ -80,6 +80,10 @@ class ImageAgent(Agent):
         return sizes, np.minimum(spread, 1.0)
 
     def image_locality(self, call: Call) -> np.ndarray:
+        counts = call.view.image_node_count
+        if not any(counts.get(img, 0) for img in call.pod.images):
+            # No node holds any of the pod's images: every spread is 0, so every score is 0.
+            return np.zeros(len(call.view), dtype=int)
         sizes, spread = self._sizes(call)
         return image_locality_score(sizes, spread, len(call.pod.images))
 

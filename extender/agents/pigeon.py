@@ -104,6 +104,8 @@ def albert_zhang(mu: np.ndarray, quad: np.ndarray) -> np.ndarray:
     (a negative quadratic form is rounding on a near-singular covariance, not variation)."""
     denom = np.einsum("...i,...i->...", mu, mu)
     ok = (denom > 0) & (quad > 0)
+    if ok.all():  # the common case: the masks below change nothing (they only keep sqrt and / quiet)
+        return np.sqrt(quad) / denom
     return np.where(ok, np.sqrt(np.where(ok, quad, 0.0)) / np.where(ok, denom, 1.0), 0.0)
 
 
@@ -137,6 +139,11 @@ def demand_gamma(stats: DemandStats, cap: np.ndarray, unit: np.ndarray | float =
     (scalar or (R,)) is the original's unit of each resource in canonical units (ORIGINAL_UNIT)."""
     if stats.mean is None or stats.second is None:
         return 0.0
+    return demand_gamma_at(stats, average_capacity(cap, unit))
+
+
+def average_capacity(cap: np.ndarray, unit: np.ndarray | float = 1.0) -> np.ndarray:
+    """Per resource, the mean capacity of the nodes that have some of it (cap (K, R)); ``unit`` where none has."""
     pos = cap > 0
     count = pos.sum(axis=0)
     total = np.where(pos, cap, 0.0).sum(axis=0)
@@ -146,7 +153,12 @@ def demand_gamma(stats: DemandStats, cap: np.ndarray, unit: np.ndarray | float =
     unit = np.asarray(unit, dtype=float)
     if unit.shape != total.shape:
         unit = np.broadcast_to(unit, total.shape)
-    avgcap = np.where(count > 0, total / np.maximum(count, 1), unit)
+    return np.where(count > 0, total / np.maximum(count, 1), unit)
+
+
+def demand_gamma_at(stats: DemandStats, avgcap: np.ndarray) -> float:
+    """demand_gamma given the mean capacities (average_capacity of the call's nodes); stats has moments."""
+    assert stats.mean is not None and stats.second is not None
     mu = stats.mean / avgcap
     cov = stats.second / (avgcap[:, None] * avgcap) - mu[:, None] * mu  # np.outer, inline
     return float(albert_zhang(mu, np.asarray(mu @ cov @ mu)))
@@ -207,10 +219,10 @@ def binpack_values(util: np.ndarray, util_new: np.ndarray, gamma_dem: float) -> 
     Q = X'X of the centred rows, swapping row i gives S_i = S - x_i + x'_i and
     mu' Q_i mu = mu' Q mu - (mu . x_i)^2 + (mu . x'_i)^2: (K, R) work, no (K, R, R) array."""
     k = util.shape[0]
-    c = util.mean(axis=0)
+    c = np.add.reduce(util, axis=0) / k  # = util.mean(axis=0) (its sum and division), without its wrapper
     x, xn = util - c, util_new - c
     q = x.T @ x
-    m = (x.sum(axis=0) - x + xn) / k  # centred mean per candidate, (K, R)
+    m = (np.add.reduce(x, axis=0) - x + xn) / k  # centred mean per candidate, (K, R)
     mu = m + c
     quad_q = np.einsum("ki,ij,kj->k", mu, q, mu)
     quad_q = quad_q - np.einsum("ki,ki->k", mu, x) ** 2 + np.einsum("ki,ki->k", mu, xn) ** 2
@@ -220,6 +232,16 @@ def binpack_values(util: np.ndarray, util_new: np.ndarray, gamma_dem: float) -> 
 
 
 # ---- agent ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class CallCapacity:
+    """What the objectives need of one call's capacity matrix (K, R) that depends on nothing else."""
+
+    key: bytes  # the matrix's bytes
+    shape: tuple[int, ...]
+    average: np.ndarray  # average_capacity(matrix, units)
+    all_positive: bool
+
 
 @dataclass(slots=True)
 class PigeonResult:
@@ -243,6 +265,8 @@ class PigeonAgent(Agent):
         self.units = np.array([ORIGINAL_UNIT[r] for r in self.resources])
         self._lock = threading.Lock()
         self._demand = DemandStats()
+        self._last_capacity: CallCapacity | None = None
+        self._last_gamma: tuple[bytes, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
 
     def demand(self, call: Call) -> np.ndarray:
@@ -279,17 +303,25 @@ class PigeonAgent(Agent):
                 if commit:
                     self._demand = stats
 
-        values = np.full(n, np.nan)
         # "All nodes" are the known nodes of this call: the original's state updater dropped every
         # node it was not told about in the call (stateupdater_stop), and kso has no capacity for an
         # unknown node to put in anyone's objective.
-        rows = np.flatnonzero(view.known)
-        if rows.size == 0:
-            return PigeonResult(values, None, stats.count)
+        all_known = bool(view.known.all())
+        rows = None if all_known else np.flatnonzero(view.known)
+        if rows is not None and rows.size == 0:
+            return PigeonResult(np.full(n, np.nan), None, stats.count)
         cols = [view.columns[r] for r in self.resources]
-        cap = view.alloc.take(rows, axis=0)[:, cols]  # = alloc[rows][:, cols] (same values and layout), less overhead
-        gamma_dem = demand_gamma(stats, cap, self.units) if self.policy == A_BINPACK else None
-        usage = call.requested().take(rows, axis=0)[:, cols]
+        # = alloc[rows][:, cols]: the same values and memory layout (column-major, as the column gather makes
+        # it), which the sums of the objective below follow; a row-major copy changes their last bits.
+        cap = (view.alloc if rows is None else view.alloc.take(rows, axis=0))[:, cols]
+        capacity = self._capacity(cap)
+        gamma_dem = None
+        if self.policy == A_BINPACK and stats.mean is not None and stats.second is not None:
+            gamma_dem = self._gamma(stats, capacity)
+        elif self.policy == A_BINPACK:
+            gamma_dem = 0.0
+        usage = call.requested()
+        usage = (usage if rows is None else usage.take(rows, axis=0))[:, cols]
         new_usage = usage + d
         # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the
         # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
@@ -300,13 +332,19 @@ class PigeonAgent(Agent):
             over |= short[:, j]
         feasible = ~over
         if not feasible.any():
-            return PigeonResult(values, gamma_dem, stats.count)
+            return PigeonResult(np.full(n, np.nan), gamma_dem, stats.count)
 
         if gamma_dem is not None:
             # Utilisation clipped to [0, 1]; a resource with no capacity is 0 if unused, else full
-            # (libpigeon's resource_getutilization).
-            util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
-            util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
+            # (libpigeon's resource_getutilization). Every capacity positive (the usual case): utilisation()
+            # is the plain ratio there.
+            if capacity.all_positive:
+                util, util_new = usage / cap, new_usage / cap
+                for u in (util, util_new):  # = np.clip(u, 0, 1) in place, without its wrappers (no -0.0 here)
+                    np.minimum(np.maximum(u, 0.0, out=u), 1.0, out=u)
+            else:
+                util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
+                util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
             obj = binpack_values(util, util_new, gamma_dem)
         else:
             # Unclipped ratio of the first resource, 1 without capacity (libpigeon's lbfn / consfn):
@@ -315,8 +353,33 @@ class PigeonAgent(Agent):
             u_new = utilisation(new_usage[:, 0], cap[:, 0], 1.0)
             obj = load_balance_values(u, u_new) if self.policy == LOAD_BALANCE else consolidate_values(u, u_new)
 
+        if rows is None:
+            return PigeonResult(np.where(feasible, obj, np.nan), gamma_dem, stats.count)
+        values = np.full(n, np.nan)
         values[rows] = np.where(feasible, obj, np.nan)
         return PigeonResult(values, gamma_dem, stats.count)
+
+    def _gamma(self, stats: DemandStats, capacity: CallCapacity) -> float:
+        """demand_gamma_at(stats, capacity.average), kept for the last moments and capacities seen: the pods of
+        one workload have the same demand, and the moments' running average then stays exactly that demand."""
+        assert stats.mean is not None and stats.second is not None
+        key = stats.mean.tobytes() + stats.second.tobytes() + capacity.key
+        last = self._last_gamma
+        if last is not None and last[0] == key:
+            return last[1]
+        gamma = demand_gamma_at(stats, capacity.average)
+        self._last_gamma = (key, gamma)
+        return gamma
+
+    def _capacity(self, cap: np.ndarray) -> CallCapacity:
+        """average_capacity(cap) and whether every entry is positive, kept for the last capacity matrix seen:
+        consecutive calls mostly name the same nodes, whose capacities rarely change."""
+        key = cap.tobytes()
+        last = self._last_capacity
+        if last is not None and last.key == key and last.shape == cap.shape:
+            return last
+        last = self._last_capacity = CallCapacity(key, cap.shape, average_capacity(cap, self.units), bool((cap > 0).all()))
+        return last
 
     def result(self, call: Call) -> PigeonResult:
         """The values of this call, computed once (and the demand statistics updated once)."""

@@ -239,6 +239,12 @@ class SafeAgent(Agent):
 
     def _inputs(self, call: Call) -> SafeInputs:
         view = call.view
+        if type(self.stats) is AnnotationStats and np.isnan(view.mean_free).all():
+            # No node of the call has a mean free: nothing is valid (below), and AnnotationStats would name
+            # every node's source "none"; the same inputs without gathering and masking the statistics.
+            n = len(view)
+            return SafeInputs(np.zeros((n, 2)), np.zeros((n, 2)), np.zeros((n, 2), dtype=bool), view.stat_capacity(),
+                              ["none"] * n, self.u_star, full_risk=np.zeros((n, 2)))
         stats = self.stats.free_stats(view)
         cap = view.stat_capacity()
         free = stats.mean_free

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kso.core.cluster import ClusterState
 from kso.core.kube import HTTP_GONE, api_message
-from kso.core.objects import ObjectError, PodInfo, node_from_k8s, pod_from_k8s
+from kso.core.objects import ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 
 log = logging.getLogger("kso.core.kube")
 
@@ -88,8 +88,12 @@ class ClusterWatcher:
         page_size: int = 500,
         relist_after_failures: int = 5,
         assume_grace_s: float = 30.0,
+        pod_memo: PodMemo | None = None,
     ) -> None:
         self.state = state
+        # Pending pods parsed here are handed to the extender's memo: kube-scheduler asks about each one
+        # at the resourceVersion the watch has just seen, so its filter call need not parse it again.
+        self.pod_memo = pod_memo
         self.resync_backoff_s = resync_backoff_s
         self.max_backoff_s = max_backoff_s
         self.watch_timeout_s = watch_timeout_s
@@ -404,6 +408,8 @@ class ClusterWatcher:
                     if pod.uid:
                         # observed_binding: a pod seen bound for the first time counts as recent.
                         self._apply_pod(pod, observed_binding=True)
+                        if self.pod_memo is not None and not pod.node_name and (key := PodMemo.key(obj)) is not None:
+                            self.pod_memo.put(key, pod)
             except ObjectError as exc:
                 self._skip(res.kind[:-1], obj, exc)
         elif type_ == "DELETED":

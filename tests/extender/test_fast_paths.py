@@ -678,3 +678,81 @@ def test_congestion_score_equals_the_seed_rule(factors: list[float], factor_max:
 
     got = congestion_score(np.array(factors, dtype=float), factor_max)
     assert got.tolist() == [rule(v) for v in factors]
+
+
+# ---- pigeon, the no-annotation scores, the pod memo --------------------------------------------------------
+
+def reference_pigeon_values(agent: Any, call: Call, stats: Any) -> np.ndarray:
+    """PigeonAgent._compute's A_BINPACK values before its fast paths (utilisation() always, demand_gamma per
+    call, the known rows gathered even when every node is known), given the demand statistics it saw."""
+    from extender.agents.pigeon import binpack_values, demand_gamma, utilisation
+
+    view = call.view
+    values = np.full(len(view), np.nan)
+    rows = np.flatnonzero(view.known)
+    if rows.size == 0:
+        return values
+    cols = [view.columns[r] for r in agent.resources]
+    cap = view.alloc.take(rows, axis=0)[:, cols]
+    gamma_dem = demand_gamma(stats, cap, agent.units)
+    d = agent.demand(call)
+    usage = call.requested().take(rows, axis=0)[:, cols]
+    new_usage = usage + d
+    feasible = ~(d > cap - usage).any(axis=1)
+    if not feasible.any():
+        return values
+    util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
+    util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
+    values[rows] = np.where(feasible, binpack_values(util, util_new, gamma_dem), np.nan)
+    return values
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 40), calls=st.integers(1, 4))
+def test_pigeon_values_equal_the_reference_bit_for_bit(seed: int, n: int, calls: int) -> None:
+    from extender.agents.pigeon import PigeonAgent, PigeonParams
+
+    rng = random.Random(seed)
+    nodes, pods = random_cluster(rng, n)  # some nodes with 0 cpu: the general utilisation path
+    state = ClusterState()
+    for node in nodes:
+        state.upsert_node(node_from_k8s(node))
+    for pod in pods:
+        state.upsert_pod(pod_from_k8s(pod))
+    agent = PigeonAgent(PigeonParams())
+    for _ in range(calls):  # the capacity memo is reused, or not, from call to call
+        names = [f"n{i}" for i in range(n) if rng.random() < 0.8] + (["ghost"] if rng.random() < 0.3 else [])
+        pod = pod_from_k8s(make_pod("p", cpu=f"{rng.randint(1, 8000)}m", memory=f"{rng.randint(1, 8000)}Mi"))
+        call = Call(pod, state.view(names))
+        stats = agent._demand.updated(agent.demand(call))
+        got = agent._compute(call, commit=True).values
+        assert got.tobytes() == reference_pigeon_values(agent, call, stats).tobytes()
+
+
+def test_congestion_and_image_scores_without_annotations_or_images_equal_the_rule() -> None:
+    from extender.agents.congestion import CongestionAgent, CongestionParams, congestion_score
+
+    state = ClusterState()
+    for i in range(5):
+        state.upsert_node(node_from_k8s(make_node(f"n{i}")))
+    call = Call(pod_from_k8s(make_pod("p", images=["nginx", "redis:7"])), state.view([*(f"n{i}" for i in range(5)), "x"]))
+    got = CongestionAgent(CongestionParams()).score(call)
+    assert got.dtype == congestion_score(call.view.congestion, 100).dtype
+    assert got.tolist() == congestion_score(call.view.congestion, 100).tolist() == [10] * 6
+    got = ImageAgent(ImageParams()).image_locality(call)
+    assert got.dtype == reference_image_locality(call).dtype
+    assert got.tolist() == reference_image_locality(call).tolist() == [0] * 6
+
+
+def test_a_bad_pod_reusing_a_parsed_pods_uid_and_resource_version_is_still_refused() -> None:
+    state = ClusterState()
+    state.upsert_node(node_from_k8s(make_node("n0")))
+    ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder())
+    good = make_pod("p", uid="u-1")
+    good["metadata"]["resourceVersion"] = "5"
+    ext.filter(parse_extender_args(orjson.dumps({"Pod": good, "NodeNames": ["n0"]})))
+    assert len(ext.pod_memo) == 1
+    bad = orjson.loads(orjson.dumps(good))
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
+    with pytest.raises(ProtocolError, match="negative"):
+        ext.filter(parse_extender_args(orjson.dumps({"Pod": bad, "NodeNames": ["n0"]})))

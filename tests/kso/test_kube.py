@@ -174,3 +174,29 @@ def test_load_api_client_sizes_its_pool(control_plane: Any) -> None:
     assert load_api_client(str(control_plane.kubeconfig), context="kso-test").configuration.host == control_plane.url
     with pytest.raises(KubeConfigError, match="context nope"):
         load_api_client(str(control_plane.kubeconfig), context="nope")
+
+
+def test_watcher_hands_pending_pods_to_the_pod_memo(control_plane: Any, kube_namespace: str, nodes: list[str]) -> None:
+    """A pending pod the watch has parsed is the PodInfo the extender gets for the object kube-scheduler sends
+    (the same uid and resourceVersion, managedFields stripped as kube-scheduler's informer does)."""
+    import orjson
+
+    from kso.core.objects import PodMemo, pod_from_k8s
+
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    state = ClusterState()
+    memo = PodMemo()
+    watcher = ClusterWatcher(state, api, resync_backoff_s=0.05, watch_timeout_s=30, pod_memo=memo)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(30), watcher.stats()
+        uid = bound_pod(core, kube_namespace, "memo-pending", None, "300m", "64Mi")
+        assert wait_for(lambda: uid in memo)
+        raw = orjson.loads(core.read_namespaced_pod("memo-pending", kube_namespace, _preload_content=False).data)
+        raw["metadata"].pop("managedFields", None)
+        info = memo.parse(raw)
+        assert info is state.pending_pod(uid)  # the watch's own parse, not a new one
+        assert info == pod_from_k8s(raw) and info.requests[CPU] == 300.0
+    finally:
+        watcher.stop()

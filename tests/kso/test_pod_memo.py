@@ -1,0 +1,79 @@
+"""PodMemo: a pod parsed once per uid, resourceVersion and parsed fields; anything else is parsed afresh."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from kso.core.objects import ObjectError, PodMemo, pod_from_k8s
+from tests.support.fixtures import make_pod
+
+
+def pod(rv: str = "7", **kw: Any) -> dict[str, Any]:
+    p = make_pod("web-1", uid="u-1", **kw)
+    p["metadata"]["resourceVersion"] = rv
+    return p
+
+
+def test_same_pod_is_parsed_once_and_equals_a_parse() -> None:
+    memo = PodMemo()
+    first = memo.parse(pod())
+    assert memo.parse(pod()) is first
+    assert first == pod_from_k8s(pod())
+    # Fields pod_from_k8s does not read (the watch's managedFields, labels) do not matter.
+    watched = pod()
+    watched["metadata"]["managedFields"] = [{"manager": "kube-scheduler"}]
+    watched["metadata"]["labels"] = {"app": "web"}
+    assert memo.parse(watched) is first
+
+
+def test_a_changed_or_malformed_pod_at_the_same_resource_version_is_parsed_again() -> None:
+    memo = PodMemo()
+    memo.parse(pod())
+    bigger = memo.parse(pod(cpu="2"))
+    assert bigger.requests["cpu"] == 2000.0
+    bad = pod()
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
+    with pytest.raises(ObjectError, match="negative"):
+        memo.parse(bad)
+    # true is not 1 (Python's == says it is): the encoding of the fields tells them apart.
+    one, true = pod(), pod()
+    one["spec"]["priority"], true["spec"]["priority"] = 1, True
+    assert memo.parse(one).priority == 1
+    with pytest.raises(ObjectError, match="priority"):
+        memo.parse(true)
+
+
+def test_a_new_resource_version_is_parsed_again() -> None:
+    memo = PodMemo()
+    first = memo.parse(pod("7"))
+    second = memo.parse(pod("8"))
+    assert second is not first and second == first
+    assert memo.parse(pod("8")) is second
+
+
+def test_a_pod_without_uid_or_resource_version_is_parsed_every_time() -> None:
+    memo = PodMemo()
+    no_rv = make_pod("web-1", uid="u-1")
+    no_uid = copy.deepcopy(pod())
+    del no_uid["metadata"]["uid"]
+    for p in (no_rv, no_uid):
+        assert memo.parse(p) is not memo.parse(p)
+    assert len(memo) == 0
+    with pytest.raises(ObjectError):
+        memo.parse({"metadata": "x"})
+
+
+def test_bounded_least_recently_used_first_out() -> None:
+    memo = PodMemo(size=2)
+    pods = [make_pod(f"p{i}", uid=f"u{i}") for i in range(3)]
+    for p in pods:
+        p["metadata"]["resourceVersion"] = "1"
+    a = memo.parse(pods[0])
+    memo.parse(pods[1])
+    assert memo.parse(pods[0]) is a  # used: now the most recent
+    memo.parse(pods[2])  # evicts p1
+    assert len(memo) == 2
+    assert memo.parse(pods[0]) is a
