@@ -2,7 +2,8 @@
 
 Every ``replan_steps`` steps (15 minutes by default) the optimizer solves a plan from what kso would know:
 the extender's node cache (requests of bound pods, ready nodes only), the nodes' load (the kso
-forecaster's, or with ``stats="window"`` the 15-minute mean and std load-watcher would report), the
+forecaster's, or with ``stats="window"`` the 15-minute mean and std load-watcher would report, or with ``stats="trend"`` that
+mean raised by the last hour's upward trend up to the next re-solve and a std covering the hour: ``node_load_stats``), the
 pods to place (the pending queue plus, per class, as many pods as arrived in the last planning window:
 kso's guess at the next arrivals; the trace's future is never read), and **per-class usage from the
 replay's own past**: ``optimizer.inputs.class_usage_from_history`` over the measured usage of the
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.sim.engine import SimPod, SimView
-from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, pod_object
+from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, node_load_stats, pod_object
 
 HISTORY_STEPS = 12  # one hour of each running pod's measured usage
 
@@ -72,11 +73,11 @@ class KsoPlanPolicy(KsoInprocPolicy):
         return got
 
     def forecasts(self, sim: SimView, wall: float) -> dict[str, Any] | None:
-        """Per node and resource, the load kso plans with: the forecaster's, or the 15-minute window's."""
+        """Per node and resource, the load kso plans with: the forecaster's, or ``node_load_stats``'s."""
         from forecasting.types import NodeForecast
 
-        if self.stats == "window":
-            mean_abs, std_abs, has = sim.window_stats(3)
+        if self.stats != "forecast":  # the next re-solve is replan_steps away: the horizon the spread must cover
+            mean_abs, std_abs, has = node_load_stats(sim, self.stats, self.replan_steps)
             if not has:
                 return None
             fc = {"mean": mean_abs / sim.alloc, "std": std_abs / sim.alloc}
