@@ -142,3 +142,33 @@ def test_current_pods_usage_does_not_count_a_placement_as_a_rise() -> None:
     assert got.shape == (2, 4, 2)
     assert got[0, :, 1].tolist() == [3 * GIB, 3 * GIB, 3 * GIB, 4 * GIB]
     assert not got[1].any()
+
+
+def test_pooled_prior_plans_a_new_class_at_the_measured_usage_over_request() -> None:
+    from benchmarks.sim.policies.kso_extender import pod_object
+    from benchmarks.sim.policies.kso_plan import KsoPlanPolicy, pooled_ratio
+    from kso.core.objects import pod_from_k8s
+    from optimizer.problem import UsageModel, class_key
+
+    # two measured pods, memory only matters here: pod A (request 2) used 2, 2, 2, 2 (ratio 1.0 x4);
+    # pod B (request 4) used 6, 6 (ratio 1.5 x2): m = (4 x 1.0 + 2 x 1.5) / 6 = 7/6
+    n = np.array([[4, 4], [2, 2]])
+    s1 = np.array([[4.0, 8.0], [4.0, 12.0]])
+    s2 = np.array([[4.0, 16.0], [8.0, 72.0]])
+    req = np.array([[1.0, 2.0], [2.0, 4.0]])
+    got = pooled_ratio(n, s1, s2, req)
+    assert got is not None
+    m, sd = got
+    assert np.isclose(m[1], 7 / 6) and np.isclose(sd[1], np.std([1.0] * 4 + [1.5] * 2))
+    assert pooled_ratio(n[:1, :] * 0 + 1, s1[:1], s2[:1], req[:1]) is None  # 1 sample: too few to trust
+
+    policy = KsoPlanPolicy(seed=0, prior="pooled")
+    assert "new classes: a class with no measured usage counts at request x" in policy.mode
+    policy._ratio = got
+    new = pod_from_k8s(pod_object(SimPod(0, "new-0", "u-new", 1000.0, 8 * GIB, 0, 9, owner="fresh")))
+    seen = pod_from_k8s(pod_object(SimPod(1, "old-0", "u-old", 1000.0, 8 * GIB, 0, 9, owner="known")))
+    usage = {class_key(seen): UsageModel({"cpu": 1.0, "memory": 1.0}, {"cpu": 0.0, "memory": 0.0}, "history")}
+    assert policy.add_prior(usage, [new, seen]) == 1
+    model = usage[class_key(new)]
+    assert model.source == "prior" and np.isclose(model.mean["memory"], 8 * GIB * 7 / 6)
+    assert np.isclose(model.std["memory"], 8 * GIB * sd[1]) and usage[class_key(seen)].mean["memory"] == 1.0
