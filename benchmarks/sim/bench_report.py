@@ -17,10 +17,30 @@ COLUMNS = (("overload_episodes", "overload episodes", 0), ("overload_node_steps"
            ("pending_p95_min", "p95 pending min", 0), ("pods_moved", "moves", 0), ("ca_evictions", "CA evictions", 0))
 
 
+KNOBS = ("target", "cpu_threshold", "SAFEUTILIZATION")  # each policy's packing knob: the points of one curve
+
+
 def family(policy: str) -> str:
-    """The curve a policy spec belongs to: its knob points share one line in the trade-off plot."""
-    name = policy.split(":", 1)[0]
-    return "default (Least/MostAllocated)" if name in ("default", "default-most") else name
+    """The curve a policy spec belongs to: its knob points share one line in the trade-off plot; any other
+    setting (kso's stats, prior, eps) makes its own curve."""
+    from benchmarks.sim.runner import parse_spec
+
+    name, kwargs = parse_spec(policy)
+    if name in ("default", "default-most"):
+        return "default (Least/MostAllocated)"
+    env = {k: v for k, v in (kwargs.pop("env", None) or {}).items() if k not in KNOBS}
+    rest = [f"{k}={v}" for k, v in sorted(kwargs.items()) if k not in KNOBS] + [f"{k}={v}" for k, v in sorted(env.items())]
+    return f"{name} ({', '.join(rest)})" if rest else name
+
+
+def knob(policy: str) -> str:
+    """A point's label on its curve: the knob's value, or the policy's name."""
+    from benchmarks.sim.runner import parse_spec
+
+    name, kwargs = parse_spec(policy)
+    values = {**kwargs, **(kwargs.get("env") or {})}
+    got = [f"{k}={values[k]:g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in KNOBS if k in values]
+    return ", ".join(got) or name
 
 
 def fmt(mean: float, half: float, digits: int) -> str:
@@ -109,7 +129,7 @@ def tradeoff_plot(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]
                         yerr=[0 if math.isnan(p[3]) else p[3] for p in pts], marker="o" if kso else "s", capsize=3,
                         linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=fam)
             for nh, y, _, _, p in pts:
-                ax.annotate(p.split(":", 1)[1] if ":" in p else p, (nh, y), fontsize=6, xytext=(3, 3),
+                ax.annotate(knob(p), (nh, y), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
         ax.set_xlabel("provisioned node-hours (autoscaler, billed)")
         ax.set_ylabel(label)

@@ -181,6 +181,27 @@ class SimView:
         caller masks the steps before each pod was bound."""
         return self._scenario.pod_usage[pods, lo: self.step, :].astype(float)
 
+    def current_pods_usage(self, window_steps: int) -> np.ndarray:
+        """(N, w, 2) per node, the summed measured usage of the pods bound there *now* over the last
+        ``window_steps`` finished steps (the metrics pipeline's per-pod series summed by node): a pod bound
+        during the window stands at its first measured value before its binding, so a placement is not a
+        rise; a departed pod is not in it."""
+        lo = max(self.step - window_steps, 0)
+        w = self.step - lo
+        out = np.zeros((len(self.node_names), w, 2))
+        pods = [p for p in self.running.values() if p.node >= 0 and p.bound_step < self.step]
+        if not pods or w == 0:
+            return out
+        idx = np.fromiter((p.index for p in pods), dtype=np.int64, count=len(pods))
+        at = np.fromiter((max(p.bound_step, lo) - lo for p in pods), dtype=np.int64, count=len(pods))
+        node = np.fromiter((p.node for p in pods), dtype=np.int64, count=len(pods))
+        ratio = self._scenario.pod_usage[idx, lo: self.step, :].astype(float)  # (P, w, 2)
+        first = ratio[np.arange(len(pods)), at]  # (P, 2)
+        ratio = np.where((np.arange(w)[None, :] < at[:, None])[:, :, None], first[:, None, :], ratio)
+        use = np.nan_to_num(ratio) * np.array([(p.cpu, p.memory) for p in pods])[:, None, :]
+        np.add.at(out, node, use)
+        return out
+
     def free(self) -> np.ndarray:
         """(N, 2) allocatable minus requested."""
         return self.alloc - self.requested

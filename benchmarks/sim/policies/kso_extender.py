@@ -13,7 +13,10 @@ Load statistics: at every step the node annotations kube-safe-scheduler's annota
 recomputed from the visible history and the nodes are upserted into kso's ClusterState:
 ``mean-free-*`` = allocatable - 15-minute mean usage, ``std-free-*`` = the forecaster's std of the next
 15 minutes, ``forcasted-free-*`` = allocatable - the forecast mean (cpu millicores, memory MB). With
-``stats="window"`` the std is the 15-minute std and there is no forecast (cheaper).
+``stats="window"`` the std is the 15-minute std and there is no forecast (cheaper). With ``stats="trend"``
+(what a production kso must plan with: a spread that covers the time until the next decision) the
+15-minute mean is raised by the upward trend of the node's current pods' summed usage over the last hour
+times the horizon, and the std is the larger of the 15-minute std and that hour's std (``trend_stats``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,37 @@ WINDOW_S = 900.0
 # the extender's "recent bind" window is wall-clock based; the replay runs faster than real time, so it is
 # reset at each step boundary (the new metrics cover everything bound before) and left open within the step.
 OPEN_WINDOW_S = 1e9
+TREND_STEPS = 12  # stats="trend": the last hour of the node's current pods' usage
+STATS_MODES = {
+    "forecast": "node statistics: the kso forecaster's mean and std of the next 15 minutes",
+    "window": "node statistics: the 15-minute window's mean and std (load-watcher's)",
+    "trend": "node statistics: 15-minute mean + upward trend of the node's current pods' summed usage over the last "
+             "hour x the horizon, std = max(15-minute std, that hour's std)",
+}
+
+
+# Planned node load under stats="trend", per node and resource, from y_t = the node's current pods' summed
+# usage over the last w steps (t = 0..w-1; the past only):
+#   slope b = sum_t (t - tbar)(y_t - ybar) / sum_t (t - tbar)^2     (least squares; 0 when w < 2)
+#   mean    = window mean + max(b, 0) x horizon_steps               (rises are planned for, falls are not)
+#   std     = max(window std, std_t(y_t))                           (the hour's spread, drift included)
+def trend_stats(window_mean: np.ndarray, window_std: np.ndarray, series: np.ndarray,
+                horizon_steps: float) -> tuple[np.ndarray, np.ndarray]:
+    w = series.shape[1]
+    if w < 2:
+        return window_mean, window_std
+    t = np.arange(w) - (w - 1) / 2.0
+    slope = np.einsum("t,ntr->nr", t, series - series.mean(axis=1, keepdims=True)) / float((t * t).sum())
+    return window_mean + np.maximum(slope, 0.0) * horizon_steps, np.maximum(window_std, series.std(axis=1))
+
+
+def node_load_stats(sim: SimView, stats: str, horizon_steps: float) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(N, 2) mean and std of absolute usage kso's statistics give each node (``STATS_MODES``, not "forecast"),
+    and whether any metric exists yet."""
+    mean, std, has = sim.window_stats(max(1, int(round(WINDOW_S / sim.step_s))))
+    if has and stats == "trend":
+        mean, std = trend_stats(mean, std, sim.current_pods_usage(TREND_STEPS), horizon_steps)
+    return mean, std, has
 
 
 def node_object(name: str, cpu_milli: float, memory_bytes: float, max_pods: int, labels: dict[str, str],
@@ -96,7 +130,10 @@ class KsoExtenderPolicy(Policy):
                  env: dict[str, str] | None = None, extender_weight: int = EXTENDER_WEIGHT) -> None:
         super().__init__(seed)
         self.framework = Framework(seed, sample)
+        if stats not in STATS_MODES:
+            raise ValueError(f"stats must be one of {', '.join(STATS_MODES)}, not {stats!r}")
         self.stats = stats
+        self.mode = f"{self.mode}; {STATS_MODES[stats]}"
         self.forecaster = forecaster
         self.env = env or {}
         if self.env:  # a non-default configuration is labelled in every table
@@ -166,8 +203,7 @@ class KsoExtenderPolicy(Policy):
     # ---- monitoring -> annotations ----
     def observe(self, sim: SimView) -> None:
         t0 = time.perf_counter()
-        window = max(1, int(round(WINDOW_S / sim.step_s)))
-        mean, std, has = sim.window_stats(window)
+        mean, std, has = node_load_stats(sim, self.stats, FORECAST_HORIZON_S / sim.step_s)
         # the node watch: nodes the autoscaler removed leave kso's cache, provisioned ones join it
         for i, node in enumerate(self.base_nodes):
             if not sim.active[i] and self.state.node(node.name) is not None:

@@ -2,7 +2,8 @@
 
 Every ``replan_steps`` steps (15 minutes by default) the optimizer solves a plan from what kso would know:
 the extender's node cache (requests of bound pods, ready nodes only), the nodes' load (the kso
-forecaster's, or with ``stats="window"`` the 15-minute mean and std load-watcher would report), the
+forecaster's, or with ``stats="window"`` the 15-minute mean and std load-watcher would report, or with ``stats="trend"`` that
+mean raised by the last hour's upward trend up to the next re-solve and a std covering the hour: ``node_load_stats``), the
 pods to place (the pending queue plus, per class, as many pods as arrived in the last planning window:
 kso's guess at the next arrivals; the trace's future is never read), and **per-class usage from the
 replay's own past**: ``optimizer.inputs.class_usage_from_history`` over the measured usage of the
@@ -24,9 +25,30 @@ from typing import Any
 import numpy as np
 
 from benchmarks.sim.engine import SimPod, SimView
-from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, pod_object
+from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, node_load_stats, pod_object
 
 HISTORY_STEPS = 12  # one hour of each running pod's measured usage
+PRIORS = {
+    "none": "a class with no measured usage counts at its requests, no spread (optimizer.problem.request_usage)",
+    "pooled": "a class with no measured usage counts at request x the mean usage/request of every measured pod of "
+              "the last hour, std request x that ratio's std (pooled over pod-steps)",
+}
+
+
+# Usage prior of a class nothing was measured of (a new Deployment), from every measured pod p of the last
+# hour with n_p samples, S1_p = sum of its usage, S2_p = sum of its usage^2, request q_p (per resource):
+#   m = sum_p (S1_p / q_p) / sum_p n_p,   v = sum_p (S2_p / q_p^2) / sum_p n_p - m^2   (ratio pooled over pod-steps)
+#   the new class's usage: mean = request x m, std = request x sqrt(v).
+def pooled_ratio(n: np.ndarray, s1: np.ndarray, s2: np.ndarray, req: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    total = n.sum(axis=0)
+    if (total < MIN_PRIOR_SAMPLES).any():
+        return None
+    m = (s1 / req).sum(axis=0) / total
+    v = (s2 / (req * req)).sum(axis=0) / total - m * m
+    return m, np.sqrt(np.maximum(v, 0.0))
+
+
+MIN_PRIOR_SAMPLES = 6  # as optimizer.inputs.MIN_USAGE_SAMPLES
 
 
 class KsoPlanPolicy(KsoInprocPolicy):
@@ -34,9 +56,15 @@ class KsoPlanPolicy(KsoInprocPolicy):
     mode = "in-process kso extender + CP-SAT plan (optimizer in-process, re-solved every replan_steps)"
     plan_policy = "binpack"
 
-    def __init__(self, seed: int = 0, replan_steps: int = 3, time_limit_s: float = 5.0, **kw: Any) -> None:
+    def __init__(self, seed: int = 0, replan_steps: int = 3, time_limit_s: float = 5.0, prior: str = "none",
+                 **kw: Any) -> None:
         env = dict(kw.pop("env", None) or {})
         super().__init__(seed=seed, env=env, **kw)
+        if prior not in PRIORS:
+            raise ValueError(f"prior must be one of {', '.join(PRIORS)}, not {prior!r}")
+        self.prior = prior
+        self.mode = f"{self.mode}; new classes: {PRIORS[prior]}"
+        self._ratio: tuple[np.ndarray, np.ndarray] | None = None  # pooled usage/request mean and std, per resource
         if env.get("KSO_PLAN_POLICY"):
             self.plan_policy = env["KSO_PLAN_POLICY"].lower()
         elif self.plan_policy != "binpack" and not env:
@@ -72,11 +100,11 @@ class KsoPlanPolicy(KsoInprocPolicy):
         return got
 
     def forecasts(self, sim: SimView, wall: float) -> dict[str, Any] | None:
-        """Per node and resource, the load kso plans with: the forecaster's, or the 15-minute window's."""
+        """Per node and resource, the load kso plans with: the forecaster's, or ``node_load_stats``'s."""
         from forecasting.types import NodeForecast
 
-        if self.stats == "window":
-            mean_abs, std_abs, has = sim.window_stats(3)
+        if self.stats != "forecast":  # the next re-solve is replan_steps away: the horizon the spread must cover
+            mean_abs, std_abs, has = node_load_stats(sim, self.stats, self.replan_steps)
             if not has:
                 return None
             fc = {"mean": mean_abs / sim.alloc, "std": std_abs / sim.alloc}
@@ -101,6 +129,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
 
         pods = [p for p in sim.running.values() if p.node >= 0 and p.bound_step < sim.step]
         lo = max(sim.step - HISTORY_STEPS, 0)
+        self._ratio = None
         if not pods or lo >= sim.step:
             return {}
         idx = np.fromiter((p.index for p in pods), dtype=np.int64, count=len(pods))
@@ -110,6 +139,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
         seen = (np.arange(lo, sim.step)[None, :] >= since[:, None])[:, :, None] & np.isfinite(use) & (use >= 0)
         use = np.where(seen, use, 0.0)
         n, s1, s2 = seen.sum(axis=1), use.sum(axis=1), (use * use).sum(axis=1)  # (P, 2) each
+        self._ratio = pooled_ratio(n, s1, s2, np.maximum(req, 1e-9))
         acc: dict[str, np.ndarray] = {}
         for j, pod in enumerate(pods):
             keys = self._keys.get(pod.index)
@@ -130,6 +160,25 @@ class KsoPlanPolicy(KsoInprocPolicy):
                                   {r: float(np.sqrt(max(v, 0.0))) for r, v in var.items()}, "history")
         return out
 
+    def add_prior(self, usage: dict[str, Any], pods: list[Any]) -> int:
+        """``prior="pooled"``: a usage model (``pooled_ratio``) for each class to plan that has none; returns how many."""
+        from optimizer.problem import UsageModel, class_key, owner_key
+
+        if self._ratio is None:
+            return 0
+        m, sd = self._ratio
+        added = 0
+        for info in pods:
+            key = class_key(info)
+            if key in usage or owner_key(info) in usage:
+                continue
+            req = [info.requests.get(r, 0.0) for r in ("cpu", "memory")]
+            usage[key] = UsageModel({r: q * float(m[i]) for i, (r, q) in enumerate(zip(("cpu", "memory"), req, strict=True))},
+                                    {r: q * float(sd[i]) for i, (r, q) in enumerate(zip(("cpu", "memory"), req, strict=True))},
+                                    "prior")
+            added += 1
+        return added
+
     def observe(self, sim: SimView) -> None:
         super().observe(sim)
         if sim.step % self.replan_steps:
@@ -148,6 +197,8 @@ class KsoPlanPolicy(KsoInprocPolicy):
         self._infos = {i: v for i, v in self._infos.items() if i >= 0}
         usage = self.class_usage(sim)
         self.extra["classes_with_history"] += len(usage)
+        if self.prior == "pooled":
+            self.extra["classes_with_prior"] = self.extra.get("classes_with_prior", 0) + self.add_prior(usage, pending + expected)
         settings = self.cache.settings
         problem = problem_from_state(self.state, self.forecasts(sim, wall), settings.u_star, settings.eps,
                                      pending=pending + expected, class_usage=usage, now=wall)

@@ -103,3 +103,72 @@ def test_kso_plan_replay_follows_cp_sat_plans() -> None:
     # 14 one-core pods fit on two 10-core nodes (U* 90%: 9 cores each): binpack keeps the others empty
     used = {p.node for p in res.pods if p.node >= 0}
     assert len(used) <= 2, used
+
+
+def test_trend_stats_plan_a_rising_node_higher_and_wider_than_a_flat_one() -> None:
+    from benchmarks.sim.policies.kso_extender import trend_stats
+
+    # two nodes, memory over the last hour: flat at 10 GiB; rising by 0.5 GiB a step to the same window mean
+    flat = np.full(12, 10.0)
+    rising = 10.0 + 0.5 * (np.arange(12) - 10)  # 5.0, 5.5, ..., 10.0, 10.5
+    series = np.zeros((2, 12, 2))
+    series[0, :, 1], series[1, :, 1] = flat, rising
+    window_mean = np.array([[0.0, 10.0], [0.0, 10.0]])
+    window_std = np.zeros((2, 2))
+    mean, std = trend_stats(window_mean, window_std, series, horizon_steps=3)
+    assert mean[0, 1] == 10.0 and std[0, 1] == 0.0  # flat: the window's statistics unchanged
+    assert mean[1, 1] == 10.0 + 0.5 * 3  # slope 0.5 per step x 3 steps to the next re-solve
+    assert std[1, 1] == np.std(rising) > 1.0
+    falling = np.zeros((1, 12, 2))
+    falling[0, :, 1] = rising[::-1]
+    down_mean, _ = trend_stats(window_mean[:1], window_std[:1], falling, 3)
+    assert down_mean[0, 1] == 10.0  # a fall is not planned for
+
+
+def test_current_pods_usage_does_not_count_a_placement_as_a_rise() -> None:
+    # pod 0 on the node since step 0 at 1 GiB; pod 1 bound at step 2 using 2 GiB then 3 GiB; at step 4 the
+    # node's current pods summed over steps 0-3: pod 1 stands at its first measured 2 GiB before its binding
+    usage = np.zeros((2, 6, 2), dtype=np.float32)
+    usage[0, :, 1] = 1.0
+    usage[1, :, 1] = [0.0, 0.0, 1.0, 1.5, 1.5, 1.5]
+    base = two_nodes(6)
+    s = Scenario("kso-tiny", 300.0, 6, base.node_names, base.node_cpu, base.node_memory, ["a", "b"],
+                 np.array([100.0, 100.0]), np.array([GIB, 2 * GIB]), np.array([0, 2]), np.array([9, 9]), usage)
+    view = SimView(s)
+    view.step = 4
+    for i, bound in ((0, 0), (1, 2)):
+        view.running[i] = SimPod(i, s.pod_names[i], f"u{i}", 100.0, s.pod_memory[i], bound, 9, node=0, bound_step=bound)
+    got = view.current_pods_usage(4)
+    assert got.shape == (2, 4, 2)
+    assert got[0, :, 1].tolist() == [3 * GIB, 3 * GIB, 3 * GIB, 4 * GIB]
+    assert not got[1].any()
+
+
+def test_pooled_prior_plans_a_new_class_at_the_measured_usage_over_request() -> None:
+    from benchmarks.sim.policies.kso_extender import pod_object
+    from benchmarks.sim.policies.kso_plan import KsoPlanPolicy, pooled_ratio
+    from kso.core.objects import pod_from_k8s
+    from optimizer.problem import UsageModel, class_key
+
+    # two measured pods, memory only matters here: pod A (request 2) used 2, 2, 2, 2 (ratio 1.0 x4);
+    # pod B (request 4) used 6, 6 (ratio 1.5 x2): m = (4 x 1.0 + 2 x 1.5) / 6 = 7/6
+    n = np.array([[4, 4], [2, 2]])
+    s1 = np.array([[4.0, 8.0], [4.0, 12.0]])
+    s2 = np.array([[4.0, 16.0], [8.0, 72.0]])
+    req = np.array([[1.0, 2.0], [2.0, 4.0]])
+    got = pooled_ratio(n, s1, s2, req)
+    assert got is not None
+    m, sd = got
+    assert np.isclose(m[1], 7 / 6) and np.isclose(sd[1], np.std([1.0] * 4 + [1.5] * 2))
+    assert pooled_ratio(n[:1, :] * 0 + 1, s1[:1], s2[:1], req[:1]) is None  # 1 sample: too few to trust
+
+    policy = KsoPlanPolicy(seed=0, prior="pooled")
+    assert "new classes: a class with no measured usage counts at request x" in policy.mode
+    policy._ratio = got
+    new = pod_from_k8s(pod_object(SimPod(0, "new-0", "u-new", 1000.0, 8 * GIB, 0, 9, owner="fresh")))
+    seen = pod_from_k8s(pod_object(SimPod(1, "old-0", "u-old", 1000.0, 8 * GIB, 0, 9, owner="known")))
+    usage = {class_key(seen): UsageModel({"cpu": 1.0, "memory": 1.0}, {"cpu": 0.0, "memory": 0.0}, "history")}
+    assert policy.add_prior(usage, [new, seen]) == 1
+    model = usage[class_key(new)]
+    assert model.source == "prior" and np.isclose(model.mean["memory"], 8 * GIB * 7 / 6)
+    assert np.isclose(model.std["memory"], 8 * GIB * sd[1]) and usage[class_key(seen)].mean["memory"] == 1.0
