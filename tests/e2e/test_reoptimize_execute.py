@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from typing import Any
 
@@ -21,21 +20,9 @@ from kubernetes import client
 
 from benchmarks.e2e import BindWatch, create_nodes, delete_nodes, kso_process, node_manifest, scheduler_config
 from tests.e2e.test_kube_scheduler_extender import HOT, kso_metrics, metric_sum, wait_kso_sees
-from tests.support.fixtures import until
+from tests.support.fixtures import make_running, until
 
 REPLICAS, MIN_AVAILABLE = 6, 5
-
-
-def make_running(core: client.CoreV1Api, ns: str, name: str, node: str | None) -> None:
-    """What kube-scheduler and a kubelet would do: bind (when ``node``), then report Running and Ready."""
-    if node:
-        core.create_namespaced_binding(ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                                            "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
-                                       _preload_content=False)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    core.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running", "startTime": now, "conditions": [
-        {"type": "Ready", "status": "True", "lastTransitionTime": now},
-        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}})
 
 
 def reoptimize(cp: Any, ns: str, *extra: str) -> tuple[int, dict[str, Any], str]:

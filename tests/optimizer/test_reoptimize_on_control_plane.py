@@ -16,7 +16,6 @@ idle; n5 is idle but tainted. The faults the real server cannot produce on deman
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from optimizer import eviction
 from optimizer.plan import PlacementPlan, load_plan
 from tests.optimizer import test_reoptimize
 from tests.optimizer.test_reoptimize import CPU_M, EPS, MOVABLE, U_STAR, pod
-from tests.support.fixtures import started_control_plane, until
+from tests.support.fixtures import make_running, started_control_plane, until
 
 NAMESPACES = ("team-a", "team-b", "kso-system", "kso-test", "kso-ns")
 # One of every kind that must never be evicted, all on the overloaded node: test_reoptimize.NEVER but for
@@ -86,12 +85,8 @@ class Cluster:
         phase = body.pop("status")["phase"]
         body["spec"]["terminationGracePeriodSeconds"] = 0
         self.core.create_namespaced_pod(ns, body)
-        if phase == "Pending":
-            return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.core.patch_namespaced_pod_status(meta["name"], ns, {"status": {"phase": phase, "startTime": now, "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}})
+        if phase == "Running":
+            make_running(self.core, ns, meta["name"], None)  # already bound: spec.nodeName
 
     def add_pdb(self, name: str, match_labels: dict[str, str], min_available: int, namespace: str) -> None:
         """A real PodDisruptionBudget; waits until the disruption controller has computed its status."""

@@ -49,6 +49,18 @@ def until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 
     raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
+def make_running(core: Any, ns: str, name: str, node: str | None) -> None:
+    """What kube-scheduler and a kubelet would do: bind (when ``node``), then report Running and Ready."""
+    if node:
+        core.create_namespaced_binding(ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                                            "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+                                       _preload_content=False)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    core.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running", "startTime": now, "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}})
+
+
 def make_node(name: str, cpu: str = "4", memory: str = "8Gi", annotations: dict[str, str] | None = None,
               images: list[tuple[list[str], int]] | None = None, pods: str = "110", **extra: str) -> dict[str, Any]:
     alloc = {"cpu": cpu, "memory": memory, "pods": pods, **extra}
