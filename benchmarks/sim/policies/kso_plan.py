@@ -40,15 +40,14 @@ PRIORS = {
 #   m = sum_p (S1_p / q_p) / sum_p n_p,   v = sum_p (S2_p / q_p^2) / sum_p n_p - m^2   (ratio pooled over pod-steps)
 #   the new class's usage: mean = request x m, std = request x sqrt(v).
 def pooled_ratio(n: np.ndarray, s1: np.ndarray, s2: np.ndarray, req: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    from optimizer.inputs import MIN_USAGE_SAMPLES  # a prior needs as many samples as a class's own model
+
     total = n.sum(axis=0)
-    if (total < MIN_PRIOR_SAMPLES).any():
+    if (total < MIN_USAGE_SAMPLES).any():
         return None
     m = (s1 / req).sum(axis=0) / total
     v = (s2 / (req * req)).sum(axis=0) / total - m * m
     return m, np.sqrt(np.maximum(v, 0.0))
-
-
-MIN_PRIOR_SAMPLES = 6  # as optimizer.inputs.MIN_USAGE_SAMPLES
 
 
 class KsoPlanPolicy(KsoInprocPolicy):
@@ -162,7 +161,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
 
     def add_prior(self, usage: dict[str, Any], pods: list[Any]) -> int:
         """``prior="pooled"``: a usage model (``pooled_ratio``) for each class to plan that has none; returns how many."""
-        from optimizer.problem import UsageModel, class_key, owner_key
+        from optimizer.problem import LOAD_RESOURCES, UsageModel, class_key, owner_key
 
         if self._ratio is None:
             return 0
@@ -172,10 +171,9 @@ class KsoPlanPolicy(KsoInprocPolicy):
             key = class_key(info)
             if key in usage or owner_key(info) in usage:
                 continue
-            req = [info.requests.get(r, 0.0) for r in ("cpu", "memory")]
-            usage[key] = UsageModel({r: q * float(m[i]) for i, (r, q) in enumerate(zip(("cpu", "memory"), req, strict=True))},
-                                    {r: q * float(sd[i]) for i, (r, q) in enumerate(zip(("cpu", "memory"), req, strict=True))},
-                                    "prior")
+            req = np.array([info.requests.get(r, 0.0) for r in LOAD_RESOURCES])
+            usage[key] = UsageModel(dict(zip(LOAD_RESOURCES, (req * m).tolist(), strict=True)),
+                                    dict(zip(LOAD_RESOURCES, (req * sd).tolist(), strict=True)), "prior")
             added += 1
         return added
 
