@@ -17,7 +17,8 @@ configuration and measures until every pod is bound:
 
 kso runs as README says (``python -m kso.cli extender --port P`` with KUBECONFIG pointing at the
 cluster, no KSO_CLUSTER_SOURCE), one process for the whole benchmark, plus one for each extra
-``--kso-env`` variant (``kso[KEY=VALUE]``). Throughput is (P - 1) / (last bind - first bind), bind times
+``--kso-env`` variant (``kso[KEY=VALUE]``; with KSO_BENCH_CONFIGS=kso,kso-bind,kso-full it serves those
+runs too, e.g. a before/after of kso binding with KSO_BENCH_TREE). Throughput is (P - 1) / (last bind - first bind), bind times
 seen by a watch on the namespace, so the scheduler's start-up is not counted. Rounds run the
 configurations in ABBA order (forward, then reversed) so the machine's drift falls on all alike; the table
 gives medians over rounds. Per run: pods/s and its ratio to ``alone`` of the same round; kso's per-verb
@@ -272,12 +273,25 @@ class ExtenderProcess:
         self.stop()
 
 
+KSO_CONFIGS = ("kso", "kso-bind", "kso-full")
+
+
+def variant_configs(label: str, env: dict[str, str]) -> list[str]:
+    """The runs of a ``--kso-env`` variant ``kso[TEXT]``: ``kso[TEXT]`` (NodeNames) unless its
+    KSO_BENCH_CONFIGS lists others of KSO_CONFIGS, e.g. ``kso,kso-bind`` -> ``kso[TEXT]``, ``kso-bind[TEXT]``."""
+    names = [c.strip() for c in env.get("KSO_BENCH_CONFIGS", "kso").split(",") if c.strip()]
+    if not names or set(names) - set(KSO_CONFIGS):
+        raise ValueError(f"KSO_BENCH_CONFIGS wants some of {', '.join(KSO_CONFIGS)}: {env['KSO_BENCH_CONFIGS']!r}")
+    return [f"{c}{label[len('kso'):]}" for c in names]
+
+
 def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
     """``kso extender --port P`` as README says: a kubeconfig and nothing else (KSO_CLUSTER_SOURCE unset).
     Bound to 127.0.0.1 so a test never opens a port beyond the machine."""
     # KSO_BENCH_TREE=DIR (a --kso-env variant): run the kso of another checkout, e.g. the commit before a change;
     # DIR relative to the working directory (the variant's label names files, so it cannot hold a "/").
     tree = Path(env.pop("KSO_BENCH_TREE", str(REPO))).resolve()
+    env.pop("KSO_BENCH_CONFIGS", None)  # which runs the variant serves (variant_configs), not a kso setting
     e = tree_env(tree, KUBECONFIG=str(kubeconfig), LOG_LEVEL="WARNING", KSO_HOST="127.0.0.1", **env)
     e.pop("KSO_CLUSTER_SOURCE", None)
     return ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], e, log, cwd=tree)
@@ -335,17 +349,19 @@ def metric_sum(metrics: dict[tuple[str, str], float], name: str, **labels: str) 
     return sum(v for (n, lab), v in metrics.items() if n == name and all(w in lab for w in want))
 
 
-def verb_latency(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], verb: str) -> dict[str, float]:
-    """Calls, mean and p50/p99 of one verb over the interval between two scrapes.
+def verb_latency(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], verb: str,
+                 name: str = "kso_extender_request_duration_seconds") -> dict[str, float]:
+    """Calls, mean and p50/p99 of one verb (of histogram ``name``; a histogram without labels: verb "")
+    over the interval between two scrapes.
 
     A quantile is read off the cumulative histogram: the upper bound of the first bucket whose count
     reaches q * total (an upper estimate, at bucket resolution)."""
-    name = "kso_extender_request_duration_seconds"
-    count = metric_sum(after, f"{name}_count", verb=verb) - metric_sum(before, f"{name}_count", verb=verb)
-    total = metric_sum(after, f"{name}_sum", verb=verb) - metric_sum(before, f"{name}_sum", verb=verb)
+    labels = {"verb": verb} if verb else {}
+    count = metric_sum(after, f"{name}_count", **labels) - metric_sum(before, f"{name}_count", **labels)
+    total = metric_sum(after, f"{name}_sum", **labels) - metric_sum(before, f"{name}_sum", **labels)
     buckets: list[tuple[float, float]] = []
     for (n, lab), v in after.items():
-        if n == f"{name}_bucket" and f'verb="{verb}"' in lab:
+        if n == f"{name}_bucket" and (not verb or f'verb="{verb}"' in lab):
             le = re.search(r'le="([^"]+)"', lab)
             if le:
                 buckets.append((float(le.group(1)), v - before.get((n, lab), 0.0)))
@@ -383,6 +399,9 @@ class RunResult:
     # CPU the extender's process (all its threads; not the plan solver's child) used per pod during the run,
     # ms: the extender's cost where a busy machine makes pods/s swing
     extender_cpu_ms: float = math.nan
+    # binds kso answered with an error without posting them (waited past KSO_BIND_MAX_WAIT_S, or the queue was
+    # full): kube-scheduler's own binder bound those pods (ignorable extender)
+    binds_refused: float = 0.0
 
 
 def process_cpu_s(ext: ExtenderProcess | None) -> float:
@@ -426,11 +445,16 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
         after = parse_metrics(kso.get("/metrics")) if kso else {}
         mx, p95 = pods_per_node(watch.bound)
         verbs = {v: verb_latency(before, after, v) for v in ("filter", "prioritize", "bind")} if kso else {}
+        if kso and any(n == "kso_extender_bind_api_seconds_count" for n, _ in after):  # trees before it lack it
+            verbs["bind-api"] = verb_latency(before, after, "", "kso_extender_bind_api_seconds")
         filtered = (metric_sum(after, "kso_extender_nodes_filtered_total")
                     - metric_sum(before, "kso_extender_nodes_filtered_total")) if kso else 0.0
+        refused = sum(metric_sum(after, "kso_extender_bindings_total", result=res)
+                      - metric_sum(before, "kso_extender_bindings_total", result=res)
+                      for res in ("expired", "full")) if kso else 0.0
         return RunResult(config_name, rnd, (len(times) - 1) / max(times[-1] - times[0], 1e-9), times[-1] - t0,
                          mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered,
-                         extender_cpu_ms=cpu_ms)
+                         extender_cpu_ms=cpu_ms, binds_refused=refused)
     finally:
         delete_namespace_pods(api, ns)
         core.delete_namespace(ns)
@@ -458,16 +482,17 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
                 extenders[label] = kso_process(cp.kubeconfig, logs / f"{label}.log", **env).start()
             if "trivial" in configs:
                 extenders["trivial"] = trivial_process(logs / "trivial.log").start()
-            all_configs = configs + list(kso_variants)
+            all_configs = configs + [c for label, env in kso_variants.items() for c in variant_configs(label, env)]
             for rnd, name in abba(all_configs, rounds):
-                ext = extenders.get("kso" if name in ("kso", "kso-bind", "kso-full") else name)
+                base, _, label = name.partition("[")
+                ext = extenders.get(f"kso[{label}" if label else "kso" if base in KSO_CONFIGS else name)
                 cfg = scheduler_config(None if name == "alone" else ext.url if ext else None,
-                                       bind=name == "kso-bind", node_cache=name != "kso-full")
+                                       bind=base == "kso-bind", node_cache=base != "kso-full")
                 kso = ext if name != "trivial" else None
                 res = run_once(cp, api, name, cfg, pods, rnd, kso, timeout, ext if name != "alone" else None)
                 out(f"  round {rnd} {name:<28} {res.pods_per_s:7.1f} pods/s  max/p95 per node {res.max_per_node}/"
                     f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  extender CPU "
-                    f"{res.extender_cpu_ms:.2f} ms/pod  load {res.load1:.1f}")
+                    f"{res.extender_cpu_ms:.2f} ms/pod  binds refused {res.binds_refused:.0f}  load {res.load1:.1f}")
                 results.append(res)
         finally:
             for ext in extenders.values():
@@ -489,8 +514,9 @@ def _med(values: list[float]) -> float:
 def table(results: list[RunResult]) -> str:
     names = list(dict.fromkeys(r.config for r in results))
     lines = ["| configuration | pods/s | ratio to alone | pods/node max / p95 | filter mean / p99 ms | "
-             "prioritize mean / p99 ms | bind mean / p50 / p99 ms | extender CPU ms/pod | load avg |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "prioritize mean / p99 ms | bind mean / p50 / p99 ms | bind API mean / p99 ms | binds refused | "
+             "extender CPU ms/pod | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         rs = [r for r in results if r.config == name]
 
@@ -502,7 +528,9 @@ def table(results: list[RunResult]) -> str:
             f"| {name} | {_med([r.pods_per_s for r in rs]):.0f} | {_med([r.ratio for r in rs]):.2f} | "
             f"{_med([r.max_per_node for r in rs]):.0f} / {_med([r.p95_per_node for r in rs]):.0f} | "
             f"{verb('filter', ('mean_ms', 'p99_ms'))} | {verb('prioritize', ('mean_ms', 'p99_ms'))} | "
-            f"{verb('bind', ('mean_ms', 'p50_ms', 'p99_ms'))} | {_med([r.extender_cpu_ms for r in rs]):.2f} | "
+            f"{verb('bind', ('mean_ms', 'p50_ms', 'p99_ms'))} | {verb('bind-api', ('mean_ms', 'p99_ms'))} | "
+            f"{_med([r.binds_refused for r in rs]):.0f} | "
+            f"{_med([r.extender_cpu_ms for r in rs]):.2f} | "
             f"{_med([r.load1 for r in rs]):.1f} |")
     return "\n".join(lines)
 
@@ -523,7 +551,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: alone, kso, kso-bind, kso-full, trivial")
     ap.add_argument("--kso-env", action="append", default=[], type=_parse_variant,
                     help="an extra kso process with these settings (NodeNames, no bind), e.g. "
-                         "'KSO_WEIGHTS=safe-balance=10,pigeon-holing=1;POLICY_OBJECTIVE=LOAD_BALANCE'")
+                         "'KSO_WEIGHTS=safe-balance=10,pigeon-holing=1;POLICY_OBJECTIVE=LOAD_BALANCE'; "
+                         "KSO_BENCH_TREE=DIR runs the kso of another checkout, KSO_BENCH_CONFIGS=kso,kso-bind,kso-full "
+                         "the variant's runs (default kso)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one run's pods to bind")
     ap.add_argument("--json", metavar="PATH", help="also write every run as JSON")
     ap.add_argument("--trivial-extender", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -538,6 +568,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown configurations: {', '.join(sorted(unknown))}")
     variants = dict(args.kso_env)
+    try:
+        for label, env in variants.items():
+            variant_configs(label, env)
+    except ValueError as exc:
+        ap.error(str(exc))
     print(f"e2e: {args.nodes} nodes x {args.pods} pods, {args.rounds} rounds (ABBA), cpu count {os.cpu_count()}, "
           f"load avg at start {os.getloadavg()[0]:.1f}", flush=True)
     results = run_benchmark(args.nodes, args.pods, args.rounds, configs, variants, args.timeout,

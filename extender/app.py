@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -121,6 +123,85 @@ class HotRoutes:
         await self.app(scope, receive, send)
 
 
+class BindQueue:
+    """The binds in flight (at most ``slots``, one per bind thread) and those waiting for one, in arrival order, on
+    the event loop. A bind still waiting ``max_wait_s`` after it arrived leaves the queue unposted (``enter``
+    returns "expired"), at that moment rather than when a thread frees: kube-scheduler has stopped waiting at its
+    httpTimeout, and a Binding posted after that only races its own binder. A bind that would not get a slot in
+    time, by the binds ahead of it and the recent binds' duration (``took``, a moving average), is refused at
+    once ("full"), as is one beyond ``max_waiting``: kube-scheduler then binds it itself at once instead of
+    after the wait, and a stalled API server cannot fill the connection cap that filter and prioritize share (a
+    503 there makes kube-scheduler place pods without kso)."""
+
+    def __init__(self, slots: int, max_wait_s: float, max_waiting: int) -> None:
+        self.free = slots
+        self.max_wait_s = max_wait_s
+        self.max_waiting = max_waiting
+        self.waiting: deque[asyncio.Future[bool]] = deque()
+        self.slots = slots
+        self.took = 0.0  # seconds a posted bind held its slot, moving average (0 until one has been posted)
+
+    async def enter(self, arrived: float) -> str:
+        """"ok" (a slot is held: call ``leave`` after the bind), "expired" or "full". ``arrived``: the
+        request's time.perf_counter() on arrival."""
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return "ok"
+        left = self.max_wait_s - (time.perf_counter() - arrived)
+        if left <= 0:
+            return "expired"
+        if len(self.waiting) >= self.max_waiting or (len(self.waiting) // self.slots + 1) * self.took > left:
+            return "full"
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[bool] = loop.create_future()
+        self.waiting.append(granted)
+        timer = loop.call_later(left, self._expire, granted)
+        try:
+            return "ok" if await granted else "expired"
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled() and granted.result():
+                self.leave()  # granted just as the request was cancelled: hand the slot on
+            elif granted in self.waiting:
+                self.waiting.remove(granted)
+            raise
+        finally:
+            timer.cancel()
+
+    def _expire(self, granted: asyncio.Future[bool]) -> None:
+        if not granted.done():
+            self.waiting.remove(granted)
+            granted.set_result(False)
+
+    def leave(self, took: float | None = None) -> None:
+        """Give the slot to the longest-waiting bind, or back; ``took``: seconds the bind held it."""
+        if took is not None:
+            self.took = took if self.took == 0.0 else 0.9 * self.took + 0.1 * took
+        while self.waiting:
+            granted = self.waiting.popleft()
+            if not granted.done():
+                granted.set_result(True)
+                return
+        self.free += 1
+
+
+class RateLimitedLog:
+    """A warning at most every ``every_s`` seconds, saying how many were held back since the last."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0) -> None:
+        self.logger, self.every_s = logger, every_s
+        self.last = -float("inf")
+        self.held = 0
+
+    def warning(self, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            self.held += 1
+            return
+        held, self.held, self.last = self.held, 0, now
+        self.logger.warning(msg + (f" ({held} more like it in the last {self.every_s:.0f} s not logged)" if held else ""),
+                            *args)
+
+
 class VerbHandlers:
     """The scheduler verbs of one extender as HTTP handlers: each reads its body within the bound, answers
     bytes, and never answers a 500 (a bad input is a 400 naming the bound, an unexpected failure the verb's
@@ -133,6 +214,15 @@ class VerbHandlers:
         self.max_body = extender.settings.max_body_bytes
         self.offload_over = extender.settings.offload_body_bytes
         self.offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
+        # The bind verb's own threads (it waits on the API server): KSO_BIND_THREADS, not anyio's 40, since
+        # every thread beyond what the API round trips need only contends for the interpreter with the
+        # event loop (end to end, own /bind harness at 32 binds in flight: 8 threads ~0.95-0.98 ms of
+        # extender CPU per bind, 16 ~1.05, anyio's 40 ~1.25-1.28; 4 too few to hide the round trips).
+        s = extender.settings
+        self.bind_pool = ThreadPoolExecutor(s.bind_threads, thread_name_prefix="kso-bind")
+        # Half the connection cap may wait for a bind thread; the other half stays for filter and prioritize.
+        self.bind_queue = BindQueue(s.bind_threads, s.bind_max_wait_s, max(1, s.max_connections // 2))
+        self.bind_refusals = RateLimitedLog(log)
 
     def answer(self, verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None,
                body: bytes) -> tuple[bytes, int]:
@@ -168,10 +258,12 @@ class VerbHandlers:
     def handler(self, verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None = None,
                 threaded: bool = False) -> tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]:
         """Wrap one verb: read the body within the limit, time it, answer on the event loop when the body
-        is small and on a worker thread when it is big (or the verb waits on the network: bind). Returns
+        is small and on a worker thread when it is big, or on the bind threads when ``threaded`` (the verb waits
+        on the network: bind). Returns
         the FastAPI endpoint and the same handler as a bare ASGI endpoint (for HotRoutes)."""
         latency = self.metrics.latency.labels(verb)
         limit, offload_over, offloaded, answer = self.max_body, self.offload_over, self.offloaded, self.answer
+        bind_pool = self.bind_pool
 
         async def respond(read: Callable[[], Awaitable[bytes]]) -> tuple[bytes, int]:
             start = time.perf_counter()
@@ -181,7 +273,8 @@ class VerbHandlers:
                     async with offloaded:
                         return await run_in_threadpool(answer, verb, work, fallback, body)
                 if threaded:
-                    return await run_in_threadpool(answer, verb, work, fallback, body)
+                    return await self.run_bind(start, body, lambda: asyncio.get_running_loop().run_in_executor(
+                        bind_pool, answer, verb, work, fallback, body))
                 return answer(verb, work, fallback, body)
             except ProtocolError as exc:  # the body's size or framing
                 return self.bad_request(verb, exc)
@@ -201,6 +294,33 @@ class VerbHandlers:
             await send({"type": "http.response.body", "body": payload})
 
         return endpoint, raw
+
+    async def run_bind(self, arrived: float, body: bytes,
+                       post: Callable[[], Awaitable[tuple[bytes, int]]]) -> tuple[bytes, int]:
+        """``post`` (the bind on a bind thread) once the bind queue lets it in; a bind that waited past
+        KSO_BIND_MAX_WAIT_S, or found the queue full, is answered with an error instead and never posted."""
+        outcome = await self.bind_queue.enter(arrived)
+        if outcome == "ok":
+            began = time.perf_counter()
+            try:
+                return await post()
+            finally:
+                self.bind_queue.leave(time.perf_counter() - began)
+        self.metrics.bindings.labels(outcome).inc()
+        try:
+            args = parse_binding_args(body, self.limits)
+            what = f"pod {args.pod_namespace}/{args.pod_name} to {args.node}"
+        except ProtocolError:
+            what = "pod"
+        q = self.bind_queue
+        if outcome == "expired":
+            why = (f"not bound by kso: waited {time.perf_counter() - arrived:.2f} s for a bind thread, past "
+                   f"KSO_BIND_MAX_WAIT_S ({q.max_wait_s:g} s; kube-scheduler's httpTimeout is near)")
+        else:
+            why = (f"not bound by kso: {len(q.waiting)} binds already wait for a bind thread (binds take "
+                   f"{1000 * q.took:.0f} ms; at most {q.max_waiting} wait, for at most KSO_BIND_MAX_WAIT_S {q.max_wait_s:g} s)")
+        self.bind_refusals.warning("bind %s %s (KSO_BIND_THREADS %d busy)", what, why, self.extender.settings.bind_threads)
+        return dumps({"Error": f"binding {what}: {why}"}), 200
 
     # ---- bodies and the verbs' safe answers (when the work itself failed) ----
     def extender_args(self, body: bytes) -> Any:
@@ -283,6 +403,7 @@ def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
         add_admin_routes(app, extender)
     add_debug_routes(app, extender, verbs.answer)
     app.add_middleware(HotRoutes, routes=hot)
+    app.state.bind_queue = verbs.bind_queue
     app.state.hot_routes = hot  # serve() puts them in front of the whole app too (see outermost_hot_routes)
     return app
 

@@ -35,7 +35,13 @@ class ExtenderMetrics:
         self.unjudged = Counter("kso_extender_nodes_unjudged_total",
                                 "Nodes passed without a judgement because a statistic was missing, by predicate",
                                 ["reason"], registry=r)
-        self.bindings = Counter("kso_extender_bindings_total", "Bind calls, by result", ["result"], registry=r)
+        self.bindings = Counter("kso_extender_bindings_total", "Bind calls, by result: ok, error, expired (waited past "
+                                "KSO_BIND_MAX_WAIT_S for a bind thread; not posted), full (too many waiting; not posted)",
+                                ["result"], registry=r)
+        # The API server's part of a bind (the Binding's round trip, and the read-back after a refusal), without
+        # the wait for a bind thread that the bind verb's own latency includes.
+        self.bind_api = Histogram("kso_extender_bind_api_seconds", "Time the API server took per bind",
+                                  buckets=LATENCY_BUCKETS, registry=r)
         age = Gauge("kso_node_cache_age_seconds", "Seconds since the node cache last heard from its source",
                     registry=r)
         age.set_function(cache_age)

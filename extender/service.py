@@ -360,12 +360,15 @@ class Extender:
     # ---- bind --------------------------------------------------------------------------------
     def bind(self, args: BindingArgs) -> dict[str, Any]:
         pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
+        start = time.perf_counter()
         try:
             self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
             self.metrics.bindings.labels("error").inc()
             log.warning("bind %s/%s -> %s failed: %s", args.pod_namespace, args.pod_name, args.node, exc)
             return {"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc}"}
+        finally:
+            self.metrics.bind_api.observe(time.perf_counter() - start)
         if pod is None:
             try:
                 raw = self.binder.fetch_pod(args.pod_namespace, args.pod_name)

@@ -63,7 +63,9 @@ def reply_check_requests(cluster: Cluster, pods: list[dict[str, Any]], modes: Se
                 if mode == "names":
                     doc["Nodes"], doc["NodeNames"] = None, names
                 else:
-                    doc["Nodes"], doc["NodeNames"] = {"metadata": {}, "items": [by_name[x] for x in names]}, None
+                    # as kube-scheduler sends them: its informer's Nodes carry no kind / apiVersion
+                    items = [{k: v for k, v in by_name[x].items() if k not in ("apiVersion", "kind")} for x in names]
+                    doc["Nodes"], doc["NodeNames"] = {"metadata": {}, "items": items}, None
                 for verb in ("filter", "prioritize"):
                     add(f"/{verb}", doc)
         names = sets[1]

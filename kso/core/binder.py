@@ -1,10 +1,14 @@
 """Binding pods: ``ApiBinder`` (through the API server, as kube-scheduler's DefaultBinder) and
 ``RecordingBinder`` (offline: recorded only), behind the ``Binder`` protocol.
 
-Binding uses ``create_namespaced_pod_binding`` with ``_preload_content=False``: the API answers a binding
-with a ``Status``, which the client fails to deserialise as a V1Binding ("target" is required; see
-kubernetes-client/python issues #547 and #825, still true in v37 as a pydantic ValidationError), so
-letting the client parse the response would turn every successful bind into an exception.
+``ApiBinder.bind`` posts the Binding through the official client's own request layer (``ApiClient.call_api``:
+its urllib3 pool, TLS settings, timeouts and error mapping, with the headers and auth ``param_serialize`` would
+add), not through the generated ``create_namespaced_pod_binding``: that method's pydantic argument validation,
+``V1Binding`` models and their ``sanitize_for_serialization`` were ~25% of a bind's CPU in kso's process, and
+kube-scheduler sends one bind per pod. The request is the same: the same path, headers and JSON body. The answer
+is read raw, as before: the API answers a binding with a ``Status``, which the client fails to deserialise as a
+V1Binding ("target" is required; kubernetes-client/python issues #547 and #825, still true in v37 as a pydantic
+ValidationError), so letting the client parse the response would turn every successful bind into an exception.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import threading
 from collections import deque
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import orjson
 import urllib3
@@ -24,8 +29,8 @@ from kso.core.kube import HTTP_CONFLICT, HTTP_NOT_FOUND, api_message
 
 log = logging.getLogger("kso.core.kube")
 
-# Binds in flight at most: the extender runs each bind in Starlette's thread pool, whose anyio limiter
-# allows 40 threads; kube-scheduler binds each pod in its own goroutine, so all of them can be busy.
+# Connections kept for binds: at least the binds in flight (the extender's KSO_BIND_THREADS, `kso scheduler`'s
+# binding threads); kube-scheduler binds each pod in its own goroutine, so all of them can be busy.
 BIND_POOL_SIZE = 40
 
 
@@ -54,26 +59,22 @@ class ApiBinder:
         # after it ("Connection pool is full"), which made binds take 100s of ms.
         cfg = copy.deepcopy(api_client.configuration)
         cfg.connection_pool_maxsize = max(pool_size, cfg.connection_pool_maxsize or 0)
-        self._api_client = client.ApiClient(configuration=cfg)
+        self._api_client = client.ApiClient(configuration=cfg, cookie=api_client.cookie)
+        self._api_client.default_headers.update(api_client.default_headers)  # the given client's User-Agent etc.
         self._core = client.CoreV1Api(self._api_client)
         self.timeout_s = timeout_s
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         key = f"{namespace}/{name}"
-        body = client.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            # The uid is a precondition: a pod deleted and re-created under the same name is not bound.
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
+        # The uid is a precondition: a pod deleted and re-created under the same name is not bound.
+        meta = {"name": name, "namespace": namespace, "uid": uid} if uid else {"name": name, "namespace": namespace}
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
             # pods/{name}/binding, as kube-scheduler's DefaultBinder: kube-apiserver (v1.36.2, measured)
             # ignores the uid precondition on the namespace's bindings collection (create_namespaced_binding)
             # and would bind a re-created pod of the same name.
-            resp = self._core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False, _request_timeout=self.timeout_s
-            )
+            resp = self._post(f"/api/v1/namespaces/{self._segment(namespace)}/pods/{self._segment(name)}/binding", body)
             try:
                 resp.data  # noqa: B018 - read the body so the connection goes back to the pool
             finally:
@@ -85,6 +86,26 @@ class ApiBinder:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise BindError(f"binding pod {key} to node {node}: request failed: {exc}") from exc
         log.debug("bound pod %s to node %s", key, node)
+
+    def _segment(self, value: str) -> str:
+        """A path parameter quoted as the generated methods quote it."""
+        return quote(value, safe=self._api_client.configuration.safe_chars_for_path_param)
+
+    def _post(self, path: str, body: dict[str, Any]) -> urllib3.BaseHTTPResponse:
+        """POST ``body`` as JSON to ``path`` as a generated create method does (its headers, the client's auth
+        settings, ``call_api``), returning the raw response; a non-2xx answer raises the ApiException the
+        generated method raises with ``_preload_content=False``."""
+        api = self._api_client
+        headers: dict[str, Any] = {"Accept": "application/json", **api.default_headers}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        api.update_params_for_auth(headers, [], ["BearerToken"], path, "POST", body)
+        resp = api.call_api("POST", api.configuration.host + path, header_params=headers, body=body,
+                            _request_timeout=self.timeout_s)
+        if not 200 <= resp.status <= 299:  # noqa: PLR2004 - HTTP's success class
+            resp.read()
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp.response
 
     def _bind_refused(self, namespace: str, name: str, uid: str, node: str, exc: ApiException) -> None:
         """Returns when the refusal is a retried bind that had succeeded; raises BindError otherwise."""

@@ -756,3 +756,138 @@ def test_a_bad_pod_reusing_a_parsed_pods_uid_and_resource_version_is_still_refus
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
     with pytest.raises(ProtocolError, match="negative"):
         ext.filter(parse_extender_args(orjson.dumps({"Pod": bad, "NodeNames": ["n0"]})))
+
+
+# ---- full-Nodes bodies: known nodes' objects reused (protocol.KnownNodeItems) ----------------------
+def _full_body(pod: dict[str, Any], nodes: list[dict[str, Any]], fields: dict[str, Any] | None = None) -> bytes:
+    """A full-Nodes body as kube-scheduler writes it (Go's compact encoding, its key order)."""
+    return orjson.dumps({"Pod": pod, "Nodes": {**({"metadata": {}} if fields is None else fields), "items": nodes},
+                         "NodeNames": None})
+
+
+def _go_node(name: str, **kw: Any) -> dict[str, Any]:
+    """A Node as kube-scheduler's informer holds it: no kind / apiVersion, metadata first."""
+    node = make_node(name, **kw)
+    del node["apiVersion"], node["kind"]
+    return node
+
+
+def _same_as_decoding_whole(known: Any, body: bytes, max_depth: int = 100) -> str:
+    """Parse ``body`` through ``known`` as parse_extender_args does; assert it gives what decoding the whole body
+    gives (the document, or the same ProtocolError), and say which path answered."""
+    from extender.protocol import FOREIGN, Limits, loads
+
+    limits = Limits(max_depth=max_depth)
+    try:
+        expected: Any = loads(body, limits)
+    except ProtocolError as exc:
+        expected = str(exc)
+    doc = known.decode(body, limits)
+    path = "assembled" if doc is not None and doc is not FOREIGN else "whole"
+    if path == "whole":
+        try:
+            doc = loads(body, limits)
+        except ProtocolError as exc:
+            doc = str(exc)
+        if doc is not None and not isinstance(doc, str):
+            known.learn(body, doc)
+    assert doc == expected
+    if isinstance(doc, dict):  # same key order too (the reply echoes the list's fields in order)
+        assert orjson.dumps(doc) == orjson.dumps(expected)
+    return path
+
+
+def test_known_node_items_give_what_decoding_the_whole_body_gives() -> None:
+    from extender.protocol import KnownNodeItems
+
+    rng = random.Random(7)
+    known = KnownNodeItems()
+    nodes = [_go_node(f"n{i}", cpu=str(2 + i % 3)) for i in range(12)]
+    pod = make_pod("p")
+    body = _full_body(pod, nodes)
+    assert _same_as_decoding_whole(known, body) == "whole"  # first sight: decoded whole, learnt
+    for _ in range(5):  # any order, any subset, another pod: assembled from the known nodes
+        sub = rng.sample(nodes, rng.randint(0, len(nodes)))
+        assert _same_as_decoding_whole(known, _full_body(make_pod(f"p{rng.random()}"), sub)) == "assembled"
+    changed = [*nodes[:3], {**nodes[3], "spec": {"unschedulable": True}}, *nodes[4:]]
+    assert _same_as_decoding_whole(known, _full_body(pod, changed)) == "whole"  # a changed node: decoded, relearnt
+    assert _same_as_decoding_whole(known, _full_body(pod, changed)) == "assembled"
+    assert _same_as_decoding_whole(known, _full_body(pod, nodes)) == "whole"  # and back
+    # the list's own fields decoded every time, in order
+    assert _same_as_decoding_whole(known, _full_body(pod, nodes, {"kind": "NodeList", "metadata": {"x": 1}})) == \
+        "assembled"
+    assert _same_as_decoding_whole(known, _full_body(pod, nodes, {})) == "assembled"
+    # Go's HTML escape: bytes orjson does not write; never kept, always decoded whole
+    odd = _go_node("odd")
+    odd["metadata"]["annotations"] = {"a": "<b>"}
+    escaped = _full_body(pod, [odd, *nodes]).replace(b"<b>", b"\\u003cb\\u003e")
+    for _ in range(2):
+        assert _same_as_decoding_whole(known, escaped) == "whole"
+    assert b"odd" in known.foreign
+
+
+def test_known_node_items_refuse_what_decoding_refuses() -> None:
+    """Bodies that look like kube-scheduler's layout but are not what it looks like are decoded whole: the same
+    document or the same 400."""
+    from extender.protocol import KnownNodeItems
+
+    known = KnownNodeItems()
+    nodes = [_go_node(f"m{i}") for i in range(4)]
+    pod = make_pod("p")
+    _same_as_decoding_whole(known, _full_body(pod, nodes))
+    good = _full_body(pod, nodes)
+    cases = [
+        good[:-1],  # truncated
+        good.replace(b'"NodeNames":null}', b'"NodeNames":null} '),  # trailing byte (layout differs)
+        good.replace(b'{"Pod":{', b'{"Pod":{"Nodes":{"items":[', 1),  # a "Nodes" key inside the pod: cut badly
+        _full_body({"Nodes": {"metadata": {}, "items": []}}, nodes),  # ... or the pod ends early
+        _full_body(pod, nodes, {"metadata": {"items": [1]}}),  # an "items" array inside the list's metadata
+        _full_body(pod, nodes, {"items": 5, "metadata": {}}),  # "items" twice
+        good.replace(b'},{"metadata"', b'} ,{"metadata"', 1),  # space between items
+        good.replace(b'"items":[', b'"items":[5,', 1),  # a non-object item
+        _full_body(pod, [*nodes, nodes[0]]),  # the same node twice
+        _full_body(5, nodes),  # type: ignore[arg-type]  # a pod that is not an object (refused later, as before)
+    ]
+    deep: Any = "x"
+    for _ in range(120):
+        deep = [deep]
+    cases.append(_full_body({**pod, "deep": deep}, nodes))  # too deep in the pod
+    cases.append(_full_body(pod, nodes).replace(b'"x":1', b'"x":[[[[1]]]]'))
+    for body in cases:
+        _same_as_decoding_whole(known, body)
+    # nodes nested deep enough that only a lower limit refuses them: the limit is checked on assembled bodies too
+    deep_node = _go_node("deepnode")
+    deep_node["metadata"]["annotations"] = {}
+    deep_node["spec"] = {"a": [[[[[[[[{"b": 1}]]]]]]]]}
+    body = _full_body(pod, [deep_node])
+    _same_as_decoding_whole(known, body)
+    assert _same_as_decoding_whole(known, body) == "assembled"
+    for limit in (8, 10, 12, 14, 16):
+        _same_as_decoding_whole(known, body, max_depth=limit)
+
+
+def test_known_node_items_on_captured_kube_scheduler_bodies(fixtures_dir: Any) -> None:
+    """kube-scheduler 1.36's own full-Nodes bodies are assembled from the second sight on."""
+    from extender.protocol import KnownNodeItems
+
+    known = KnownNodeItems()
+    paths = sorted((fixtures_dir / "full-nodes").glob("*-filter.request.json")) + \
+        sorted((fixtures_dir / "full-nodes").glob("*-prioritize.request.json"))
+    assert paths
+    for path in paths:
+        _same_as_decoding_whole(known, path.read_bytes())
+    assert {_same_as_decoding_whole(known, p.read_bytes()) for p in paths} == {"assembled"}
+
+
+def test_known_node_items_stay_within_their_bounds() -> None:
+    from extender.protocol import KnownNodeItems
+
+    nodes = [_go_node(f"b{i}") for i in range(10)]
+    raw = len(orjson.dumps(nodes[0]))
+    for known in (KnownNodeItems(limit=4), KnownNodeItems(max_bytes=3 * raw + 10)):
+        for i in range(0, 10, 2):
+            body = _full_body(make_pod("p"), nodes[i:i + 2])
+            _same_as_decoding_whole(known, body)
+            assert _same_as_decoding_whole(known, body) == "assembled"
+            # past a bound it is emptied before the next body is learnt: at most one body's nodes beyond it
+            assert len(known.items) <= max(known.limit, 3) + 2 and known.size <= known.max_bytes + 2 * raw

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +313,66 @@ def test_load_api_client_without_any_config(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "missing"))
     with pytest.raises(KubeConfigError, match="in-cluster: Service host/port is not set.*kubeconfig"):
         load_api_client()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every POST with ``status``/``answer`` and records the request line, headers and body."""
+
+    requests: list[tuple[str, str, list[tuple[str, str]], bytes]] = []
+    status = 201
+    answer = b'{"kind":"Status","apiVersion":"v1","status":"Success","code":201}'
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.requests.append((self.command, self.path, [(k, v) for k, v in self.headers.items()], body))
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.answer)))
+        self.end_headers()
+        self.wfile.write(self.answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("uid", ["uid-1", ""])
+def test_api_binder_sends_the_generated_methods_request(uid: str) -> None:
+    """ApiBinder posts through ``call_api`` instead of ``create_namespaced_pod_binding`` (cheaper per bind): the
+    request must stay the generated method's, byte for byte (method, path, headers with auth and cookie, body),
+    and a refusal must raise the same ApiException (type, status, reason, body)."""
+    from kubernetes.client.exceptions import ApiException
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{server.server_address[1]}"
+        cfg.api_key = {"authorization": "tok-1"}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        api = client.ApiClient(configuration=cfg, cookie="c=1")
+        core = client.CoreV1Api(api)
+        body = client.V1Binding(api_version="v1", kind="Binding",
+                                metadata=client.V1ObjectMeta(name="web:0", namespace="team-a", uid=uid or None),
+                                target=client.V1ObjectReference(api_version="v1", kind="Node", name="node-1"))
+        binder = ApiBinder(api, timeout_s=5)
+        _Recorder.requests.clear()
+        core.create_namespaced_pod_binding("web:0", "team-a", body, _preload_content=False).release_conn()
+        binder.bind("team-a", "web:0", uid, "node-1")
+        generated, ours = _Recorder.requests
+        assert ours == generated
+        assert generated[1] == "/api/v1/namespaces/team-a/pods/web%3A0/binding"
+        assert ("authorization", "Bearer tok-1") in generated[2] and ("Cookie", "c=1") in generated[2]
+        _Recorder.status, _Recorder.answer = 500, b'{"kind":"Status","message":"etcd is sad","code":500}'
+        with pytest.raises(ApiException) as theirs:
+            core.create_namespaced_pod_binding("web:0", "team-a", body, _preload_content=False)
+        with pytest.raises(ApiException) as mine:
+            binder._post("/api/v1/namespaces/team-a/pods/web%3A0/binding", {})
+        assert type(mine.value) is type(theirs.value)
+        assert (mine.value.status, mine.value.reason, mine.value.body) == (500, "Internal Server Error",
+                                                                           theirs.value.body)
+        with pytest.raises(BindError, match="^binding pod team-a/web:0 to node node-1 failed: HTTP 500: etcd is sad$"):
+            binder.bind("team-a", "web:0", uid, "node-1")
+    finally:
+        _Recorder.status, _Recorder.answer = 201, b'{"kind":"Status","apiVersion":"v1","status":"Success","code":201}'
+        server.shutdown()
+        server.server_close()

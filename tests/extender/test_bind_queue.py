@@ -1,0 +1,209 @@
+"""The bind verb's queue: binds wait for one of KSO_BIND_THREADS in arrival order; one still waiting
+KSO_BIND_MAX_WAIT_S after it arrived is answered with an error and never posted (kube-scheduler has stopped
+waiting at its httpTimeout and binds the pod itself), and at most half of KSO_MAX_CONNECTIONS wait.
+
+Against the real kube-apiserver: a refused pod stays unbound, the others are bound. The first bind is held
+back by the test (a real ApiBinder that waits for the test's go before it posts): the slow API server round
+trip that fills the bind threads in production, on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from benchmarks.e2e import create_nodes, create_pods, delete_nodes, deploy_scheduler_config, node_manifest, pod_manifest
+from extender.app import BindQueue, create_app
+from extender.config import ExtenderSettings, load_config
+from extender.demo import BackgroundServer, Client
+from extender.service import Extender
+from kso.core.binder import ApiBinder
+from kso.core.cluster import ClusterState
+
+NODE = "bq-n1"
+
+
+class HeldBinder(ApiBinder):
+    """An ApiBinder whose binds of the pods in ``held`` wait for ``go`` before posting."""
+
+    def __init__(self, api: client.ApiClient, held: set[str]) -> None:
+        super().__init__(api, timeout_s=10.0)
+        self.held, self.go, self.started = held, threading.Event(), threading.Event()
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if name in self.held:
+            self.started.set()
+            assert self.go.wait(30)
+        super().bind(namespace, name, uid, node)
+
+
+@pytest.fixture
+def node(control_plane: Any) -> Iterator[str]:
+    api = control_plane.api_client()
+    create_nodes(api, [node_manifest(NODE, "8", "16Gi")])
+    yield NODE
+    delete_nodes(api, [NODE])
+
+
+@contextmanager
+def extender_with(binder: ApiBinder, env: dict[str, str]) -> Iterator[Extender]:
+    state = ClusterState()
+    state.mark_synced("test")
+    ext = Extender(load_config({"KSO_AGENTS": "safe", **env}), state, binder)
+    app = create_app(ext)
+    with BackgroundServer(app) as srv:
+        ext.port = srv.port  # type: ignore[attr-defined]
+        ext.bind_queue = app.state.bind_queue  # type: ignore[attr-defined]
+        yield ext
+
+
+def bind(port: int, ns: str, name: str) -> tuple[float, Any]:
+    """(seconds to the answer, the answer) of one /bind on its own connection."""
+    start = time.perf_counter()
+    status, body = Client(port).post("/bind", {"PodName": name, "PodNamespace": ns, "PodUID": "", "Node": NODE})
+    assert status == 200, body
+    return time.perf_counter() - start, body
+
+
+def node_of(core: client.CoreV1Api, ns: str, name: str) -> str | None:
+    return core.read_namespaced_pod(name, ns).spec.node_name
+
+
+def refused(ext: Extender, result: str) -> float:
+    return ext.metrics.bindings.labels(result)._value.get()
+
+
+def test_a_bind_waiting_past_the_limit_is_refused_and_not_posted(
+        control_plane: Any, kube_namespace: str, node: str, caplog: pytest.LogCaptureFixture) -> None:
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    create_pods(api, ns, [pod_manifest(n, scheduler="none") for n in ("slow", "late1", "late2")])
+    binder = HeldBinder(api, {"slow"})
+    with caplog.at_level(logging.WARNING, logger="kso.extender.http"), \
+            extender_with(binder, {"KSO_BIND_THREADS": "1", "KSO_BIND_MAX_WAIT_S": "0.5"}) as ext, \
+            ThreadPoolExecutor(3) as pool:
+        port = ext.port  # type: ignore[attr-defined]
+        first = pool.submit(bind, port, ns, "slow")
+        assert binder.started.wait(10)  # the only bind thread is taken
+        late = [pool.submit(bind, port, ns, n) for n in ("late1", "late2")]
+        for f, name in zip(late, ("late1", "late2"), strict=True):
+            took, body = f.result(10)
+            assert body["Error"].startswith(f"binding pod {ns}/{name} to {NODE}: not bound by kso: waited 0.")
+            assert "KSO_BIND_MAX_WAIT_S (0.5 s" in body["Error"]
+            # Answered at the limit, while the thread is still busy: not when it frees.
+            assert 0.5 <= took < 2.0, took
+        assert not first.done()
+        binder.go.set()
+        assert first.result(10)[1] == {"Error": ""}
+        assert node_of(core, ns, "slow") == NODE
+        assert node_of(core, ns, "late1") is None and node_of(core, ns, "late2") is None  # never posted
+        assert refused(ext, "expired") == 2 and refused(ext, "ok") == 1
+        # kube-scheduler's retry of a refused pod binds it once a thread is free.
+        assert bind(port, ns, "late1")[1] == {"Error": ""}
+        assert node_of(core, ns, "late1") == NODE
+    warnings = [r.getMessage() for r in caplog.records if "not bound by kso" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # rate-limited: one line for the two refusals
+
+
+def test_binds_beyond_the_waiting_bound_are_refused_at_once(control_plane: Any, kube_namespace: str,
+                                                            node: str) -> None:
+    """KSO_MAX_CONNECTIONS 4: two binds may wait; a third waiting one is refused without waiting, and the two
+    waiting are bound, in arrival order, once the thread frees."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    create_pods(api, ns, [pod_manifest(n, scheduler="none") for n in ("slow", "w1", "w2", "extra")])
+    binder = HeldBinder(api, {"slow"})
+    env = {"KSO_BIND_THREADS": "1", "KSO_BIND_MAX_WAIT_S": "20", "KSO_MAX_CONNECTIONS": "4"}
+    with extender_with(binder, env) as ext, ThreadPoolExecutor(4) as pool:
+        port = ext.port  # type: ignore[attr-defined]
+        first = pool.submit(bind, port, ns, "slow")
+        assert binder.started.wait(10)
+        waiting = []
+        for name in ("w1", "w2"):
+            waiting.append(pool.submit(bind, port, ns, name))
+            deadline = time.monotonic() + 10
+            while len(ext.bind_queue.waiting) < len(waiting) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        took, body = bind(port, ns, "extra")
+        assert body["Error"].startswith(f"binding pod {ns}/extra to {NODE}: not bound by kso: 2 binds already wait "
+                                        "for a bind thread (binds take 0 ms; at most 2 wait")
+        assert took < 1.0
+        binder.go.set()
+        assert [f.result(10)[1] for f in (first, *waiting)] == [{"Error": ""}] * 3
+        assert {n: node_of(core, ns, n) for n in ("slow", "w1", "w2", "extra")} == {
+            "slow": NODE, "w1": NODE, "w2": NODE, "extra": None}
+        assert refused(ext, "full") == 1 and refused(ext, "ok") == 3
+
+
+def test_queue_order_full_cancellation_and_expiry() -> None:
+    async def scenario() -> list[str]:
+        events: list[str] = []
+
+        async def waiter(q: BindQueue, name: str) -> None:
+            outcome = await q.enter(time.perf_counter())
+            events.append(f"{name}:{outcome}")
+            if outcome == "ok":
+                await asyncio.sleep(0.01)
+                q.leave()
+
+        q = BindQueue(1, max_wait_s=30, max_waiting=3)
+        assert await q.enter(time.perf_counter()) == "ok"  # the one slot, held
+        tasks = {n: asyncio.create_task(waiter(q, n)) for n in "abc"}
+        await asyncio.sleep(0.05)
+        assert await q.enter(time.perf_counter()) == "full"  # three wait already
+        tasks["b"].cancel()
+        await asyncio.sleep(0.05)
+        assert len(q.waiting) == 2
+        assert await q.enter(time.perf_counter() - 31) == "expired"  # past its time on arrival
+        q.leave()  # a, then c, get the slot in turn; b left the queue
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        assert q.free == 1 and not q.waiting
+
+        q = BindQueue(1, max_wait_s=0.2, max_waiting=3)
+        assert await q.enter(time.perf_counter()) == "ok"
+        late = asyncio.create_task(waiter(q, "d"))
+        await asyncio.sleep(0.4)  # d's time runs out while the slot is held
+        assert late.done() and not q.waiting
+        q.leave()
+        assert q.free == 1
+        return events
+
+    assert asyncio.run(scenario()) == ["a:ok", "c:ok", "d:expired"]
+
+
+def test_a_bind_that_would_wait_too_long_is_refused_at_once() -> None:
+    """Binds taking 0.6 s on one thread with 1 s to wait: the first waiting bind would get the thread in time,
+    the second would not and is refused without waiting."""
+    async def scenario() -> None:
+        q = BindQueue(1, max_wait_s=1.0, max_waiting=10)
+        assert await q.enter(time.perf_counter()) == "ok"
+        q.leave(0.6)
+        assert await q.enter(time.perf_counter()) == "ok"  # held
+        first = asyncio.create_task(q.enter(time.perf_counter()))
+        await asyncio.sleep(0.01)
+        start = time.perf_counter()
+        assert await q.enter(start) == "full"
+        assert time.perf_counter() - start < 0.1
+        q.leave(0.6)
+        assert await first == "ok"
+        q.leave(0.6)
+        assert q.free == 1 and q.took == pytest.approx(0.6)
+
+    asyncio.run(scenario())
+
+
+def test_default_wait_limit_is_under_deploys_http_timeout() -> None:
+    timeout = deploy_scheduler_config()["extenders"][0]["httpTimeout"]
+    assert timeout.endswith("s") and not timeout.endswith("ms"), timeout
+    limit = ExtenderSettings().bind_max_wait_s
+    assert 0.5 * float(timeout[:-1]) <= limit < float(timeout[:-1])
