@@ -1,6 +1,6 @@
 """Rolling-origin accuracy of the utilisation forecasters on real traces, with statsforecast as a peer.
 
-    python -m benchmarks.forecast_accuracy [--part report|tune] [--vms N] [--origins K] [--quick]
+    python -m benchmarks.forecast_accuracy [--part report|tune|young] [--vms N] [--origins K] [--quick]
 
 Target (same as the models, see ``forecasting.models._base``): the 5-minute bin means of a series in
 the ``horizon`` after each origin. Metrics per dataset x resource x horizon cell, pooled over series x
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +30,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.forecast_data import HORIZONS_S, live_at, load, load_bitbrains, pick_origins, split_origins
+from benchmarks.forecast_data import (
+    HORIZONS_S,
+    live_at,
+    load,
+    load_bitbrains,
+    pick_origins,
+    split_origins,
+    young_origins,
+)
 from benchmarks.forecast_library import DEFAULT_CACHE, LIB_MODELS, library_subset, load_cached
 from benchmarks.machine import machine_line
 from forecasting.models import DEFAULT_FORECASTER, get_forecaster
@@ -48,8 +58,13 @@ KSO_MODELS = (
 def _factory(name: str) -> Callable[[], GridForecaster]:
     """kso models by name; ``+plain-conformal`` = split conformal of the same points without kso's local
     scale, history cap and newest-value floor; ``@no-despike`` = the model on the raw grid; ``@no-floor`` =
-    without the newest-value floor."""
+    without the newest-value floor; ``@param=value`` = the registry model built with that (float) keyword, e.g.
+    ``holt-winters+conformal@trend_floor=1`` (a candidate on the tuning part)."""
     base = name.removesuffix("@no-despike")
+    if "@" in base and "=" in base.rsplit("@", 1)[1]:
+        reg, kw = base.rsplit("@", 1)
+        key, value = kw.split("=", 1)
+        return lambda: get_forecaster(reg, **{key: float(value)})  # type: ignore[return-value]
     if base.endswith("@no-floor"):
         reg = base.removesuffix("@no-floor")
         return lambda: get_forecaster(reg, floor_last=False)  # type: ignore[return-value]
@@ -219,6 +234,18 @@ def speed_check(model: str, nodes: int = 1000, runs: int = 5) -> list[float]:
     return out
 
 
+def open_cache(path: str) -> Path:
+    """The library fits' directory: ``path`` itself, or a temporary directory with the files of the .tar.gz
+    archive at ``path`` (benchmarks/figures/forecast-library-fits-*.tar.gz: fits need not be redone)."""
+    cache = Path(path)
+    if not cache.is_file():
+        return cache
+    tmp = Path(tempfile.mkdtemp(prefix="kso-forecast-fits-"))
+    with tarfile.open(cache) as tar:
+        tar.extractall(tmp, filter="data")
+    return tmp
+
+
 HEAD = ("| dataset | resource | horizon | default pin95 | best baseline (pin95) | gain (5-95%) | best conformal peer "
         "(pin95) | vs it (5-95%) | cov95 | cov99 |\n|---|---|---:|---:|---|---|---|---|---:|---:|")
 
@@ -228,16 +255,17 @@ def report(rows: pd.DataFrame) -> list[str]:
     full_lines, lib_lines, detail = [], [], []
     for (ds, hs, r), both in rows.groupby(["dataset", "horizon", "resource"], sort=False):
         cell, lcell = both[both.run == "full"], both[both.lib]
-        full_lines.append(summary_line(ds, r, hs, cell, lib=False))
-        n_all = cell[cell.model == DEFAULT_FORECASTER].n.sum()
-        detail += [f"\n#### {ds}, {r}, {hs / 60:.0f} min, all series x origins (n = {n_all} future values)\n",
-                   *model_table(cell)]
+        if len(cell):  # a --library-pass run alone has only the library rows
+            full_lines.append(summary_line(ds, r, hs, cell, lib=False))
+            n_all = cell[cell.model == DEFAULT_FORECASTER].n.sum()
+            detail += [f"\n#### {ds}, {r}, {hs / 60:.0f} min, all series x origins (n = {n_all} future values)\n",
+                       *model_table(cell)]
         if lcell.model.isin(LIB_MODELS).any():
             lib_lines.append(summary_line(ds, r, hs, lcell, lib=True))
             n_lib = lcell[lcell.model == DEFAULT_FORECASTER].n.sum()
             detail += [f"\n#### {ds}, {r}, {hs / 60:.0f} min, library subset (n = {n_lib} future values)\n",
                        *model_table(lcell)]
-    out = [f"\n### All series x origins (kso models and hand-written baselines)\n\n{HEAD}", *full_lines]
+    out = [f"\n### All series x origins (kso models and hand-written baselines)\n\n{HEAD}", *full_lines] if full_lines else []
     if lib_lines:
         out += [f"\n### Library subset (random nodes x origins; statsforecast peers)\n\n{HEAD}", *lib_lines]
     return out + detail
@@ -245,13 +273,15 @@ def report(rows: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["report", "tune"], default="report")
+    ap.add_argument("--part", choices=["report", "tune", "young"], default="report",
+                    help="young: the Google 2019 young-task tuning set (benchmarks.forecast_data.young_origins)")
     ap.add_argument("--vms", type=int, default=100, help="Bitbrains VMs of the part, each cpu + memory")
     ap.add_argument("--origins", type=int, default=60, help="stratified origins per dataset over tune + report")
     ap.add_argument("--lib-origins", type=int, default=12)
     ap.add_argument("--lib-nodes", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="10 VMs, 6 origins: a smoke run")
-    ap.add_argument("--cache", default=DEFAULT_CACHE)
+    ap.add_argument("--cache", default=DEFAULT_CACHE,
+                    help="the library fits: forecast_library's cache directory, or a .tar.gz of its files")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--datasets", default="bitbrains,alibaba2018,google2019")
     ap.add_argument("--models", default=",".join(KSO_MODELS), help="kso models (registry names, +plain-conformal, @no-despike)")
@@ -271,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "python -m benchmarks.forecast_accuracy " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"# forecast accuracy  (`{cmd.strip()}`)\n")
     print(f"machine: {machine_line()}, numpy {np.__version__} (shared machine: other work ran concurrently)\n")
+    cache = open_cache(args.cache)
     if args.from_rows:
         rows = pd.concat([pd.read_csv(p) for p in args.from_rows.split(",")], ignore_index=True)
         rows["run"] = rows["run"].fillna("full") if "run" in rows else "full"
@@ -278,12 +309,20 @@ def main(argv: list[str] | None = None) -> int:
         frames = []
         for ds in args.datasets.split(","):
             series = load(ds, args.part, args.vms)
-            origins = split_origins(series, pick_origins(series, args.origins, np.random.default_rng(args.seed)), args.part)
-            subset = (library_subset(ds, origins, series, args.lib_origins, args.lib_nodes, args.seed)
-                      if args.part == "report" else {})
+            if args.part == "young":  # only the young tasks' rows at their origins
+                if ds != "google2019":
+                    ap.error("--part young is the Google 2019 young-task set: use --datasets google2019")
+                subset = young_origins(series)
+                origins = np.array(sorted(subset))
+            else:
+                origins = split_origins(series, pick_origins(series, args.origins, np.random.default_rng(args.seed)),
+                                        args.part)
+                subset = (library_subset(ds, origins, series, args.lib_origins, args.lib_nodes, args.seed)
+                          if args.part == "report" else {})
             if args.library_pass:
                 origins = np.array(sorted(subset))
-            rows, lib_used = evaluate(ds, series, origins, models, subset, Path(args.cache), args.library_pass)
+            rows, lib_used = evaluate(ds, series, origins, models, subset, cache,
+                                      args.library_pass or args.part == "young")
             rows.insert(0, "dataset", ds)
             rows.insert(1, "run", "library" if args.library_pass else "full")
             if args.library_pass:

@@ -121,6 +121,30 @@ def split_origins(series: list[UtilisationSeries], origins: np.ndarray, part: st
     return origins[origins < cut] if part == "tune" else origins[origins >= cut]
 
 
+YOUNG_MAX_AGE_S = 60 * 3600.0  # the young-task set: an origin every 30 min from 1 h to 60 h after a start
+YOUNG_EVERY_S = 1800.0
+
+
+def young_origins(series: list[UtilisationSeries]) -> dict[float, set[str]]:
+    """The young-task tuning set (Google 2019): origin -> task keys, every YOUNG_EVERY_S from 1 h to
+    YOUNG_MAX_AGE_S after each task start (its first sample after the trace's first 12 h, or its first
+    sample after a gap of over an hour: a restart, whose history keeps the old run) before the tuning
+    part's end; the reporting part's new and restarted tasks are not used."""
+    first, last = origin_span(series)
+    cut = first + TUNE_SHARE * (last - first)
+    t0 = min(float(s.t[0]) for s in series if len(s))
+    out: dict[float, set[str]] = {}
+    for s in series:
+        if not len(s) or s.resource != "memory":
+            continue
+        starts = np.concatenate([s.t[:1], s.t[1:][np.diff(s.t) > 3600.0]])
+        for start in starts[(starts > t0 + 43200.0) & (starts < cut)]:
+            for o in start + np.arange(3600.0, YOUNG_MAX_AGE_S + 1.0, YOUNG_EVERY_S):
+                if o < min(float(s.t[-1]), cut) - max(HORIZONS_S):
+                    out.setdefault(float(o), set()).add(s.key)
+    return out
+
+
 def live_at(series: list[UtilisationSeries], origin: float) -> tuple[list[UtilisationSeries], dict[float, np.ndarray]]:
     """Series with a sample in the last 15 min, finite history and some finite future, cut to 7 days."""
     hist: list[UtilisationSeries] = []

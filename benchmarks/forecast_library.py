@@ -1,6 +1,6 @@
 """statsforecast peers for benchmarks/forecast_accuracy.py, fitted on a random subset of nodes x origins.
 
-    python -m benchmarks.forecast_library --dataset bitbrains [--origins 60] [--lib-origins 12 --lib-nodes 8]
+    python -m benchmarks.forecast_library --dataset bitbrains[,alibaba2018,...] [--origins 60] [--lib-origins 12 --lib-nodes 8]
 
 Peers (``pip install -e '.[bench-forecast]'``): statsforecast's AutoETS (non-seasonal: its ETS does not
 take a 288-bin season), AutoARIMA (non-seasonal: a seasonal ARIMA with m = 288 does not fit in time) and
@@ -13,7 +13,9 @@ bin (an advantage over kso's one band per horizon). They fit on the last ``LIB_H
 Why a subset: AutoARIMA + its conformal windows costs seconds per series, so the library models are fitted
 on ``lib_nodes`` random nodes (both resources) at ``lib_origins`` random origins of the reporting part
 (seeded; ``library_subset``). This command fits them into ``--cache`` origin by origin, so it can run in the
-background and the accuracy benchmark uses every origin that was fitted in time (it says how many).
+background and the accuracy benchmark uses every origin that was fitted in time (it says how many). Several
+datasets in one run take turns origin by origin. A .tar.gz of the cache's files (session 8's:
+benchmarks/figures/forecast-library-fits-s8.tar.gz) is read by ``forecast_accuracy --cache``: no refits.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import os
 import sys
 import time
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,7 @@ LIB_BASE = ("sf-autoets", "sf-autoarima", "sf-mstl")
 LIB_MODELS = LIB_BASE + tuple(f"{m}+conformal" for m in LIB_BASE)
 LIB_HISTORY_BINS = {"sf-autoets": 576, "sf-autoarima": 576, "sf-mstl": 864}  # 2, 2 and 3 days
 LIB_CONFORMAL_WINDOWS = 3
+DATASETS = ("bitbrains", "alibaba2018", "google2019")
 DEFAULT_CACHE = os.environ.get("KSO_BENCH_CACHE", str(Path.home() / ".cache/kso-forecast-bench"))
 
 
@@ -105,7 +109,8 @@ def load_cached(cache: Path, dataset: str, origin: float, name: str) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", required=True, choices=["bitbrains", "alibaba2018", "google2019"])
+    ap.add_argument("--dataset", required=True,
+                    help="bitbrains, alibaba2018, google2019, or several comma-separated (their origins interleaved)")
     ap.add_argument("--vms", type=int, default=200)
     ap.add_argument("--origins", type=int, default=60)
     ap.add_argument("--lib-origins", type=int, default=12)
@@ -113,26 +118,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache", default=DEFAULT_CACHE)
     args = ap.parse_args(argv)
+    datasets = args.dataset.split(",")
+    if bad := [d for d in datasets if d not in DATASETS]:
+        ap.error(f"unknown dataset(s) {', '.join(bad)}; known: {', '.join(DATASETS)}")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    series = load(args.dataset, "report", args.vms)
-    origins = split_origins(series, pick_origins(series, args.origins, np.random.default_rng(args.seed)), "report")
-    subset = library_subset(args.dataset, origins, series, args.lib_origins, args.lib_nodes, args.seed)
     h = round(max(HORIZONS_S) / STEP_S)
-    # origins in a random order, every model at each: whatever finishes in time is a balanced subset
-    order = np.random.default_rng(args.seed).permutation(sorted(subset))
-    for origin in order:
-        hist, _ = live_at(series, float(origin))
-        hist = [s for s in hist if s.key in subset[float(origin)]]
-        grid = resample(hist, float(origin), robust=False)
+    queues = []
+    for ds in datasets:
+        series = load(ds, "report", args.vms)
+        origins = split_origins(series, pick_origins(series, args.origins, np.random.default_rng(args.seed)), "report")
+        subset = library_subset(ds, origins, series, args.lib_origins, args.lib_nodes, args.seed)
+        # origins in a random order, every model at each: whatever finishes in time is a balanced subset
+        order = np.random.default_rng(args.seed).permutation(sorted(subset))
+        queues.append([(ds, series, subset, float(o)) for o in order])
+    # one origin of each dataset in turn, so a run stopped early has fitted all datasets alike
+    for ds, series, subset, origin in (job for rnd in zip_longest(*queues) for job in rnd if job is not None):
+        hist, _ = live_at(series, origin)
+        hist = [s for s in hist if s.key in subset[origin]]
+        grid = resample(hist, origin, robust=False)
         keys = [f"{s.key}/{s.resource}" for s in hist]
         for name in LIB_MODELS:
-            path = cache_path(cache, args.dataset, float(origin), name)
+            path = cache_path(cache, ds, origin, name)
             if path.exists():
                 continue
             res = fit_library(grid, keys, h, name)
             np.savez(path, **res)
-            print(f"{args.dataset} {origin:.0f} {name}: {len(keys)} series, {float(res['seconds']):.1f} s",
+            print(f"{ds} {origin:.0f} {name}: {len(keys)} series, {float(res['seconds']):.1f} s",
                   file=sys.stderr, flush=True)
     return 0
 
