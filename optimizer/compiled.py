@@ -40,6 +40,9 @@ class SolverOptions:
     full_model_limit: int = 40_000
     lns_nodes: int = 48
     lns_step_s: float = 3.0
+    # The LP relaxation's bound (and gap) of a plan CP-SAT gave none for: reporting only, the placement does
+    # not depend on it. A caller that never reads bound or gap (the trace replay) may skip its cost.
+    lp_bound: bool = True
 
 
 @dataclass

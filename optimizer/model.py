@@ -110,11 +110,11 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     else:
         result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
-    return finish(comp, problem, result, policy, floor_x, t0)
+    return finish(comp, problem, result, policy, floor_x, t0, options.lp_bound)
 
 
 def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, policy: str, floor_x: np.ndarray | None,
-           t0: float) -> SolveResult:
+           t0: float, lp_bound: bool = True) -> SolveResult:
     """Hold ``result`` to the exact rule (in place), fall back to ``floor_x`` when it is still worse, and
     fill in risk, headroom, violations, nodes used and wall time."""
     removed, back = hold_to_exact(comp, result.x, result.unplaced, problem.u_star, problem.eps, policy)
@@ -131,7 +131,7 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
         result.unplaced = comp.counts - floor_x.sum(axis=1)
         result.objective = result.bound = result.gap = math.nan
         result.status = "FEASIBLE"  # a feasible plan, whatever CP-SAT ended with (e.g. UNKNOWN: out of time)
-    if math.isnan(result.bound):
+    if math.isnan(result.bound) and lp_bound:
         _lp_bound(comp, result, policy)
     result.risk, result.headroom, _, _ = evaluate(comp, result.x, problem.u_star)
     result.violations = int(over_bound(comp, result.x, problem.u_star, problem.eps).any(axis=0).sum())

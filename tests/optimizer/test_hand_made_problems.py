@@ -319,6 +319,18 @@ def test_decomposed_load_balance_spreads_over_empty_nodes() -> None:
     assert max(per_node(lns)) <= 3, per_node(lns)
 
 
+def test_skipping_the_lp_bound_changes_only_the_reported_bound() -> None:
+    # A decomposed binpack plan (its LNS has no time for a step here: the heuristic start, held to the exact
+    # rule) gets its bound from the LP relaxation; lp_bound=False skips that and nothing else.
+    prob = problem([node(f"n{i}", cpu=8000) for i in range(8)], [wclass("a", 500, count=16, mu_cpu=400)])
+    opts = dict(policy="binpack", time_limit_s=1.0, workers=1, full_model_limit=0, lns_nodes=4, lns_step_s=3.0)
+    with_lp = solve(prob, SolverOptions(**opts))  # type: ignore[arg-type]
+    without = solve(prob, SolverOptions(**opts, lp_bound=False))  # type: ignore[arg-type]
+    assert math.isfinite(with_lp.bound) and math.isnan(without.bound) and math.isnan(without.gap)
+    assert (with_lp.x == without.x).all() and (with_lp.unplaced == without.unplaced).all()
+    assert with_lp.nodes_used == without.nodes_used and with_lp.violations == without.violations
+
+
 def test_near_zero_mean_with_spread_does_not_crash() -> None:
     prob = problem([node("n1", cpu=4000)], [wclass("idle", 100, count=1, mu_cpu=1e-40, sd_cpu=100)])
     r = run(prob)

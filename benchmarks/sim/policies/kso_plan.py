@@ -202,7 +202,8 @@ class KsoPlanPolicy(KsoInprocPolicy):
                                      pending=pending + expected, class_usage=usage, now=wall)
         if not problem.classes:
             return
-        plan = make_plan(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01))
+        # lp_bound=False: the plan's LP bound and gap are reporting only (never read here; the placement is the same)
+        plan = make_plan(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01, lp_bound=False))
         self.cache.install(plan, f"sim step {sim.step}")
         summary = plan.summary()
         self.extra["solves"] += 1

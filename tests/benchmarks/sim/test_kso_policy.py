@@ -172,3 +172,77 @@ def test_pooled_prior_plans_a_new_class_at_the_measured_usage_over_request() -> 
     model = usage[class_key(new)]
     assert model.source == "prior" and np.isclose(model.mean["memory"], 8 * GIB * 7 / 6)
     assert np.isclose(model.std["memory"], 8 * GIB * sd[1]) and usage[class_key(seen)].mean["memory"] == 1.0
+
+
+def test_a_repeated_rejection_is_reused_and_changes_no_outcome(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two 10-core nodes each run a hog using 9 cores (90% > U*) until step 4, then 1 core; four replicas of one
+    Deployment queue from step 2: kso rejects them on both nodes until the statistics cool down (no bind or
+    release in between: only new statistics change the answer). In-process, a replica asked again with nothing
+    changed reuses the rejection: the replay is the same as asking every time, with fewer calls."""
+    from benchmarks.sim.policies import kso_extender
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    steps = 12
+    pods = [(2000.0, 0, steps, "")] * 2 + [(1000.0, 2, steps, "web")] * 4
+    usage = np.full((len(pods), steps, 2), 0.5, dtype=np.float32)
+    usage[:2, :4, 0] = 4.5  # the hogs: 9 of 10 cores, then 1 core from step 4
+    base = two_nodes(steps)
+    s = Scenario("kso-repeat", 300.0, steps, base.node_names, base.node_cpu, base.node_memory,
+                 [f"p{i}" for i in range(len(pods))], np.array([p[0] for p in pods]), np.full(len(pods), GIB),
+                 np.array([p[1] for p in pods]), np.array([p[2] for p in pods]), usage,
+                 pod_owner=[p[3] for p in pods])
+
+    def replay() -> tuple[KsoInprocPolicy, dict[str, object]]:
+        policy = KsoInprocPolicy(seed=0, stats="window")
+        res = run(s, policy)
+        placed = {p.name: (s.node_names[p.node] if p.node >= 0 else None, p.bound_step) for p in res.pods}
+        m = compute(res)
+        metrics = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in m.__dict__.items()
+                   if k not in ("wall_s", "extra", "latency_ms")}
+        return policy, {"placed": placed, "metrics": metrics}
+
+    reused, got = replay()
+    monkeypatch.setattr(kso_extender, "PURE_FILTERS", frozenset())  # every call made
+    asked, want = replay()
+    assert got == want
+    assert all(node is not None and step >= 5 for node, step in list(got["placed"].values())[2:])  # type: ignore[union-attr]
+    assert reused.extra["filter_repeats"] >= 6 and "filter_repeats" not in asked.extra
+    assert reused.extra["filter_calls"] == asked.extra["filter_calls"]
+    assert reused.extra["filtered_out"] == asked.extra["filtered_out"]
+    assert len(asked.latencies["filter"]) - len(reused.latencies["filter"]) == reused.extra["filter_repeats"]
+
+
+def test_rejections_are_reused_over_the_rotating_node_sample(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """120 hot nodes: kube-scheduler's sampling offers each call 100 of them, a different window each time.
+    Once a replica's rejections cover a call's nodes, that call is answered without asking (same answers,
+    same sampling); new statistics (observe) end the reuse and the next replica is placed."""
+    from benchmarks.sim.policies import kso_extender
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    n = 120
+    s = Scenario("kso-hot-120", 300.0, 8, [f"n{i}" for i in range(n)], np.full(n, 10000.0), np.full(n, 16 * GIB),
+                 [], np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 8, 2)))
+    replicas = [SimPod(i, f"web-{i}", f"uid-web-{i}", 1000, GIB, 3, 8, owner="web") for i in range(6)]
+
+    def ask(reuse: bool) -> tuple[list[str | None], KsoInprocPolicy]:
+        if not reuse:
+            monkeypatch.setattr(kso_extender, "PURE_FILTERS", frozenset())
+        view = SimView(s)
+        view.step = 3
+        view._usage[:, :3] = [9500, 2 * GIB]  # every node at 95% cpu
+        policy = KsoInprocPolicy(seed=0, stats="window")
+        policy.setup(view)
+        policy.observe(view)
+        out = [policy.place(p, view) for p in replicas]
+        view._usage[:, :3] = [1000, 2 * GIB]  # cooled down: the next statistics pass the nodes
+        policy.observe(view)
+        out.append(policy.place(replicas[0], view))
+        out.append(str(policy.framework.next_start))
+        return out, policy
+
+    got, reused = ask(True)
+    want, asked = ask(False)
+    assert got == want and got[:6] == [None] * 6 and got[6] is not None
+    assert reused.extra["filter_repeats"] >= 3  # 100-node windows of 120 nodes: covered after two calls
+    assert reused.extra["filter_calls"] == asked.extra["filter_calls"] == 7
+    assert reused.extra["filtered_out"] == asked.extra["filtered_out"]
