@@ -99,8 +99,9 @@ def test_a_bind_waiting_past_the_limit_is_refused_and_not_posted(
             took, body = f.result(10)
             assert body["Error"].startswith(f"binding pod {ns}/{name} to {NODE}: not bound by kso: waited 0.")
             assert "KSO_BIND_MAX_WAIT_S (0.5 s" in body["Error"]
-            # Answered at the limit, while the thread is still busy: not when it frees.
-            assert 0.5 <= took < 2.0, took
+            # Answered at the limit, while the thread is still busy (it frees only at go, below): not when it
+            # frees. The upper margin is wide for a loaded CI machine; the held thread is what proves the point.
+            assert 0.5 <= took < 8.0, took
         assert not first.done()
         binder.go.set()
         assert first.result(10)[1] == {"Error": ""}
@@ -137,7 +138,7 @@ def test_binds_beyond_the_waiting_bound_are_refused_at_once(control_plane: Any, 
         took, body = bind(port, ns, "extra")
         assert body["Error"].startswith(f"binding pod {ns}/extra to {NODE}: not bound by kso: 2 binds already wait "
                                         "for a bind thread (binds take 0 ms; at most 2 wait")
-        assert took < 1.0
+        assert took < 8.0  # at once: well under KSO_BIND_MAX_WAIT_S (20 s), with room for a loaded CI machine
         binder.go.set()
         assert [f.result(10)[1] for f in (first, *waiting)] == [{"Error": ""}] * 3
         assert {n: node_of(core, ns, n) for n in ("slow", "w1", "w2", "extra")} == {

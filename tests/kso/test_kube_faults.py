@@ -241,7 +241,7 @@ def test_stop_is_prompt_while_watching(server: StandinApiServer) -> None:
     assert server.wait_for_watches(2)
     started = time.monotonic()
     assert watcher.stop(5)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 3.0  # prompt: the watch itself would run 60 s
 
 
 def test_stop_without_start() -> None:
