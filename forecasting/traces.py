@@ -81,9 +81,12 @@ def _read_first_keys(path: Path, key: str, usecols: list[str], dtypes: dict[str,
     chunks: list[pd.DataFrame] = []
     seen: dict[str, None] = {}  # insertion-ordered set: file order decides which n keys are "first"
     wanted = set(nodes) if nodes else None
-    # round_trip: correctly rounded floats whatever the pandas version (its default "high" parser is off by
-    # an ulp on values like 1121.6331225000001, which changed the committed excerpt between versions).
-    opts = {"usecols": usecols, "dtype": dtypes, "skiprows": skip, "float_precision": "round_trip"}
+    # round_trip: correctly rounded floats (pandas 2's default "high" parser is off by an ulp on values like
+    # 1121.6331225000001, which changed the committed excerpt between versions). pandas 3 parses them
+    # correctly by default and deprecates the option (Pandas4Warning), so it is asked for only before 3.
+    opts: dict[str, object] = {"usecols": usecols, "dtype": dtypes, "skiprows": skip}
+    if int(pd.__version__.split(".", 1)[0]) < 3:
+        opts["float_precision"] = "round_trip"
     if n is None and wanted is None:
         return pd.read_csv(path, **opts)  # type: ignore[call-overload]
     reader = pd.read_csv(path, chunksize=200_000, **opts)  # type: ignore[call-overload]
