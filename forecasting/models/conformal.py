@@ -30,7 +30,7 @@ from forecasting.models._base import (
     horizon_bins,
     note_fallback,
 )
-from forecasting.models.ewma import ewma_filter
+from forecasting.models.ewma import EWMAForecaster, ewma_filter
 from forecasting.models.last_value import LastValueForecaster
 from forecasting.types import NodeForecast, UtilisationSeries
 
@@ -78,6 +78,13 @@ FLOOR_FROM_Q = 0.9
 # is spread over ~1,000 bins: the term is near 0. The factor was chosen on the tuning part and the young-task
 # set (benchmarks/README.md, Forecast accuracy).
 CAP_TREND = 2.0
+# Adaptive level (opt-in, ``aci_gain`` > 0; issue 15 session 9): the quantile level of each series moves with its
+# recent miscoverage, as adaptive conformal inference's alpha_t does in steady state: level_q = q + aci_gain x
+# (m_q - (1 - q)), m_q = the share of the newest ``aci_recent_bins`` origins' scores above the window's
+# q-quantile (a fall below 1 - q scaled by ``aci_narrow``), clipped to [q - 5 (1 - q), 0.998] (aci_quantiles).
+SCALE_CHOICE_STRIDE = 4  # the scale choice scores every 4th origin of the window (neighbours' scores overlap)
+ACI_RECENT_BINS = 144  # 12 h of origins
+ACI_LEVEL_GRID = (0.80, 0.85, 0.90, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995, 0.998)
 
 
 # rank k = ceil((n + 1) q) (1-based) of n sorted scores, capped at n: the split-conformal quantile
@@ -106,22 +113,26 @@ def score_window(n: int, h: int, window_bins: int) -> tuple[int, int]:
 
 
 def residual_scores(
-    grid: Grid, points: np.ndarray, h: int, window_bins: int, burn_in: int, sigma: np.ndarray | None = None
+    grid: Grid, points: np.ndarray, h: int, window_bins: int, burn_in: int, sigma: np.ndarray | None = None,
+    stride: int = 1,
 ) -> np.ndarray:
-    """Scores r_{t,j} = (y_{t+j} - point_t) / sigma_t over the last ``window_bins`` origins with a complete future,
-    shape (S, W * h); NaN where the origin is in the model's burn-in or y_{t+j} was not observed."""
+    """Scores r_{t,j} = (y_{t+j} - point_t) / sigma_t over the last ``window_bins`` origins with a complete future
+    (every ``stride``-th of them, the newest included), shape (S, W * h); NaN where the origin is in the model's
+    burn-in or y_{t+j} was not observed."""
     v = grid.values
     S, n = v.shape
     lo, hi = score_window(n, h, window_bins)
     if hi <= lo:
         return np.full((S, 0), np.nan)
-    ok_origin = (np.arange(lo, hi)[None, :] >= (grid.start + burn_in)[:, None]) & np.isfinite(points[:, lo:hi])
+    lo += (hi - 1 - lo) % stride
+    cols = np.arange(lo, hi, stride)
+    ok_origin = (cols[None, :] >= (grid.start + burn_in)[:, None]) & np.isfinite(points[:, lo:hi:stride])
     # (S, h, W) so every write below is contiguous; the pooled order of scores does not matter
-    out = np.empty((S, h, hi - lo))
-    scale = np.ones((S, hi - lo)) if sigma is None else sigma[:, lo:hi]
+    out = np.empty((S, h, len(cols)))
+    scale = np.ones((S, len(cols))) if sigma is None else sigma[:, lo:hi:stride]
     for j in range(1, h + 1):
-        r = (v[:, lo + j : hi + j] - points[:, lo:hi]) / scale
-        out[:, j - 1, :] = np.where(ok_origin & grid.observed[:, lo + j : hi + j], r, np.nan)
+        r = (v[:, lo + j : hi + j : stride] - points[:, lo:hi:stride]) / scale
+        out[:, j - 1, :] = np.where(ok_origin & grid.observed[:, lo + j : hi + j : stride], r, np.nan)
     return out.reshape(S, -1)
 
 
@@ -186,6 +197,42 @@ def history_cap(grid: Grid, point: np.ndarray, rank: int, lift_bins: int = 0, tr
     return np.maximum(cap, point)
 
 
+# m_q = share of the newest R origins' finite scores above the window's q-quantile Q_q;
+# level_q = clip(q + gain x (m_q - (1 - q)), ...), then Q at level_q interpolated on ACI_LEVEL_GRID
+def aci_quantiles(scores: np.ndarray, qscore: np.ndarray, h: int, gain: float, recent_bins: int,
+                  narrow: float = 1.0) -> np.ndarray:
+    """Score quantiles at per-series levels that follow the recent miscoverage (adaptive conformal inference's
+    steady state): a series whose band missed more than 1 - q of its newest ``recent_bins`` origins' values gets a
+    higher level, one that missed fewer a lower one (scaled by ``narrow``; 0 = widen only)."""
+    S, m = scores.shape
+    if m == 0:
+        return qscore
+    W = m // h
+    recent = scores.reshape(S, h, W)[:, :, max(W - recent_bins, 0):].reshape(S, -1)
+    fin = np.isfinite(recent)
+    nr = np.maximum(fin.sum(axis=1), 1)
+    grid = np.array(ACI_LEVEL_GRID)
+    gq, _ = conformal_quantiles(scores, ACI_LEVEL_GRID)  # (S, G)
+    out = qscore.copy()
+    for i, q in enumerate(QUANTILES):
+        if q < 0.9:
+            continue
+        miss = (np.where(fin, recent, -np.inf) > qscore[:, i : i + 1]).sum(axis=1) / nr
+        d = miss - (1.0 - q)
+        d = np.where(d < 0, narrow * d, d)
+        lo_level = max(grid[0], q - 5.0 * (1.0 - q))
+        level = np.clip(q + gain * d, lo_level, grid[-1])
+        level = np.where(fin.sum(axis=1) >= MIN_SCORES, level, q)
+        # linear interpolation of each row's quantile curve at its level
+        k = np.clip(np.searchsorted(grid, level, side="right") - 1, 0, len(grid) - 2)
+        w = (level - grid[k]) / (grid[k + 1] - grid[k])
+        rows = np.arange(S)
+        lo_v, hi_v = gq[rows, k], gq[rows, k + 1]
+        both = np.isfinite(lo_v) & np.isfinite(hi_v)
+        out[:, i] = np.where(both & (level != q), lo_v + w * (hi_v - lo_v), qscore[:, i])
+    return np.maximum.accumulate(out, axis=1)
+
+
 def score_std(scores: np.ndarray) -> np.ndarray:
     """Standard deviation of each row's finite scores, 0 with fewer than two."""
     fin = np.isfinite(scores)
@@ -209,9 +256,23 @@ class ConformalForecaster(GridForecaster):
         cap_lift_horizons: float = CAP_LIFT_HORIZONS,
         p99_cap_rank: int | None = P99_CAP_RANK,
         cap_trend: float = CAP_TREND,
+        aci_gain: float = 0.0,
+        aci_recent_bins: float = ACI_RECENT_BINS,
+        aci_narrow: float = 1.0,
+        alt_half_life_bins: float = 0.0,
+        alt_margin: float = 0.0,
+        alt2_half_life_bins: float = 0.0,
+        fallback_half_life: float | None = None,
     ) -> None:
+        self.fallback_half_life = fallback_half_life
         self.base = base
-        self.window_bins = window_bins
+        self.alt_half_life_bins = alt_half_life_bins
+        self.alt_margin = alt_margin
+        self.alt2_half_life_bins = alt2_half_life_bins
+        self.aci_gain = aci_gain
+        self.aci_recent_bins = int(aci_recent_bins)
+        self.aci_narrow = aci_narrow
+        self.window_bins = int(window_bins)
         self.scale_half_life_bins = scale_half_life_bins
         self.cap_rank = cap_rank
         self.floor_last = floor_last
@@ -238,9 +299,7 @@ class ConformalForecaster(GridForecaster):
             sub = grid.subset(short)
             sub_series = [series[i] for i in short]
             if self.fallback is not None and sub.n_obs.max(initial=0) > 0:
-                cal = ConformalForecaster(self.fallback(), self.window_bins, self.scale_half_life_bins, self.cap_rank,
-                                          self.floor_last, self.cap_lift_horizons, self.p99_cap_rank,
-                                          self.cap_trend)
+                cal = self._short_calibrator()
                 fcs = cal.forecast_grid(sub, sub_series, horizon_s)
                 note_fallback(fcs, sub.history_bins, self.name.removesuffix("+conformal"), self.min_bins)
             else:
@@ -248,6 +307,21 @@ class ConformalForecaster(GridForecaster):
             for r, fc in zip(short, fcs, strict=True):
                 result[r] = fc
         return [fc for fc in result if fc is not None]
+
+    def _short_calibrator(self) -> ConformalForecaster:
+        """The same calibration (every setting of this one) around the fallback model, for short histories."""
+        assert self.fallback is not None
+        fb: GridForecaster
+        if self.fallback_half_life is None:
+            fb = self.fallback()
+        elif self.fallback_half_life > 0:
+            fb = EWMAForecaster(half_life_bins=self.fallback_half_life)
+        else:
+            fb = LastValueForecaster()
+        cal = ConformalForecaster.__new__(ConformalForecaster)  # a plain calibration, also under a subclass
+        cal.__dict__.update(self.__dict__)
+        cal.base, cal.name, cal.min_bins, cal.fallback = fb, f"{fb.name}+conformal", fb.min_bins, fb.fallback
+        return cal
 
     # mean = point_T;  q_p = min(cap, point_T + sigma_T r_(ceil((n+1) p))) with r = (y_{t+j} - point_t) / sigma_t
     # and cap = history_cap, then q_p = max(q_p, y_T) for p >= FLOOR_FROM_Q (see bound_quantiles);
@@ -265,6 +339,11 @@ class ConformalForecaster(GridForecaster):
         )
         scores = residual_scores(grid, points, h, self.window_bins, burn_in, sigma)
         qscore, n = conformal_quantiles(scores)
+        alts = [a for a in (self.alt_half_life_bins, self.alt2_half_life_bins) if a > 0]
+        if alts and self.scale_half_life_bins is not None and scores.shape[1]:
+            sigma, qscore = self._choose_scale(grid, points, h, burn_in, sigma, scores, qscore, alts)
+        if self.aci_gain > 0:
+            qscore = aci_quantiles(scores, qscore, h, self.aci_gain, self.aci_recent_bins, self.aci_narrow)
         q = point[:, None] + sigma[:, -1:] * qscore
         std = np.zeros(len(point))  # replaced by the band's spread in assemble
         notes: list[list[str]] = [[] for _ in series]
@@ -291,6 +370,36 @@ class ConformalForecaster(GridForecaster):
 
     def rolling_points(self, grid: Grid, h: int) -> np.ndarray:
         return self.base.rolling_points(grid, h)
+
+    # per series: the half-life whose calibrated p95 had the lowest pinball over the window's origins (every
+    # SCALE_CHOICE_STRIDE-th), an alternative only if lower by more than alt_margin; chosen rows recalibrated
+    def _choose_scale(self, grid: Grid, points: np.ndarray, h: int, burn_in: int, sigma: np.ndarray,
+                      scores: np.ndarray, qscore: np.ndarray, alts: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        S, n = grid.values.shape
+        k = SCALE_CHOICE_STRIDE
+        lo, hi = score_window(n, h, self.window_bins)
+        off = (hi - 1 - lo) % k
+        W = hi - lo
+        sub = scores.reshape(S, h, W)[:, :, off::k].reshape(S, -1)
+        best = window_pinball(sub, qscore[:, 2], sigma[:, lo + off : hi : k], h)
+        choice = np.zeros(S, dtype=np.int64)
+        for i, a in enumerate(alts, start=1):
+            sig2 = local_scale(grid.values, a)
+            sc2 = residual_scores(grid, points, h, self.window_bins, burn_in, sig2, stride=k)
+            q2, n2 = conformal_quantiles(sc2, (0.95,))
+            loss2 = window_pinball(sc2, q2[:, 0], sig2[:, lo + off : hi : k], h)
+            better = (loss2 < (1.0 - self.alt_margin) * best) & (n2 * k >= MIN_SCORES)
+            best = np.where(better, loss2, best)
+            choice = np.where(better, i, choice)
+        sigma, qscore = sigma.copy(), qscore.copy()
+        for i, a in enumerate(alts, start=1):
+            rows = np.flatnonzero(choice == i)
+            if rows.size:
+                g = grid.subset(rows)
+                sig2 = local_scale(g.values, a)
+                q2, _ = conformal_quantiles(residual_scores(g, points[rows], h, self.window_bins, burn_in, sig2))
+                sigma[rows], qscore[rows] = sig2, q2
+        return sigma, qscore
 
     # q_p = min(q_p, cap) (cap = history_cap: rank CAP_RANK for p50-p95, P99_CAP_RANK for p99; both lifted by
     # the climb over the last CAP_LIFT_HORIZONS x h bins or CAP_TREND x the average climb), then

@@ -405,3 +405,29 @@ def test_no_lift_when_the_weeks_top_values_are_old() -> None:
     assert quantiles(lifted) == quantiles(unlifted)
     assert lifted.p95 <= float(np.sort(y)[-6]) + 1e-9
     assert lifted.p99 <= float(y.max()) + 1e-9
+
+
+def test_each_series_gets_the_volatility_memory_that_fits_it() -> None:
+    """The calibration's local scale: per series, the half-life (1 h, or 15 min / 3 h) whose calibrated p95 had the
+    lowest pinball over the window (an alternative only if lower by more than alt_margin). A series with a
+    10-minute burst every 3 h is not served best by the 1-h memory, which swings with every burst (here the 3-h
+    one wins); steady noise keeps the 1-h default; each chosen band is exactly the band of the model with that
+    half-life fixed. Without the choice the bursty series would keep the 1-h band."""
+    rng = np.random.default_rng(3)
+    n = 6 * 288
+    calm = 0.4 + 0.01 * rng.standard_normal(n)
+    bursty = 0.3 + 0.005 * rng.standard_normal(n)
+    for s in range(0, n - 2, 37):  # a 10-minute burst every ~3 h
+        bursty[s : s + 2] += 0.3 * rng.random()
+    series = [grid_series(calm, key="calm"), grid_series(bursty, key="bursty")]
+    kw = {"alt_half_life_bins": 3.0, "alt2_half_life_bins": 36.0, "alt_margin": 0.05}
+    chosen = get_forecaster("holt-winters+conformal", **kw).forecast_many(series, 3600.0)
+    fixed = {hl: get_forecaster("holt-winters+conformal", scale_half_life_bins=hl, alt_half_life_bins=0.0,
+                                alt2_half_life_bins=0.0).forecast_many(series, 3600.0) for hl in (12.0, 3.0, 36.0)}
+    picks = [[hl for hl, fcs in fixed.items() if np.allclose(quantiles(fcs[i]), quantiles(chosen[i]))]
+             for i in range(len(series))]
+    assert all(picks), picks
+    assert 12.0 in picks[0]  # the steady series keeps the 1-h memory
+    assert 12.0 not in picks[1]  # the bursty one does not
+    for fc in chosen:
+        assert_sane(fc)
