@@ -78,13 +78,18 @@ FLOOR_FROM_Q = 0.9
 # is spread over ~1,000 bins: the term is near 0. The factor was chosen on the tuning part and the young-task
 # set (benchmarks/README.md, Forecast accuracy).
 CAP_TREND = 2.0
-# Adaptive level (opt-in, ``aci_gain`` > 0; issue 15 session 9): the quantile level of each series moves with its
-# recent miscoverage, as adaptive conformal inference's alpha_t does in steady state: level_q = q + aci_gain x
-# (m_q - (1 - q)), m_q = the share of the newest ``aci_recent_bins`` origins' scores above the window's
-# q-quantile (a fall below 1 - q scaled by ``aci_narrow``), clipped to [q - 5 (1 - q), 0.998] (aci_quantiles).
-SCALE_CHOICE_STRIDE = 4  # the scale choice scores every 4th origin of the window (neighbours' scores overlap)
-ACI_RECENT_BINS = 144  # 12 h of origins
-ACI_LEVEL_GRID = (0.80, 0.85, 0.90, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995, 0.998)
+# The local scale's memory is chosen per series: SCALE_HALF_LIFE_BINS, or one of ALT_HALF_LIVES_BINS (15 min, 3 h)
+# if its calibrated p95 had a pinball loss over the window's origins lower by more than ALT_MARGIN (window_pinball,
+# every SCALE_CHOICE_STRIDE-th origin: neighbouring origins share most of their future values, and the full
+# criterion made the 1,000-node call 4x slower). Why: one memory does not fit every series; a series with short
+# bursts every few hours or a calm one that steps are served by another than 1 h. Tuning part (session 9,
+# benchmarks/README.md, Forecast accuracy): Bitbrains pin95 -1.2 to -6.6 %, Alibaba -1.2 to +0.3 %, Google -0.1
+# to -1.7 % (within the bootstrap noise), coverage within 0.1 point; with a 5 % margin Bitbrains gained more
+# (-2.8 to -11.4 %) but Alibaba memory lost 1 % beyond the noise; a single global 15-min memory cost Bitbrains
+# +9 to +18 %.
+ALT_HALF_LIVES_BINS = (3.0, 36.0)
+ALT_MARGIN = 0.1
+SCALE_CHOICE_STRIDE = 4
 
 
 # rank k = ceil((n + 1) q) (1-based) of n sorted scores, capped at n: the split-conformal quantile
@@ -197,42 +202,6 @@ def history_cap(grid: Grid, point: np.ndarray, rank: int, lift_bins: int = 0, tr
     return np.maximum(cap, point)
 
 
-# m_q = share of the newest R origins' finite scores above the window's q-quantile Q_q;
-# level_q = clip(q + gain x (m_q - (1 - q)), ...), then Q at level_q interpolated on ACI_LEVEL_GRID
-def aci_quantiles(scores: np.ndarray, qscore: np.ndarray, h: int, gain: float, recent_bins: int,
-                  narrow: float = 1.0) -> np.ndarray:
-    """Score quantiles at per-series levels that follow the recent miscoverage (adaptive conformal inference's
-    steady state): a series whose band missed more than 1 - q of its newest ``recent_bins`` origins' values gets a
-    higher level, one that missed fewer a lower one (scaled by ``narrow``; 0 = widen only)."""
-    S, m = scores.shape
-    if m == 0:
-        return qscore
-    W = m // h
-    recent = scores.reshape(S, h, W)[:, :, max(W - recent_bins, 0):].reshape(S, -1)
-    fin = np.isfinite(recent)
-    nr = np.maximum(fin.sum(axis=1), 1)
-    grid = np.array(ACI_LEVEL_GRID)
-    gq, _ = conformal_quantiles(scores, ACI_LEVEL_GRID)  # (S, G)
-    out = qscore.copy()
-    for i, q in enumerate(QUANTILES):
-        if q < 0.9:
-            continue
-        miss = (np.where(fin, recent, -np.inf) > qscore[:, i : i + 1]).sum(axis=1) / nr
-        d = miss - (1.0 - q)
-        d = np.where(d < 0, narrow * d, d)
-        lo_level = max(grid[0], q - 5.0 * (1.0 - q))
-        level = np.clip(q + gain * d, lo_level, grid[-1])
-        level = np.where(fin.sum(axis=1) >= MIN_SCORES, level, q)
-        # linear interpolation of each row's quantile curve at its level
-        k = np.clip(np.searchsorted(grid, level, side="right") - 1, 0, len(grid) - 2)
-        w = (level - grid[k]) / (grid[k + 1] - grid[k])
-        rows = np.arange(S)
-        lo_v, hi_v = gq[rows, k], gq[rows, k + 1]
-        both = np.isfinite(lo_v) & np.isfinite(hi_v)
-        out[:, i] = np.where(both & (level != q), lo_v + w * (hi_v - lo_v), qscore[:, i])
-    return np.maximum.accumulate(out, axis=1)
-
-
 def score_std(scores: np.ndarray) -> np.ndarray:
     """Standard deviation of each row's finite scores, 0 with fewer than two."""
     fin = np.isfinite(scores)
@@ -256,12 +225,9 @@ class ConformalForecaster(GridForecaster):
         cap_lift_horizons: float = CAP_LIFT_HORIZONS,
         p99_cap_rank: int | None = P99_CAP_RANK,
         cap_trend: float = CAP_TREND,
-        aci_gain: float = 0.0,
-        aci_recent_bins: float = ACI_RECENT_BINS,
-        aci_narrow: float = 1.0,
-        alt_half_life_bins: float = 0.0,
-        alt_margin: float = 0.0,
-        alt2_half_life_bins: float = 0.0,
+        alt_half_life_bins: float = ALT_HALF_LIVES_BINS[0],
+        alt_margin: float = ALT_MARGIN,
+        alt2_half_life_bins: float = ALT_HALF_LIVES_BINS[1],
         fallback_half_life: float | None = None,
     ) -> None:
         self.fallback_half_life = fallback_half_life
@@ -269,9 +235,6 @@ class ConformalForecaster(GridForecaster):
         self.alt_half_life_bins = alt_half_life_bins
         self.alt_margin = alt_margin
         self.alt2_half_life_bins = alt2_half_life_bins
-        self.aci_gain = aci_gain
-        self.aci_recent_bins = int(aci_recent_bins)
-        self.aci_narrow = aci_narrow
         self.window_bins = int(window_bins)
         self.scale_half_life_bins = scale_half_life_bins
         self.cap_rank = cap_rank
@@ -342,8 +305,6 @@ class ConformalForecaster(GridForecaster):
         alts = [a for a in (self.alt_half_life_bins, self.alt2_half_life_bins) if a > 0]
         if alts and self.scale_half_life_bins is not None and scores.shape[1]:
             sigma, qscore = self._choose_scale(grid, points, h, burn_in, sigma, scores, qscore, alts)
-        if self.aci_gain > 0:
-            qscore = aci_quantiles(scores, qscore, h, self.aci_gain, self.aci_recent_bins, self.aci_narrow)
         q = point[:, None] + sigma[:, -1:] * qscore
         std = np.zeros(len(point))  # replaced by the band's spread in assemble
         notes: list[list[str]] = [[] for _ in series]
