@@ -9,7 +9,8 @@ point_T + sigma_T * (empirical q-quantile of the scores) is exceeded by a fracti
 
 sigma_t is the recent 5-minute volatility (locally adaptive / normalised conformal): with it the band is
 narrow in calm stretches and wide in bursts, which lowered the p95 pinball loss on Bitbrains by ~5 %
-at equal coverage. ``scale_half_life_bins=None`` gives plain residuals (sigma = 1), i.e. point + residual
+at equal coverage; its memory is chosen per series (1 h, 15 min or 3 h: ALT_HALF_LIVES_BINS, _choose_scale).
+``scale_half_life_bins=None`` gives plain residuals (sigma = 1), i.e. point + residual
 quantile. Scores within a window are correlated, so the guarantee is approximate; the benchmark
 measures the coverage.
 """
