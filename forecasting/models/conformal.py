@@ -230,8 +230,10 @@ class ConformalForecaster(GridForecaster):
         alt_margin: float = ALT_MARGIN,
         alt2_half_life_bins: float = ALT_HALF_LIVES_BINS[1],
         fallback_half_life: float | None = None,
+        fallback_cpu_half_life: float | None = None,
     ) -> None:
         self.fallback_half_life = fallback_half_life
+        self.fallback_cpu_half_life = fallback_cpu_half_life
         self.base = base
         self.alt_half_life_bins = alt_half_life_bins
         self.alt_margin = alt_margin
@@ -263,8 +265,17 @@ class ConformalForecaster(GridForecaster):
             sub = grid.subset(short)
             sub_series = [series[i] for i in short]
             if self.fallback is not None and sub.n_obs.max(initial=0) > 0:
-                cal = self._short_calibrator()
-                fcs = cal.forecast_grid(sub, sub_series, horizon_s)
+                # cpu rows may take their own fallback centre (fallback_cpu_half_life; session 9 candidate)
+                cpu = np.array([s.resource == "cpu" for s in sub_series]) & (self.fallback_cpu_half_life is not None)
+                fcs_by: list[NodeForecast | None] = [None] * len(sub_series)
+                for part, hl in ((~cpu, self.fallback_half_life), (cpu, self.fallback_cpu_half_life)):
+                    idx = np.flatnonzero(part)
+                    if idx.size:
+                        part_fcs = self._short_calibrator(hl).forecast_grid(
+                            sub.subset(idx), [sub_series[i] for i in idx], horizon_s)
+                        for i, fc in zip(idx, part_fcs, strict=True):
+                            fcs_by[i] = fc
+                fcs = [fc for fc in fcs_by if fc is not None]
                 note_fallback(fcs, sub.history_bins, self.name.removesuffix("+conformal"), self.min_bins)
             else:
                 fcs = self.base.forecast_grid(sub, sub_series, horizon_s)
@@ -272,14 +283,15 @@ class ConformalForecaster(GridForecaster):
                 result[r] = fc
         return [fc for fc in result if fc is not None]
 
-    def _short_calibrator(self) -> ConformalForecaster:
-        """The same calibration (every setting of this one) around the fallback model, for short histories."""
+    def _short_calibrator(self, half_life: float | None) -> ConformalForecaster:
+        """The same calibration (every setting of this one) around the fallback model, for short histories;
+        ``half_life``: None = the base model's fallback, 0 = the last value, else an EWMA with that half-life."""
         assert self.fallback is not None
         fb: GridForecaster
-        if self.fallback_half_life is None:
+        if half_life is None:
             fb = self.fallback()
-        elif self.fallback_half_life > 0:
-            fb = EWMAForecaster(half_life_bins=self.fallback_half_life)
+        elif half_life > 0:
+            fb = EWMAForecaster(half_life_bins=half_life)
         else:
             fb = LastValueForecaster()
         cal = ConformalForecaster.__new__(ConformalForecaster)  # a plain calibration, also under a subclass

@@ -431,3 +431,20 @@ def test_each_series_gets_the_volatility_memory_that_fits_it() -> None:
     assert 12.0 not in picks[1]  # the bursty one does not
     for fc in chosen:
         assert_sane(fc)
+
+
+def test_short_history_fallback_centre_can_differ_for_cpu() -> None:
+    """Benchmark candidates (issue 15, session 9): ``fallback_half_life`` sets the centre that calibrates a history too
+    short for Holt-Winters (0 = the last value), ``fallback_cpu_half_life`` the one for cpu rows only."""
+    y = 0.3 + 0.01 * (np.arange(150) % 7)
+    cpu = grid_series(y, key="a")
+    mem = UtilisationSeries("a", "memory", cpu.t, y)
+    default = get_forecaster("holt-winters+conformal").forecast_many([cpu, mem], 1800)
+    assert [fc.model for fc in default] == ["ewma+conformal", "ewma+conformal"]
+    split = get_forecaster("holt-winters+conformal", fallback_cpu_half_life=0.0).forecast_many([cpu, mem], 1800)
+    assert [fc.model for fc in split] == ["last-value+conformal", "ewma+conformal"]
+    both = get_forecaster("holt-winters+conformal", fallback_half_life=0.0).forecast_many([cpu, mem], 1800)
+    assert [fc.model for fc in both] == ["last-value+conformal", "last-value+conformal"]
+    for fc in split + both:
+        assert_sane(fc)
+        assert any("fell back" in n for n in fc.notes)
