@@ -58,13 +58,13 @@ KSO_MODELS = (
 def _factory(name: str) -> Callable[[], GridForecaster]:
     """kso models by name; ``+plain-conformal`` = split conformal of the same points without kso's local
     scale, history cap and newest-value floor; ``@no-despike`` = the model on the raw grid; ``@no-floor`` =
-    without the newest-value floor; ``@param=value`` = the registry model built with that (float) keyword, e.g.
-    ``holt-winters+conformal@trend_floor=1`` (a candidate on the tuning part)."""
+    without the newest-value floor; ``@param=value`` (repeatable: ``@a=1@b=2``) = the registry model built with
+    those (float) keywords, e.g. ``holt-winters+conformal@trend_floor=1`` (a candidate on the tuning part)."""
     base = name.removesuffix("@no-despike")
     if "@" in base and "=" in base.rsplit("@", 1)[1]:
-        reg, kw = base.rsplit("@", 1)
-        key, value = kw.split("=", 1)
-        return lambda: get_forecaster(reg, **{key: float(value)})  # type: ignore[return-value]
+        reg, *kws = base.split("@")
+        params = {k: float(v) for k, v in (kw.split("=", 1) for kw in kws)}
+        return lambda: get_forecaster(reg, **params)  # type: ignore[return-value]
     if base.endswith("@no-floor"):
         reg = base.removesuffix("@no-floor")
         return lambda: get_forecaster(reg, floor_last=False)  # type: ignore[return-value]

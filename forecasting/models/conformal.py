@@ -9,7 +9,8 @@ point_T + sigma_T * (empirical q-quantile of the scores) is exceeded by a fracti
 
 sigma_t is the recent 5-minute volatility (locally adaptive / normalised conformal): with it the band is
 narrow in calm stretches and wide in bursts, which lowered the p95 pinball loss on Bitbrains by ~5 %
-at equal coverage. ``scale_half_life_bins=None`` gives plain residuals (sigma = 1), i.e. point + residual
+at equal coverage; its memory is chosen per series (1 h, 15 min or 3 h: ALT_HALF_LIVES_BINS, _choose_scale).
+``scale_half_life_bins=None`` gives plain residuals (sigma = 1), i.e. point + residual
 quantile. Scores within a window are correlated, so the guarantee is approximate; the benchmark
 measures the coverage.
 """
@@ -30,7 +31,7 @@ from forecasting.models._base import (
     horizon_bins,
     note_fallback,
 )
-from forecasting.models.ewma import ewma_filter
+from forecasting.models.ewma import EWMAForecaster, ewma_filter
 from forecasting.models.last_value import LastValueForecaster
 from forecasting.types import NodeForecast, UtilisationSeries
 
@@ -78,6 +79,18 @@ FLOOR_FROM_Q = 0.9
 # is spread over ~1,000 bins: the term is near 0. The factor was chosen on the tuning part and the young-task
 # set (benchmarks/README.md, Forecast accuracy).
 CAP_TREND = 2.0
+# The local scale's memory is chosen per series: SCALE_HALF_LIFE_BINS, or one of ALT_HALF_LIVES_BINS (15 min, 3 h)
+# if its calibrated p95 had a pinball loss over the window's origins lower by more than ALT_MARGIN (window_pinball,
+# every SCALE_CHOICE_STRIDE-th origin: neighbouring origins share most of their future values, and the full
+# criterion made the 1,000-node call 4x slower). Why: one memory does not fit every series; a series with short
+# bursts every few hours or a calm one that steps are served by another than 1 h. Tuning part (session 9,
+# benchmarks/README.md, Forecast accuracy): Bitbrains pin95 -1.2 to -6.6 %, Alibaba -1.2 to +0.3 %, Google -0.1
+# to -1.7 % (within the bootstrap noise), coverage within 0.1 point; with a 5 % margin Bitbrains gained more
+# (-2.8 to -11.4 %) but Alibaba memory lost 1 % beyond the noise; a single global 15-min memory cost Bitbrains
+# +9 to +18 %.
+ALT_HALF_LIVES_BINS = (3.0, 36.0)
+ALT_MARGIN = 0.1
+SCALE_CHOICE_STRIDE = 4
 
 
 # rank k = ceil((n + 1) q) (1-based) of n sorted scores, capped at n: the split-conformal quantile
@@ -106,22 +119,26 @@ def score_window(n: int, h: int, window_bins: int) -> tuple[int, int]:
 
 
 def residual_scores(
-    grid: Grid, points: np.ndarray, h: int, window_bins: int, burn_in: int, sigma: np.ndarray | None = None
+    grid: Grid, points: np.ndarray, h: int, window_bins: int, burn_in: int, sigma: np.ndarray | None = None,
+    stride: int = 1,
 ) -> np.ndarray:
-    """Scores r_{t,j} = (y_{t+j} - point_t) / sigma_t over the last ``window_bins`` origins with a complete future,
-    shape (S, W * h); NaN where the origin is in the model's burn-in or y_{t+j} was not observed."""
+    """Scores r_{t,j} = (y_{t+j} - point_t) / sigma_t over the last ``window_bins`` origins with a complete future
+    (every ``stride``-th of them, the newest included), shape (S, W * h); NaN where the origin is in the model's
+    burn-in or y_{t+j} was not observed."""
     v = grid.values
     S, n = v.shape
     lo, hi = score_window(n, h, window_bins)
     if hi <= lo:
         return np.full((S, 0), np.nan)
-    ok_origin = (np.arange(lo, hi)[None, :] >= (grid.start + burn_in)[:, None]) & np.isfinite(points[:, lo:hi])
+    lo += (hi - 1 - lo) % stride
+    cols = np.arange(lo, hi, stride)
+    ok_origin = (cols[None, :] >= (grid.start + burn_in)[:, None]) & np.isfinite(points[:, lo:hi:stride])
     # (S, h, W) so every write below is contiguous; the pooled order of scores does not matter
-    out = np.empty((S, h, hi - lo))
-    scale = np.ones((S, hi - lo)) if sigma is None else sigma[:, lo:hi]
+    out = np.empty((S, h, len(cols)))
+    scale = np.ones((S, len(cols))) if sigma is None else sigma[:, lo:hi:stride]
     for j in range(1, h + 1):
-        r = (v[:, lo + j : hi + j] - points[:, lo:hi]) / scale
-        out[:, j - 1, :] = np.where(ok_origin & grid.observed[:, lo + j : hi + j], r, np.nan)
+        r = (v[:, lo + j : hi + j : stride] - points[:, lo:hi:stride]) / scale
+        out[:, j - 1, :] = np.where(ok_origin & grid.observed[:, lo + j : hi + j : stride], r, np.nan)
     return out.reshape(S, -1)
 
 
@@ -209,9 +226,19 @@ class ConformalForecaster(GridForecaster):
         cap_lift_horizons: float = CAP_LIFT_HORIZONS,
         p99_cap_rank: int | None = P99_CAP_RANK,
         cap_trend: float = CAP_TREND,
+        alt_half_life_bins: float = ALT_HALF_LIVES_BINS[0],
+        alt_margin: float = ALT_MARGIN,
+        alt2_half_life_bins: float = ALT_HALF_LIVES_BINS[1],
+        fallback_half_life: float | None = None,
+        fallback_cpu_half_life: float | None = None,
     ) -> None:
+        self.fallback_half_life = fallback_half_life
+        self.fallback_cpu_half_life = fallback_cpu_half_life
         self.base = base
-        self.window_bins = window_bins
+        self.alt_half_life_bins = alt_half_life_bins
+        self.alt_margin = alt_margin
+        self.alt2_half_life_bins = alt2_half_life_bins
+        self.window_bins = int(window_bins)
         self.scale_half_life_bins = scale_half_life_bins
         self.cap_rank = cap_rank
         self.floor_last = floor_last
@@ -238,16 +265,39 @@ class ConformalForecaster(GridForecaster):
             sub = grid.subset(short)
             sub_series = [series[i] for i in short]
             if self.fallback is not None and sub.n_obs.max(initial=0) > 0:
-                cal = ConformalForecaster(self.fallback(), self.window_bins, self.scale_half_life_bins, self.cap_rank,
-                                          self.floor_last, self.cap_lift_horizons, self.p99_cap_rank,
-                                          self.cap_trend)
-                fcs = cal.forecast_grid(sub, sub_series, horizon_s)
+                # cpu rows may take their own fallback centre (fallback_cpu_half_life; session 9 candidate)
+                cpu = np.array([s.resource == "cpu" for s in sub_series]) & (self.fallback_cpu_half_life is not None)
+                fcs_by: list[NodeForecast | None] = [None] * len(sub_series)
+                for part, hl in ((~cpu, self.fallback_half_life), (cpu, self.fallback_cpu_half_life)):
+                    idx = np.flatnonzero(part)
+                    if idx.size:
+                        part_fcs = self._short_calibrator(hl).forecast_grid(
+                            sub.subset(idx), [sub_series[i] for i in idx], horizon_s)
+                        for i, fc in zip(idx, part_fcs, strict=True):
+                            fcs_by[i] = fc
+                fcs = [fc for fc in fcs_by if fc is not None]
                 note_fallback(fcs, sub.history_bins, self.name.removesuffix("+conformal"), self.min_bins)
             else:
                 fcs = self.base.forecast_grid(sub, sub_series, horizon_s)
             for r, fc in zip(short, fcs, strict=True):
                 result[r] = fc
         return [fc for fc in result if fc is not None]
+
+    def _short_calibrator(self, half_life: float | None) -> ConformalForecaster:
+        """The same calibration (every setting of this one) around the fallback model, for short histories;
+        ``half_life``: None = the base model's fallback, 0 = the last value, else an EWMA with that half-life."""
+        assert self.fallback is not None
+        fb: GridForecaster
+        if half_life is None:
+            fb = self.fallback()
+        elif half_life > 0:
+            fb = EWMAForecaster(half_life_bins=half_life)
+        else:
+            fb = LastValueForecaster()
+        cal = ConformalForecaster.__new__(ConformalForecaster)  # a plain calibration, also under a subclass
+        cal.__dict__.update(self.__dict__)
+        cal.base, cal.name, cal.min_bins, cal.fallback = fb, f"{fb.name}+conformal", fb.min_bins, fb.fallback
+        return cal
 
     # mean = point_T;  q_p = min(cap, point_T + sigma_T r_(ceil((n+1) p))) with r = (y_{t+j} - point_t) / sigma_t
     # and cap = history_cap, then q_p = max(q_p, y_T) for p >= FLOOR_FROM_Q (see bound_quantiles);
@@ -265,6 +315,9 @@ class ConformalForecaster(GridForecaster):
         )
         scores = residual_scores(grid, points, h, self.window_bins, burn_in, sigma)
         qscore, n = conformal_quantiles(scores)
+        alts = [a for a in (self.alt_half_life_bins, self.alt2_half_life_bins) if a > 0]
+        if alts and self.scale_half_life_bins is not None and scores.shape[1]:
+            sigma, qscore = self._choose_scale(grid, points, h, burn_in, sigma, scores, qscore, alts)
         q = point[:, None] + sigma[:, -1:] * qscore
         std = np.zeros(len(point))  # replaced by the band's spread in assemble
         notes: list[list[str]] = [[] for _ in series]
@@ -291,6 +344,36 @@ class ConformalForecaster(GridForecaster):
 
     def rolling_points(self, grid: Grid, h: int) -> np.ndarray:
         return self.base.rolling_points(grid, h)
+
+    # per series: the half-life whose calibrated p95 had the lowest pinball over the window's origins (every
+    # SCALE_CHOICE_STRIDE-th), an alternative only if lower by more than alt_margin; chosen rows recalibrated
+    def _choose_scale(self, grid: Grid, points: np.ndarray, h: int, burn_in: int, sigma: np.ndarray,
+                      scores: np.ndarray, qscore: np.ndarray, alts: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        S, n = grid.values.shape
+        k = SCALE_CHOICE_STRIDE
+        lo, hi = score_window(n, h, self.window_bins)
+        off = (hi - 1 - lo) % k
+        W = hi - lo
+        sub = scores.reshape(S, h, W)[:, :, off::k].reshape(S, -1)
+        best = window_pinball(sub, qscore[:, 2], sigma[:, lo + off : hi : k], h)
+        choice = np.zeros(S, dtype=np.int64)
+        for i, a in enumerate(alts, start=1):
+            sig2 = local_scale(grid.values, a)
+            sc2 = residual_scores(grid, points, h, self.window_bins, burn_in, sig2, stride=k)
+            q2, n2 = conformal_quantiles(sc2, (0.95,))
+            loss2 = window_pinball(sc2, q2[:, 0], sig2[:, lo + off : hi : k], h)
+            better = (loss2 < (1.0 - self.alt_margin) * best) & (n2 * k >= MIN_SCORES)
+            best = np.where(better, loss2, best)
+            choice = np.where(better, i, choice)
+        sigma, qscore = sigma.copy(), qscore.copy()
+        for i, a in enumerate(alts, start=1):
+            rows = np.flatnonzero(choice == i)
+            if rows.size:
+                g = grid.subset(rows)
+                sig2 = local_scale(g.values, a)
+                q2, _ = conformal_quantiles(residual_scores(g, points[rows], h, self.window_bins, burn_in, sig2))
+                sigma[rows], qscore[rows] = sig2, q2
+        return sigma, qscore
 
     # q_p = min(q_p, cap) (cap = history_cap: rank CAP_RANK for p50-p95, P99_CAP_RANK for p99; both lifted by
     # the climb over the last CAP_LIFT_HORIZONS x h bins or CAP_TREND x the average climb), then

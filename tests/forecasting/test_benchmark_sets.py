@@ -41,6 +41,8 @@ def test_model_param_suffix_builds_the_candidate() -> None:
     assert f.name == "holt-winters+conformal" and f.cap_trend == 0.0  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="does not take"):
         _factory("holt-winters@cap_trend=1")()
+    two = _factory("holt-winters+conformal@cap_trend=0@window_bins=288")()
+    assert two.cap_trend == 0.0 and two.window_bins == 288  # type: ignore[attr-defined]
 
 
 def test_library_fits_load_from_a_directory_and_an_archive(tmp_path: Path) -> None:

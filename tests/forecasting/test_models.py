@@ -405,3 +405,46 @@ def test_no_lift_when_the_weeks_top_values_are_old() -> None:
     assert quantiles(lifted) == quantiles(unlifted)
     assert lifted.p95 <= float(np.sort(y)[-6]) + 1e-9
     assert lifted.p99 <= float(y.max()) + 1e-9
+
+
+def test_each_series_gets_the_volatility_memory_that_fits_it() -> None:
+    """The calibration's local scale: per series, the half-life (1 h, or 15 min / 3 h) whose calibrated p95 had the
+    lowest pinball over the window (an alternative only if lower by more than alt_margin). A series with a
+    10-minute burst every 3 h is not served best by the 1-h memory, which swings with every burst (here the 3-h
+    one wins); steady noise keeps the 1-h default; each chosen band is exactly the band of the model with that
+    half-life fixed. Without the choice the bursty series would keep the 1-h band."""
+    rng = np.random.default_rng(3)
+    n = 6 * 288
+    calm = 0.4 + 0.01 * rng.standard_normal(n)
+    bursty = 0.3 + 0.005 * rng.standard_normal(n)
+    for s in range(0, n - 2, 37):  # a 10-minute burst every ~3 h
+        bursty[s : s + 2] += 0.3 * rng.random()
+    series = [grid_series(calm, key="calm"), grid_series(bursty, key="bursty")]
+    kw = {"alt_half_life_bins": 3.0, "alt2_half_life_bins": 36.0, "alt_margin": 0.05}
+    chosen = get_forecaster("holt-winters+conformal", **kw).forecast_many(series, 3600.0)
+    fixed = {hl: get_forecaster("holt-winters+conformal", scale_half_life_bins=hl, alt_half_life_bins=0.0,
+                                alt2_half_life_bins=0.0).forecast_many(series, 3600.0) for hl in (12.0, 3.0, 36.0)}
+    picks = [[hl for hl, fcs in fixed.items() if np.allclose(quantiles(fcs[i]), quantiles(chosen[i]))]
+             for i in range(len(series))]
+    assert all(picks), picks
+    assert 12.0 in picks[0]  # the steady series keeps the 1-h memory
+    assert 12.0 not in picks[1]  # the bursty one does not
+    for fc in chosen:
+        assert_sane(fc)
+
+
+def test_short_history_fallback_centre_can_differ_for_cpu() -> None:
+    """Benchmark candidates (issue 15, session 9): ``fallback_half_life`` sets the centre that calibrates a history too
+    short for Holt-Winters (0 = the last value), ``fallback_cpu_half_life`` the one for cpu rows only."""
+    y = 0.3 + 0.01 * (np.arange(150) % 7)
+    cpu = grid_series(y, key="a")
+    mem = UtilisationSeries("a", "memory", cpu.t, y)
+    default = get_forecaster("holt-winters+conformal").forecast_many([cpu, mem], 1800)
+    assert [fc.model for fc in default] == ["ewma+conformal", "ewma+conformal"]
+    split = get_forecaster("holt-winters+conformal", fallback_cpu_half_life=0.0).forecast_many([cpu, mem], 1800)
+    assert [fc.model for fc in split] == ["last-value+conformal", "ewma+conformal"]
+    both = get_forecaster("holt-winters+conformal", fallback_half_life=0.0).forecast_many([cpu, mem], 1800)
+    assert [fc.model for fc in both] == ["last-value+conformal", "last-value+conformal"]
+    for fc in split + both:
+        assert_sane(fc)
+        assert any("fell back" in n for n in fc.notes)
