@@ -193,7 +193,7 @@ class Extender:
             view = self.state.view(names)
             return view if not scratch else self._with_body_nodes(view, scratch)
         view = self.state.view(args.node_names or [])
-        unknown = len(view) - int(view.known.sum())
+        unknown = 0 if view.all_known() else view.unknown
         if unknown:
             self.metrics.unknown_nodes.inc(unknown)
             log.debug("%d node(s) not in the node cache; passed unjudged", unknown)
@@ -238,7 +238,7 @@ class Extender:
         for i in np.flatnonzero(self._no_capacity(view)):
             unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
                                     f" memory {view.alloc[i, view.columns[MEMORY]]:g} bytes); kso cannot place pods there")
-        all_known = bool(view.known.all())
+        all_known = view.all_known()
         known: list[bool] | None = None
         reasons: list[dict[int, str]] = []
         notes: list[dict[int, str]] = []
@@ -293,23 +293,46 @@ class Extender:
         return reply
 
     # ---- prioritize --------------------------------------------------------------------------
-    def _scores(self, call: Call, verb: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def _scores(self, call: Call, verb: str, per_agent: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The weighted mean of the priorities, rounded half up, 0 for a node the cache does not know; with
+        ``per_agent`` also each priority's clamped scores (explain's)."""
         n = len(call.view)
-        total = np.zeros(n)
-        weight_sum = 0
-        per: dict[str, np.ndarray] = {}
+        got: list[tuple[int, str, Any]] = []
         for name, w in self.weights.items():
             s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, verb)
-            if s is None:
-                continue
-            s = clamp_scores(s)
-            per[name] = s
-            total += w * s
-            weight_sum += w
-        combined = np.floor(total / weight_sum + 0.5) if weight_sum else np.zeros(n)
+            if s is not None:
+                got.append((w, name, s))
+        if not per_agent and got and all(isinstance(s, np.ndarray) and s.dtype.kind == "i" and s.shape == (n,)
+                                         for _, _, s in got):
+            combined = self._int_combined(got, n)
+        else:
+            total = np.zeros(n)
+            weight_sum = 0
+            per: dict[str, np.ndarray] = {}
+            for w, name, s in got:
+                s = clamp_scores(s)
+                per[name] = s
+                total += w * s
+                weight_sum += w
+            combined = np.floor(total / weight_sum + 0.5) if weight_sum else np.zeros(n)
+            if per_agent:
+                combined = np.where(call.view.known, combined, 0)
+                return combined.astype(int), per
         # A node the cache does not know gets no preference: kso cannot judge it.
-        combined = np.where(call.view.known, combined, 0)
-        return combined.astype(int), per
+        if not call.view.all_known():
+            combined = np.where(call.view.known, combined, 0)
+        return combined.astype(int), {}
+
+    @staticmethod
+    def _int_combined(got: list[tuple[int, str, Any]], n: int) -> np.ndarray:
+        """_scores' floor(sum w s / sum w + 0.5) when every priority gave integers (every built-in agent does):
+        clamped to 0..MAX_PRIORITY in one array, and the weighted sum taken in integers, which is exactly the
+        float sum (integers far below 2**53, whatever the order), so the same floats are divided: ~6 numpy calls
+        instead of ~5 per priority."""
+        scores = np.array([s for _, _, s in got], dtype=np.int64)
+        np.minimum(np.maximum(scores, 0, out=scores), MAX_PRIORITY, out=scores)
+        weights = np.array([w for w, _, _ in got], dtype=np.int64)
+        return np.floor((weights @ scores) / int(weights.sum()) + 0.5)
 
     def _plan_nodes(self, call: Call) -> np.ndarray | None:
         """Nodes of the call with a free plan slot for the pod's class; None when the plan has nothing."""
@@ -336,7 +359,7 @@ class Extender:
 
     def _prioritized(self, args: ExtenderArgs) -> tuple[NodeView, list[int]]:
         call = Call(self.parse_pod(args.pod), self.resolve(args))
-        combined, _ = self._scores(call, "prioritize")
+        combined, _ = self._scores(call, "prioritize", per_agent=False)
         combined = self._apply_plan(combined, self._plan_nodes(call))
         return call.view, combined.tolist()
 

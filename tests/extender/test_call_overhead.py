@@ -1,0 +1,148 @@
+"""Session 9 of issue 16: the per-call shortcuts give what the paths they skip give, bit for bit."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extender.agents.base import MAX_PRIORITY, Call
+from extender.agents.pigeon import EQUAL_RTOL, DemandStats, PigeonAgent, PigeonParams, albert_zhang, pigeon_scores
+from extender.config import load_config
+from extender.protocol import parse_extender_args
+from extender.service import Extender
+from kso.core.binder import RecordingBinder
+from kso.core.cluster import ClusterState
+from kso.core.objects import node_from_k8s, pod_from_k8s
+from tests.support.fixtures import make_node, make_pod
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+FLOATS = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, -0.0, 0.5, 1.0, 0.1, 0.3]))
+
+
+def reference_pigeon_scores(values: np.ndarray) -> np.ndarray:
+    """pigeon_scores as it was before the all-finite path (the masked rule for every input)."""
+    v = np.asarray(values, dtype=float)
+    finite = ~np.isnan(v)
+    out = np.zeros(v.shape, dtype=np.int64)
+    if not finite.any():
+        return out
+    vmax = float(v[finite].max())
+    vmin = float(v[finite].min())
+    span = vmax - vmin
+    if span <= EQUAL_RTOL * max(1.0, abs(vmax)):
+        out[finite] = MAX_PRIORITY
+        return out
+    x = 1.0 + (MAX_PRIORITY - 1) * (vmax - v[finite]) / span
+    out[finite] = np.clip(np.floor(x + 0.5), 0, MAX_PRIORITY).astype(np.int64)
+    return out
+
+
+@SETTINGS
+@given(st.lists(st.one_of(FLOATS, st.just(float("nan"))), max_size=60), st.booleans())
+def test_pigeon_scores_equal_the_masked_rule(values: list[float], finite_only: bool) -> None:
+    v = np.array([x for x in values if not (finite_only and x != x)], dtype=float)
+    got, want = pigeon_scores(v), reference_pigeon_scores(v)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@SETTINGS
+@given(st.lists(st.tuples(FLOATS, FLOATS, FLOATS), min_size=1, max_size=40),
+       st.sampled_from([None, float("nan"), 0.0, -1.0]))
+def test_albert_zhang_equals_the_masked_rule(rows: list[tuple[float, float, float]], odd: float | None) -> None:
+    a = np.array(rows)
+    mu, quad = a[:, :2], np.abs(a[:, 2]) + 1e-9
+    if odd is not None:
+        quad[len(quad) // 2] = odd
+    denom = np.einsum("...i,...i->...", mu, mu)
+    ok = (denom > 0) & (quad > 0)
+    with np.errstate(all="ignore"):
+        want = np.where(ok, np.sqrt(np.where(ok, quad, 0.0)) / np.where(ok, denom, 1.0), 0.0)
+    assert albert_zhang(mu, quad).tobytes() == want.tobytes()
+
+
+def demand_of(cpu_m: float, mem: float) -> np.ndarray:
+    return np.array([cpu_m, mem])
+
+
+def test_e2e_pods_demand_settles() -> None:
+    agent = PigeonAgent(PigeonParams())
+    for _ in range(200):
+        agent._updated(demand_of(100.0, 2.0**27), commit=True)
+    assert agent._settled == demand_of(100.0, 2.0**27).tobytes()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([100.0, 250.0, 1000.0, 33.3]), st.sampled_from([2.0**27, 5e8, 1.0])),
+                min_size=1, max_size=8),
+       st.lists(st.integers(1, 160), min_size=8, max_size=8))
+def test_a_settled_demand_skips_the_update_and_keeps_the_same_moments(demands: list[tuple[float, float]],
+                                                                     repeats: list[int]) -> None:
+    """Runs of one demand (long enough for the running average to settle) and changes of demand: the agent's
+    moments equal those of updating every call, bit for bit, and so does explain's peek."""
+    agent = PigeonAgent(PigeonParams())
+    plain = DemandStats()
+    skipped = 0
+    for (cpu, mem), times in zip(demands, repeats, strict=False):  # as many runs as demands
+        d = demand_of(cpu, mem)
+        for _ in range(times):
+            peek = agent._updated(d, commit=False)
+            before = agent._settled
+            got = agent._updated(d, commit=True)
+            skipped += before == d.tobytes()
+            plain = plain.updated(d)
+            for s in (got, peek):
+                assert s.count == plain.count
+                assert s.mean is not None and plain.mean is not None and s.second is not None and plain.second is not None
+                assert s.mean.tobytes() == plain.mean.tobytes() and s.second.tobytes() == plain.second.tobytes()
+    used = [times for _, times in zip(demands, repeats, strict=False)]
+    if demands[-1] == (100.0, 2.0**27) and used[-1] >= 150:
+        assert skipped > 0  # e2e's pods (100m, 128Mi) settle: the shortcut is taken
+
+
+def extender_with(priorities: dict[str, object], weights: dict[str, int], n: int) -> tuple[Extender, Call]:
+    state = ClusterState()
+    for i in range(n):
+        state.upsert_node(node_from_k8s(make_node(f"n{i}")))
+    ext = Extender(load_config({"KSO_AGENTS": "safe", "KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder())
+    ext.priorities = dict(priorities)  # type: ignore[arg-type]
+    ext.weights = dict(weights)
+    return ext, Call(pod_from_k8s(make_pod("p")), state.view([f"n{i}" for i in range(n)] + ["ghost"]))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 30), k=st.integers(1, 5), floats=st.booleans(),
+       ghost=st.booleans())
+def test_integer_priorities_combine_as_the_float_sum(seed: int, n: int, k: int, floats: bool, ghost: bool) -> None:
+    """prioritize's integer path (every priority gave an integer array) against the float path explain takes:
+    out-of-range scores clamped, weights 1..20, unknown nodes 0; a float priority takes the float path."""
+    rng = random.Random(seed)
+    size = n + 1
+    arrays = [np.array([rng.choice([-3, 0, 1, 5, 9, 10, 11, 10**12, rng.randint(0, 10)]) for _ in range(size)])
+              for _ in range(k)]
+    if floats:
+        arrays[0] = arrays[0] + 0.5
+    priorities = {f"p{j}": (lambda call, a=a: a if ghost else a.copy()) for j, a in enumerate(arrays)}
+    ext, call = extender_with(priorities, {f"p{j}": rng.randint(1, 20) for j in range(k)}, n)
+    fast, _ = ext._scores(call, "prioritize", per_agent=False)
+    slow, _ = ext._scores(call, "explain", per_agent=True)
+    assert fast.dtype == slow.dtype and fast.tobytes() == slow.tobytes()
+    assert fast[-1] == 0  # the ghost node
+
+
+def test_all_known_counts_the_views_unknown_nodes() -> None:
+    state = ClusterState()
+    for i in range(3):
+        state.upsert_node(node_from_k8s(make_node(f"n{i}")))
+    for names, expect in ((["n0", "n1"], True), (["n0", "x", "n2", "y"], False), ([], True)):
+        view = state.view(names)
+        assert view.all_known() is expect and view.unknown == len(names) - int(view.known.sum())
+    ext = Extender(load_config({"KSO_AGENTS": "safe", "KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(),
+                   cache_bodies=False)
+    body = {"Pod": make_pod("p"), "Nodes": {"items": [make_node("n0"), make_node("new")]}}
+    view = ext.resolve(parse_extender_args(orjson.dumps(body)))
+    assert view.all_known() and view.known.all()  # the body's node, judged for this call only
