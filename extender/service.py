@@ -224,19 +224,24 @@ class Extender:
                         total_nodes=view.total_nodes, **merged)
 
     @staticmethod
-    def _no_capacity(view: NodeView) -> np.ndarray:
-        """Known nodes with no allocatable cpu or memory: nothing can be judged or placed there."""
-        # two columns combined explicitly: a reduction along a row of two is ~10x slower in numpy
+    def _no_capacity(view: NodeView) -> list[int]:
+        """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there."""
         alloc = view.alloc
-        return view.known & ~((alloc[:, view.columns[CPU]] > 0) & (alloc[:, view.columns[MEMORY]] > 0))
+        cpu, memory = alloc[:, view.columns[CPU]], alloc[:, view.columns[MEMORY]]
+        # Every node with some of both (the usual call; an unknown node's NaN fails this): two reductions, not
+        # five operations and a search. Two columns combined explicitly: a reduction along a row of two is ~10x
+        # slower in numpy.
+        if cpu.size and np.minimum.reduce(cpu) > 0 and np.minimum.reduce(memory) > 0:
+            return []
+        return np.flatnonzero(view.known & ~((cpu > 0) & (memory > 0))).tolist()
 
     # ---- filter ------------------------------------------------------------------------------
     def _verdicts(self, call: Call, predicates: list[str], verb: str) -> Verdicts:
         """Run predicates over the call's nodes; unknown and unresolvable nodes are never failed by one."""
         view = call.view
         unresolvable: dict[int, str] = {}
-        for i in np.flatnonzero(self._no_capacity(view)):
-            unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
+        for i in self._no_capacity(view):
+            unresolvable[i] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
                                     f" memory {view.alloc[i, view.columns[MEMORY]]:g} bytes); kso cannot place pods there")
         all_known = view.all_known()
         known: list[bool] | None = None
@@ -357,15 +362,15 @@ class Extender:
             return combined
         return np.where(hit, MAX_PRIORITY, combined // 2)
 
-    def _prioritized(self, args: ExtenderArgs) -> tuple[NodeView, list[int]]:
+    def _prioritized(self, args: ExtenderArgs) -> tuple[NodeView, np.ndarray]:
+        """The call's nodes and their scores, an int array."""
         call = Call(self.parse_pod(args.pod), self.resolve(args))
         combined, _ = self._scores(call, "prioritize", per_agent=False)
-        combined = self._apply_plan(combined, self._plan_nodes(call))
-        return call.view, combined.tolist()
+        return call.view, self._apply_plan(combined, self._plan_nodes(call))
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         view, scores = self._prioritized(args)
-        return [{"Host": h, "Score": s} for h, s in zip(view.names, scores, strict=True)]
+        return [{"Host": h, "Score": s} for h, s in zip(view.names, scores.tolist(), strict=True)]
 
     def prioritize_json(self, args: ExtenderArgs) -> bytes:
         """prioritize's reply already encoded (the same bytes as dumps(prioritize(args))), from the node

@@ -65,10 +65,13 @@ MEMO_KEY = "pigeon"
 
 # np.einsum without its Python wrapper: without ``optimize`` the wrapper only hands its operands to this
 # (the same C function, the same results), at ~1-2 us a call.
+# np.clip(a, lo, hi) is this ufunc behind two Python wrappers.
 try:
     from numpy._core._multiarray_umath import c_einsum as _einsum  # numpy 2
+    from numpy._core.umath import clip as _clip
 except ImportError:  # numpy 1.26
     from numpy.core._multiarray_umath import c_einsum as _einsum
+    from numpy.core.umath import clip as _clip
 
 
 @dataclass
@@ -348,13 +351,15 @@ class PigeonAgent(Agent):
         # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
         # with 0 of a resource the pod does not ask for (gpu, typically) is fine, as in the original.
         short = d > cap - usage
-        # = short.any(axis=1), without numpy's slow short-row reduction
-        over = short[:, 0] if short.shape[1] == 1 else short[:, 0] | short[:, 1]
-        for j in range(2, short.shape[1]):
-            over |= short[:, j]
-        feasible = None if over.size and not over.any() else ~over  # None: every row feasible (the usual call)
-        if feasible is not None and not feasible.any():
-            return PigeonResult(np.full(n, np.nan), gamma_dem, stats.count)
+        feasible = None  # None: every row feasible (the usual call: one reduction over the whole matrix says so)
+        if not short.size or np.logical_or.reduce(short, axis=None):
+            # = short.any(axis=1), without numpy's slow short-row reduction
+            over = short[:, 0].copy()
+            for j in range(1, short.shape[1]):
+                over |= short[:, j]
+            feasible = ~over
+            if not feasible.any():
+                return PigeonResult(np.full(n, np.nan), gamma_dem, stats.count)
 
         if gamma_dem is not None:
             # Utilisation clipped to [0, 1]; a resource with no capacity is 0 if unused, else full
@@ -362,8 +367,8 @@ class PigeonAgent(Agent):
             # is the plain ratio there.
             if capacity.all_positive:
                 util, util_new = usage / cap, new_usage / cap
-                for u in (util, util_new):  # = np.clip(u, 0, 1) in place, without its wrappers (no -0.0 here)
-                    np.minimum(np.maximum(u, 0.0, out=u), 1.0, out=u)
+                for u in (util, util_new):  # = np.clip(u, 0, 1) in place: its ufunc, without the wrappers
+                    _clip(u, 0.0, 1.0, out=u)
             else:
                 util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
                 util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)

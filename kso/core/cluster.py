@@ -503,15 +503,25 @@ class ClusterState:
             nodes = self._nodes
             return [nodes[r] for r in rows.tolist()]
 
-    def host_scores_json(self, view: NodeView, scores: list[int]) -> bytes:
+    def host_scores_json(self, view: NodeView, scores: list[int] | np.ndarray) -> bytes:
         """orjson.dumps([{"Host": name, "Score": score} ...]) for the view's nodes, from ready-made entries
-        per row (scores 0..MAX_SCORE of nodes in the cache; anything else is encoded on the spot)."""
+        per row (scores 0..MAX_SCORE of nodes in the cache; anything else is encoded on the spot). ``scores``: ints,
+        or an integer array (its range checked in numpy, not element by element)."""
         rows = view.rows
-        if rows is not None and len(rows) > 1 and view.all_known() and 0 <= min(scores) and max(scores) <= MAX_SCORE:
-            keys = rows * (MAX_SCORE + 1) + np.array(scores, dtype=np.intp)
-            with self.lock:
-                if view.layout == self._layout:  # no row has changed hands since the view was taken
-                    return b"[" + b",".join(itemgetter(*keys.tolist())(self._host_json)) + b"]"
+        if rows is not None and len(rows) > 1 and view.all_known():
+            if isinstance(scores, np.ndarray):
+                ok = (scores.dtype.kind == "i" and scores.shape == rows.shape and 0 <= np.minimum.reduce(scores)
+                      and np.maximum.reduce(scores) <= MAX_SCORE)
+                given = scores if ok else None
+            else:
+                given = np.array(scores, dtype=np.intp) if 0 <= min(scores) and max(scores) <= MAX_SCORE else None
+            if given is not None:
+                keys = rows * (MAX_SCORE + 1) + given
+                with self.lock:
+                    if view.layout == self._layout:  # no row has changed hands since the view was taken
+                        return b"[" + b",".join(itemgetter(*keys.tolist())(self._host_json)) + b"]"
+        if isinstance(scores, np.ndarray):
+            scores = scores.tolist()
         return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(view.names, scores, strict=True)])
 
     def pods_on(self, name: str) -> list[PodInfo]:
