@@ -21,7 +21,7 @@ from extender.agents.safe import SafeAgent
 from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
-from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
+from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
 from kso.core.binder import Binder
 from kso.core.cluster import ClusterState, NodeView
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
@@ -141,10 +141,13 @@ class Extender:
 
     # ---- inputs ------------------------------------------------------------------------------
     def parse_pod(self, pod: dict[str, Any]) -> PodInfo:
-        try:
-            info = self.pod_memo.parse(pod)
-        except ObjectError as exc:
-            raise ProtocolError(str(exc), "bad_pod") from None
+        info = KNOWN_PODS.info(pod, self.pod_memo)  # this very Pod object parsed before (filter, then prioritize)
+        if info is None:
+            try:
+                info = self.pod_memo.parse(pod)
+            except ObjectError as exc:
+                raise ProtocolError(str(exc), "bad_pod") from None
+            KNOWN_PODS.keep_info(pod, self.pod_memo, info)
         if not info.node_name and self.cache_bodies:
             self.state.remember_pending(info)
         return info
@@ -336,8 +339,8 @@ class Extender:
         instead of ~5 per priority."""
         scores = np.array([s for _, _, s in got], dtype=np.int64)
         np.minimum(np.maximum(scores, 0, out=scores), MAX_PRIORITY, out=scores)
-        weights = np.array([w for w, _, _ in got], dtype=np.int64)
-        return np.floor((weights @ scores) / int(weights.sum()) + 0.5)
+        weights = [w for w, _, _ in got]
+        return np.floor(np.dot(np.array(weights, dtype=np.int64), scores) / sum(weights) + 0.5)
 
     def _plan_nodes(self, call: Call) -> np.ndarray | None:
         """Nodes of the call with a free plan slot for the pod's class; None when the plan has nothing."""

@@ -6,13 +6,14 @@ import random
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.agents.base import MAX_PRIORITY, Call
 from extender.agents.pigeon import EQUAL_RTOL, DemandStats, PigeonAgent, PigeonParams, albert_zhang, pigeon_scores
 from extender.config import load_config
-from extender.protocol import parse_extender_args
+from extender.protocol import ProtocolError, parse_extender_args
 from extender.service import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
@@ -146,3 +147,69 @@ def test_all_known_counts_the_views_unknown_nodes() -> None:
     body = {"Pod": make_pod("p"), "Nodes": {"items": [make_node("n0"), make_node("new")]}}
     view = ext.resolve(parse_extender_args(orjson.dumps(body)))
     assert view.all_known() and view.known.all()  # the body's node, judged for this call only
+
+
+# ---- NodeNames bodies taken apart; the Pod of a repeated body decoded and parsed once ----------------------
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=4),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                               st.sampled_from(["Nodes", "NodeNames", "a", "Pod", 'q"']), inner, max_size=3),
+                           max_leaves=8)
+
+
+def whole(body: bytes) -> tuple[str, object]:
+    """parse_extender_args' answer from decoding the whole body (the path before KnownPods)."""
+    from extender import protocol
+
+    try:
+        doc = protocol.loads(body)
+    except protocol.ProtocolError as exc:
+        return "error", str(exc)
+    f = protocol._folded(doc)
+    return "doc", (f.get("pod"), f.get("nodenames"), f.get("nodes"))
+
+
+@SETTINGS
+@given(pod=JSON_VALUES, names=st.lists(JSON_VALUES, max_size=4), cut=st.integers(0, 400), junk=st.binary(max_size=3))
+def test_names_bodies_decode_as_the_whole_body(pod: object, names: list[object], cut: int, junk: bytes) -> None:
+    """Bodies in kube-scheduler's NodeNames layout, with any Pod and names (nested "Nodes"/"NodeNames" keys
+    too), whole or with a few bytes replaced: the same Pod and names as decoding the whole body, or None (then the
+    whole body is decoded, as before). Twice, so the second takes the Pod from the memo."""
+    from extender.protocol import DEFAULT_LIMITS, KnownPods
+
+    pods = KnownPods()
+    body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+    bodies = [body, body[:cut] + junk + body[cut + len(junk):]]
+    for b in bodies + bodies:
+        try:
+            got = pods.names_body(b, DEFAULT_LIMITS)
+        except Exception as exc:  # noqa: BLE001 - only check_depth's 400 may come out, as loads gives it
+            assert whole(b) == ("error", str(exc))
+            continue
+        if got is not None:
+            kind, want = whole(b)
+            assert kind == "doc" and (got["Pod"], got["NodeNames"], got["Nodes"]) == want
+
+
+def test_a_repeated_pod_is_parsed_once_and_a_changed_or_bad_one_afresh() -> None:
+    state = ClusterState()
+    state.upsert_node(node_from_k8s(make_node("n0")))
+    ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder())
+    pod = make_pod("p", uid="u-9", cpu="300m")
+    pod["metadata"]["resourceVersion"] = "7"
+    body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["n0"]})
+    first, second = (parse_extender_args(body) for _ in range(2))
+    assert first.pod is second.pod  # the same bytes: the kept object
+    info = ext.parse_pod(first.pod)
+    assert ext.parse_pod(second.pod) is info and info.requests["cpu"] == 300
+    changed = orjson.loads(body)
+    changed["Pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    assert ext.parse_pod(parse_extender_args(orjson.dumps(changed)).pod).requests["cpu"] == 500
+    bad = orjson.loads(body)
+    bad["Pod"]["metadata"]["uid"] = "u-10"
+    bad["Pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
+    for _ in range(2):  # refused each time, never kept
+        with pytest.raises(ProtocolError, match="negative"):
+            ext.filter(parse_extender_args(orjson.dumps(bad)))
+    other = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder())
+    assert other.parse_pod(first.pod) is not info  # another extender parses for itself
