@@ -352,8 +352,9 @@ class Extender:
             return None
         free = {n for n, k in slots.items() if k > 0}
         hit = np.fromiter(map(free.__contains__, call.view.names), dtype=bool, count=len(call.view))
-        self.metrics.child(self.metrics.plan_decisions, "hit" if hit.any() else "miss").inc()
-        return hit if hit.any() else None
+        some = bool(np.logical_or.reduce(hit))
+        self.metrics.child(self.metrics.plan_decisions, "hit" if some else "miss").inc()
+        return hit if some else None
 
     # Plan first: nodes with a free slot of the pod's class get the top score (10) and every other node
     # half its heuristic score (0..5), so that, at the deployment's extender weight (5, x10 per point),
