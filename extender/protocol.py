@@ -205,7 +205,7 @@ class KnownNodeItems:
         # The pod and the list's own fields, decoded by orjson; any slice that is not whole JSON fails here.
         head = body[: at + len(self.ITEMS)]
         try:
-            pod = orjson.loads(body[len(self.HEAD):pod_end])
+            pod = KNOWN_PODS.decode(body[len(self.HEAD):pod_end])
             meta = body[start:at]
             fields = orjson.loads(b"{" + meta[:-1] + b"}") if meta.endswith(b",") else None if meta else {}
         except orjson.JSONDecodeError:
@@ -259,14 +259,80 @@ class KnownNodeItems:
 NODE_ITEMS = KnownNodeItems()
 
 
+class KnownPods:
+    """The Pod objects of recent bodies, by the Pod's bytes, and what a service parsed from each.
+
+    kube-scheduler sends each pending pod to filter and then to prioritize (and again on a retry), the same bytes
+    each time. A NodeNames body in its layout (``{"Pod":...,"Nodes":null,"NodeNames":[...]}``) is taken apart at
+    its last ``,"Nodes":null,"NodeNames":[``: when the Pod's bytes and the names' bytes each decode whole, the
+    body is exactly that object (JSON's grammar has one reading), so the names are decoded and the Pod taken
+    from here when its bytes were seen before (the full-Nodes path takes its Pod from here too). Anything
+    else is decoded whole, as before. A Pod object handed out here is shared by the calls that sent its bytes:
+    nothing may change it in place. ``info``/``keep_info``: the PodInfo a parser (identified by ``owner``)
+    built from one of these objects, so that the second call of a pod does not parse or even key it again.
+    Bounded: emptied once past ``limit`` pods; a Pod over ``max_pod_bytes`` is not kept."""
+
+    HEAD = b'{"Pod":'
+    MID = b',"Nodes":null,"NodeNames":['
+    TAIL = b"]}"
+
+    def __init__(self, limit: int = 512, max_pod_bytes: int = 64 << 10) -> None:
+        self.limit, self.max_pod_bytes = limit, max_pod_bytes
+        self.pods: dict[bytes, Any] = {}
+        self.infos: dict[int, list[Any]] = {}  # id(pod) -> [pod, owner, info]: the pod is held, so its id is its own
+
+    def decode(self, raw: bytes) -> Any:
+        """orjson.loads(raw), from the kept object when these bytes were decoded before (raises as loads does)."""
+        pod = self.pods.get(raw)
+        if pod is None:
+            pod = orjson.loads(raw)
+            if isinstance(pod, dict) and len(raw) <= self.max_pod_bytes:
+                if len(self.pods) >= self.limit:
+                    self.pods.clear()
+                    self.infos.clear()
+                self.pods[raw] = pod
+                self.infos[id(pod)] = [pod, None, None]
+        return pod
+
+    def names_body(self, body: bytes, limits: Limits) -> dict[str, Any] | None:
+        """A NodeNames body in kube-scheduler's layout, decoded (check_depth's 400 as loads gives it), or None."""
+        if not body.startswith(self.HEAD) or not body.endswith(self.TAIL):
+            return None
+        at = body.rfind(self.MID)
+        if at < 0:
+            return None
+        check_depth(body, limits.max_depth)
+        try:
+            names = orjson.loads(body[at + len(self.MID) - 1:-1])
+            pod = self.decode(body[len(self.HEAD):at])
+        except orjson.JSONDecodeError:
+            return None
+        return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+    def info(self, pod: Any, owner: object) -> Any:
+        """What ``owner`` parsed from this very object (kept by keep_info), or None."""
+        hit = self.infos.get(id(pod))
+        return hit[2] if hit is not None and hit[0] is pod and hit[1] is owner else None
+
+    def keep_info(self, pod: Any, owner: object, info: Any) -> None:
+        hit = self.infos.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            hit[1], hit[2] = owner, info
+
+
+KNOWN_PODS = KnownPods()
+
+
 def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> ExtenderArgs:
     """Parse a filter / prioritize body."""
     doc = NODE_ITEMS.decode(body, limits)
-    if doc is None or doc is FOREIGN:
-        learn = doc is None
-        doc = loads(body, limits)
-        if learn:
+    if doc is None:
+        doc = KNOWN_PODS.names_body(body, limits)
+        if doc is None:
+            doc = loads(body, limits)
             NODE_ITEMS.learn(body, doc)
+    elif doc is FOREIGN:
+        doc = loads(body, limits)
     f = _folded(doc)
     pod = _pod(f)
     node_list = f.get("nodes")

@@ -21,7 +21,7 @@ from extender.agents.safe import SafeAgent
 from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
-from extender.protocol import BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
+from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
 from kso.core.binder import Binder
 from kso.core.cluster import ClusterState, NodeView
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
@@ -141,10 +141,13 @@ class Extender:
 
     # ---- inputs ------------------------------------------------------------------------------
     def parse_pod(self, pod: dict[str, Any]) -> PodInfo:
-        try:
-            info = self.pod_memo.parse(pod)
-        except ObjectError as exc:
-            raise ProtocolError(str(exc), "bad_pod") from None
+        info = KNOWN_PODS.info(pod, self.pod_memo)  # this very Pod object parsed before (filter, then prioritize)
+        if info is None:
+            try:
+                info = self.pod_memo.parse(pod)
+            except ObjectError as exc:
+                raise ProtocolError(str(exc), "bad_pod") from None
+            KNOWN_PODS.keep_info(pod, self.pod_memo, info)
         if not info.node_name and self.cache_bodies:
             self.state.remember_pending(info)
         return info
@@ -193,7 +196,7 @@ class Extender:
             view = self.state.view(names)
             return view if not scratch else self._with_body_nodes(view, scratch)
         view = self.state.view(args.node_names or [])
-        unknown = len(view) - int(view.known.sum())
+        unknown = 0 if view.all_known() else view.unknown
         if unknown:
             self.metrics.unknown_nodes.inc(unknown)
             log.debug("%d node(s) not in the node cache; passed unjudged", unknown)
@@ -224,21 +227,26 @@ class Extender:
                         total_nodes=view.total_nodes, **merged)
 
     @staticmethod
-    def _no_capacity(view: NodeView) -> np.ndarray:
-        """Known nodes with no allocatable cpu or memory: nothing can be judged or placed there."""
-        # two columns combined explicitly: a reduction along a row of two is ~10x slower in numpy
+    def _no_capacity(view: NodeView) -> list[int]:
+        """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there."""
         alloc = view.alloc
-        return view.known & ~((alloc[:, view.columns[CPU]] > 0) & (alloc[:, view.columns[MEMORY]] > 0))
+        cpu, memory = alloc[:, view.columns[CPU]], alloc[:, view.columns[MEMORY]]
+        # Every node with some of both (the usual call; an unknown node's NaN fails this): two reductions, not
+        # five operations and a search. Two columns combined explicitly: a reduction along a row of two is ~10x
+        # slower in numpy.
+        if cpu.size and np.minimum.reduce(cpu) > 0 and np.minimum.reduce(memory) > 0:
+            return []
+        return np.flatnonzero(view.known & ~((cpu > 0) & (memory > 0))).tolist()
 
     # ---- filter ------------------------------------------------------------------------------
     def _verdicts(self, call: Call, predicates: list[str], verb: str) -> Verdicts:
         """Run predicates over the call's nodes; unknown and unresolvable nodes are never failed by one."""
         view = call.view
         unresolvable: dict[int, str] = {}
-        for i in np.flatnonzero(self._no_capacity(view)):
-            unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
+        for i in self._no_capacity(view):
+            unresolvable[i] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns[CPU]]:g}m,"
                                     f" memory {view.alloc[i, view.columns[MEMORY]]:g} bytes); kso cannot place pods there")
-        all_known = bool(view.known.all())
+        all_known = view.all_known()
         known: list[bool] | None = None
         reasons: list[dict[int, str]] = []
         notes: list[dict[int, str]] = []
@@ -293,23 +301,46 @@ class Extender:
         return reply
 
     # ---- prioritize --------------------------------------------------------------------------
-    def _scores(self, call: Call, verb: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def _scores(self, call: Call, verb: str, per_agent: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The weighted mean of the priorities, rounded half up, 0 for a node the cache does not know; with
+        ``per_agent`` also each priority's clamped scores (explain's)."""
         n = len(call.view)
-        total = np.zeros(n)
-        weight_sum = 0
-        per: dict[str, np.ndarray] = {}
+        got: list[tuple[int, str, Any]] = []
         for name, w in self.weights.items():
             s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, verb)
-            if s is None:
-                continue
-            s = clamp_scores(s)
-            per[name] = s
-            total += w * s
-            weight_sum += w
-        combined = np.floor(total / weight_sum + 0.5) if weight_sum else np.zeros(n)
+            if s is not None:
+                got.append((w, name, s))
+        if not per_agent and got and all(isinstance(s, np.ndarray) and s.dtype.kind == "i" and s.shape == (n,)
+                                         for _, _, s in got):
+            combined = self._int_combined(got, n)
+        else:
+            total = np.zeros(n)
+            weight_sum = 0
+            per: dict[str, np.ndarray] = {}
+            for w, name, s in got:
+                s = clamp_scores(s)
+                per[name] = s
+                total += w * s
+                weight_sum += w
+            combined = np.floor(total / weight_sum + 0.5) if weight_sum else np.zeros(n)
+            if per_agent:
+                combined = np.where(call.view.known, combined, 0)
+                return combined.astype(int), per
         # A node the cache does not know gets no preference: kso cannot judge it.
-        combined = np.where(call.view.known, combined, 0)
-        return combined.astype(int), per
+        if not call.view.all_known():
+            combined = np.where(call.view.known, combined, 0)
+        return combined.astype(int), {}
+
+    @staticmethod
+    def _int_combined(got: list[tuple[int, str, Any]], n: int) -> np.ndarray:
+        """_scores' floor(sum w s / sum w + 0.5) when every priority gave integers (every built-in agent does):
+        clamped to 0..MAX_PRIORITY in one array, and the weighted sum taken in integers, which is exactly the
+        float sum (integers far below 2**53, whatever the order), so the same floats are divided: ~6 numpy calls
+        instead of ~5 per priority."""
+        scores = np.array([s for _, _, s in got], dtype=np.int64)
+        np.minimum(np.maximum(scores, 0, out=scores), MAX_PRIORITY, out=scores)
+        weights = [w for w, _, _ in got]
+        return np.floor(np.dot(np.array(weights, dtype=np.int64), scores) / sum(weights) + 0.5)
 
     def _plan_nodes(self, call: Call) -> np.ndarray | None:
         """Nodes of the call with a free plan slot for the pod's class; None when the plan has nothing."""
@@ -321,8 +352,9 @@ class Extender:
             return None
         free = {n for n, k in slots.items() if k > 0}
         hit = np.fromiter(map(free.__contains__, call.view.names), dtype=bool, count=len(call.view))
-        self.metrics.child(self.metrics.plan_decisions, "hit" if hit.any() else "miss").inc()
-        return hit if hit.any() else None
+        some = bool(np.logical_or.reduce(hit))
+        self.metrics.child(self.metrics.plan_decisions, "hit" if some else "miss").inc()
+        return hit if some else None
 
     # Plan first: nodes with a free slot of the pod's class get the top score (10) and every other node
     # half its heuristic score (0..5), so that, at the deployment's extender weight (5, x10 per point),
@@ -334,15 +366,15 @@ class Extender:
             return combined
         return np.where(hit, MAX_PRIORITY, combined // 2)
 
-    def _prioritized(self, args: ExtenderArgs) -> tuple[NodeView, list[int]]:
+    def _prioritized(self, args: ExtenderArgs) -> tuple[NodeView, np.ndarray]:
+        """The call's nodes and their scores, an int array."""
         call = Call(self.parse_pod(args.pod), self.resolve(args))
-        combined, _ = self._scores(call, "prioritize")
-        combined = self._apply_plan(combined, self._plan_nodes(call))
-        return call.view, combined.tolist()
+        combined, _ = self._scores(call, "prioritize", per_agent=False)
+        return call.view, self._apply_plan(combined, self._plan_nodes(call))
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         view, scores = self._prioritized(args)
-        return [{"Host": h, "Score": s} for h, s in zip(view.names, scores, strict=True)]
+        return [{"Host": h, "Score": s} for h, s in zip(view.names, scores.tolist(), strict=True)]
 
     def prioritize_json(self, args: ExtenderArgs) -> bytes:
         """prioritize's reply already encoded (the same bytes as dumps(prioritize(args))), from the node

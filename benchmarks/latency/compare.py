@@ -81,6 +81,12 @@ def reply_check_requests(cluster: Cluster, pods: list[dict[str, Any]], modes: Se
         add("/prioritize", {"Pod": pod, "NodeNames": mixed})
         add("/preempt", {"Pod": pod, "NodeNameToMetaVictims": {x: {"Pods": [{"UID": f"uid-{j}"}], "NumPDBViolations": 0}
                                                                for j, x in enumerate(names[:30])}})
+    # One workload's pods (one demand), 120 in a row, each to filter then prioritize: pigeon's running average of
+    # demand settles (after 100), which a shortcut of the extender's relies on.
+    for v in range(120):
+        pod = orjson.loads(orjson.dumps(pods[0]).replace(UID_PLACEHOLDER.encode(), f"{v:08x}-0000-4000-9000-{v:012x}".encode()))
+        for verb in ("filter", "prioritize"):
+            add(f"/{verb}", {"Pod": pod, "Nodes": None, "NodeNames": cluster.order})
     pod = orjson.loads(orjson.dumps(pods[0]).replace(UID_PLACEHOLDER.encode(), b"bad-input"))
     for path in ("/filter", "/prioritize"):
         for doc in ({"Pod": pod, "NodeNames": [cluster.order[0], 7]}, {"Pod": pod, "NodeNames": [cluster.order[0], ""]},

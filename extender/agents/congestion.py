@@ -38,7 +38,8 @@ class CongestionAgent(Agent):
 
     def score(self, call: Call) -> np.ndarray:
         factor = call.view.congestion
-        if np.isnan(factor).all():  # no node annotated (the common case): congestion_score gives each 10
+        # no node annotated (the common case): congestion_score gives each 10 (= isnan(factor).all(), without its wrapper)
+        if np.logical_and.reduce(np.isnan(factor)):
             return np.full(len(factor), MAX_PRIORITY, dtype=int)
         return congestion_score(factor, self.params.factor_max)
 

@@ -63,6 +63,16 @@ EQUAL_RTOL = 1e-12
 
 MEMO_KEY = "pigeon"
 
+# np.einsum without its Python wrapper: without ``optimize`` the wrapper only hands its operands to this
+# (the same C function, the same results), at ~1-2 us a call.
+# np.clip(a, lo, hi) is this ufunc behind two Python wrappers.
+try:
+    from numpy._core._multiarray_umath import c_einsum as _einsum  # numpy 2
+    from numpy._core.umath import clip as _clip
+except ImportError:  # numpy 1.26
+    from numpy.core._multiarray_umath import c_einsum as _einsum
+    from numpy.core.umath import clip as _clip
+
 
 @dataclass
 class PigeonParams:
@@ -78,6 +88,10 @@ def pigeon_scores(values: np.ndarray) -> np.ndarray:
     NaN -> 0; all equal -> 10; otherwise round(1 + 9 (max - v) / (max - min)), rounding halves up
     (Go's math.Round, which the original used; numpy's round would send 5.5 to 6 but 4.5 to 4)."""
     v = np.asarray(values, dtype=float)
+    if v.ndim == 1 and v.size:
+        vmax = float(v.max())
+        if vmax == vmax:  # max is NaN when any value is: every value is finite here (the usual call)
+            return _finite_scores(v, vmax, float(v.min()))
     finite = ~np.isnan(v)
     out = np.zeros(v.shape, dtype=np.int64)
     if not finite.any():
@@ -96,16 +110,27 @@ def pigeon_scores(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def _finite_scores(v: np.ndarray, vmax: float, vmin: float) -> np.ndarray:
+    """pigeon_scores of values that are all finite: the same operations on the whole array instead of on its
+    finite part (no masks, no gathers, no scatter; the clip as maximum / minimum in place, the same values where
+    nothing is NaN)."""
+    span = vmax - vmin
+    if span <= EQUAL_RTOL * max(1.0, abs(vmax)):
+        return np.full(v.shape, MAX_PRIORITY, dtype=np.int64)
+    x = np.floor(1.0 + (MAX_PRIORITY - 1) * (vmax - v) / span + 0.5)
+    return np.minimum(np.maximum(x, 0, out=x), MAX_PRIORITY, out=x).astype(np.int64)
+
+
 # ---- statistics helpers -------------------------------------------------------------------------
 
 def albert_zhang(mu: np.ndarray, quad: np.ndarray) -> np.ndarray:
     """Albert-Zhang multivariate coefficient of variation sqrt(mu' Sigma mu) / (mu' mu), given mu
     (..., R) and quad = mu' Sigma mu (...). 0 where either part is not positive, as the original
     (a negative quadratic form is rounding on a near-singular covariance, not variation)."""
-    denom = np.einsum("...i,...i->...", mu, mu)
+    denom = _einsum("...i,...i->...", mu, mu)
+    if denom.size and denom.min() > 0 and quad.min() > 0:  # the common case (every one positive, none NaN): the masks below
+        return np.sqrt(quad) / denom       # change nothing (they only keep sqrt and / quiet)
     ok = (denom > 0) & (quad > 0)
-    if ok.all():  # the common case: the masks below change nothing (they only keep sqrt and / quiet)
-        return np.sqrt(quad) / denom
     return np.where(ok, np.sqrt(np.where(ok, quad, 0.0)) / np.where(ok, denom, 1.0), 0.0)
 
 
@@ -224,10 +249,10 @@ def binpack_values(util: np.ndarray, util_new: np.ndarray, gamma_dem: float) -> 
     q = x.T @ x
     m = (np.add.reduce(x, axis=0) - x + xn) / k  # centred mean per candidate, (K, R)
     mu = m + c
-    quad_q = np.einsum("ki,ij,kj->k", mu, q, mu)
-    quad_q = quad_q - np.einsum("ki,ki->k", mu, x) ** 2 + np.einsum("ki,ki->k", mu, xn) ** 2
+    quad_q = _einsum("ki,ij,kj->k", mu, q, mu)
+    quad_q = quad_q - _einsum("ki,ki->k", mu, x) ** 2 + _einsum("ki,ki->k", mu, xn) ** 2
     # Sigma = Q_i / K - m m' (covariance is shift-invariant, so the centred mean is the one to take out)
-    quad = quad_q / k - np.einsum("ki,ki->k", mu, m) ** 2
+    quad = quad_q / k - _einsum("ki,ki->k", mu, m) ** 2
     return np.abs(albert_zhang(mu, quad) - gamma_dem)
 
 
@@ -265,8 +290,9 @@ class PigeonAgent(Agent):
         self.units = np.array([ORIGINAL_UNIT[r] for r in self.resources])
         self._lock = threading.Lock()
         self._demand = DemandStats()
+        self._settled: bytes | None = None  # a demand whose update leaves self._demand as it is (see _updated)
         self._last_capacity: CallCapacity | None = None
-        self._last_gamma: tuple[bytes, float] | None = None
+        self._last_gamma: tuple[bytes, DemandStats, CallCapacity, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
 
     def demand(self, call: Call) -> np.ndarray:
@@ -299,14 +325,12 @@ class PigeonAgent(Agent):
             # (evaluator_eval), so even the first pod has a demand shape. Once per call, under the
             # lock, so concurrent calls each count once; explain() only peeks.
             with self._lock:
-                stats = self._demand.updated(d)
-                if commit:
-                    self._demand = stats
+                stats = self._updated(d, commit)
 
         # "All nodes" are the known nodes of this call: the original's state updater dropped every
         # node it was not told about in the call (stateupdater_stop), and kso has no capacity for an
         # unknown node to put in anyone's objective.
-        all_known = bool(view.known.all())
+        all_known = view.all_known()
         rows = None if all_known else np.flatnonzero(view.known)
         if rows is not None and rows.size == 0:
             return PigeonResult(np.full(n, np.nan), None, stats.count)
@@ -327,12 +351,15 @@ class PigeonAgent(Agent):
         # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
         # with 0 of a resource the pod does not ask for (gpu, typically) is fine, as in the original.
         short = d > cap - usage
-        over = short[:, 0].copy()
-        for j in range(1, short.shape[1]):  # = short.any(axis=1), without numpy's slow short-row reduction
-            over |= short[:, j]
-        feasible = ~over
-        if not feasible.any():
-            return PigeonResult(np.full(n, np.nan), gamma_dem, stats.count)
+        feasible = None  # None: every row feasible (the usual call: one reduction over the whole matrix says so)
+        if not short.size or np.logical_or.reduce(short, axis=None):
+            # = short.any(axis=1), without numpy's slow short-row reduction
+            over = short[:, 0].copy()
+            for j in range(1, short.shape[1]):
+                over |= short[:, j]
+            feasible = ~over
+            if not feasible.any():
+                return PigeonResult(np.full(n, np.nan), gamma_dem, stats.count)
 
         if gamma_dem is not None:
             # Utilisation clipped to [0, 1]; a resource with no capacity is 0 if unused, else full
@@ -340,8 +367,8 @@ class PigeonAgent(Agent):
             # is the plain ratio there.
             if capacity.all_positive:
                 util, util_new = usage / cap, new_usage / cap
-                for u in (util, util_new):  # = np.clip(u, 0, 1) in place, without its wrappers (no -0.0 here)
-                    np.minimum(np.maximum(u, 0.0, out=u), 1.0, out=u)
+                for u in (util, util_new):  # = np.clip(u, 0, 1) in place: its ufunc, without the wrappers
+                    _clip(u, 0.0, 1.0, out=u)
             else:
                 util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
                 util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
@@ -353,22 +380,43 @@ class PigeonAgent(Agent):
             u_new = utilisation(new_usage[:, 0], cap[:, 0], 1.0)
             obj = load_balance_values(u, u_new) if self.policy == LOAD_BALANCE else consolidate_values(u, u_new)
 
+        if feasible is not None:
+            obj = np.where(feasible, obj, np.nan)
         if rows is None:
-            return PigeonResult(np.where(feasible, obj, np.nan), gamma_dem, stats.count)
+            return PigeonResult(obj, gamma_dem, stats.count)
         values = np.full(n, np.nan)
-        values[rows] = np.where(feasible, obj, np.nan)
+        values[rows] = obj
         return PigeonResult(values, gamma_dem, stats.count)
+
+    def _updated(self, d: np.ndarray, commit: bool) -> DemandStats:
+        """self._demand.updated(d) (kept with ``commit``). Once the running average has settled on a demand (one
+        workload's pods all ask the same), updating with it gives back the same moments, bit for bit; that demand is
+        remembered and the update skipped while it repeats. Under the lock."""
+        old = self._demand
+        key = d.tobytes()
+        if key == self._settled:
+            return old
+        new = old.updated(d)
+        if commit:
+            self._demand = new
+            settled = (new.count == old.count and old.mean is not None and old.second is not None and new.second is not None
+                       and new.mean.tobytes() == old.mean.tobytes() and new.second.tobytes() == old.second.tobytes())
+            self._settled = key if settled else None
+        return new
 
     def _gamma(self, stats: DemandStats, capacity: CallCapacity) -> float:
         """demand_gamma_at(stats, capacity.average), kept for the last moments and capacities seen: the pods of
         one workload have the same demand, and the moments' running average then stays exactly that demand."""
         assert stats.mean is not None and stats.second is not None
-        key = stats.mean.tobytes() + stats.second.tobytes() + capacity.key
         last = self._last_gamma
+        if last is not None and last[1] is stats and last[2] is capacity:  # both kept, never changed in place
+            return last[3]
+        key = stats.mean.tobytes() + stats.second.tobytes() + capacity.key
         if last is not None and last[0] == key:
-            return last[1]
+            self._last_gamma = (key, stats, capacity, last[3])
+            return last[3]
         gamma = demand_gamma_at(stats, capacity.average)
-        self._last_gamma = (key, gamma)
+        self._last_gamma = (key, stats, capacity, gamma)
         return gamma
 
     def _capacity(self, cap: np.ndarray) -> CallCapacity:

@@ -96,9 +96,17 @@ class NodeView:
     rows: np.ndarray | None = None  # (n,) rows of the store (0 = unknown node)
     state: ClusterState | None = None  # the store the rows index, for its image columns
     layout: int = -1  # the store's row layout when the view was taken
+    unknown: int = -1  # how many nodes are unknown (-1: not counted yet; see all_known)
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def all_known(self) -> bool:
+        """Whether the store knows every node of the view: counted once per view (the view's builder counts it
+        from its rows), where each agent used to ask ``known.all()`` again."""
+        if self.unknown < 0:
+            self.unknown = len(self.known) - int(np.count_nonzero(self.known))
+        return self.unknown == 0
 
     @property
     def nodes(self) -> list[NodeInfo | None]:
@@ -495,15 +503,25 @@ class ClusterState:
             nodes = self._nodes
             return [nodes[r] for r in rows.tolist()]
 
-    def host_scores_json(self, view: NodeView, scores: list[int]) -> bytes:
+    def host_scores_json(self, view: NodeView, scores: list[int] | np.ndarray) -> bytes:
         """orjson.dumps([{"Host": name, "Score": score} ...]) for the view's nodes, from ready-made entries
-        per row (scores 0..MAX_SCORE of nodes in the cache; anything else is encoded on the spot)."""
+        per row (scores 0..MAX_SCORE of nodes in the cache; anything else is encoded on the spot). ``scores``: ints,
+        or an integer array (its range checked in numpy, not element by element)."""
         rows = view.rows
-        if rows is not None and len(rows) > 1 and view.known.all() and 0 <= min(scores) and max(scores) <= MAX_SCORE:
-            keys = rows * (MAX_SCORE + 1) + np.array(scores, dtype=np.intp)
-            with self.lock:
-                if view.layout == self._layout:  # no row has changed hands since the view was taken
-                    return b"[" + b",".join(itemgetter(*keys.tolist())(self._host_json)) + b"]"
+        if rows is not None and len(rows) > 1 and view.all_known():
+            if isinstance(scores, np.ndarray):
+                ok = (scores.dtype.kind == "i" and scores.shape == rows.shape and 0 <= np.minimum.reduce(scores)
+                      and np.maximum.reduce(scores) <= MAX_SCORE)
+                given = scores if ok else None
+            else:
+                given = np.array(scores, dtype=np.intp) if 0 <= min(scores) and max(scores) <= MAX_SCORE else None
+            if given is not None:
+                keys = rows * (MAX_SCORE + 1) + given
+                with self.lock:
+                    if view.layout == self._layout:  # no row has changed hands since the view was taken
+                        return b"[" + b",".join(itemgetter(*keys.tolist())(self._host_json)) + b"]"
+        if isinstance(scores, np.ndarray):
+            scores = scores.tolist()
         return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(view.names, scores, strict=True)])
 
     def pods_on(self, name: str) -> list[PodInfo]:
@@ -516,7 +534,8 @@ class ClusterState:
         with self.lock:
             self._expire_recent(time.time())
             # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
-            rows = np.array(list(map(self._rows.get, names, repeat(0, len(names)))), dtype=np.intp)
+            found = list(map(self._rows.get, names, repeat(0, len(names))))
+            rows = np.array(found, dtype=np.intp)
             # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
             return NodeView(
                 names=names,
@@ -535,6 +554,7 @@ class ClusterState:
                 rows=rows,
                 state=self,
                 layout=self._layout,
+                unknown=found.count(0),
             )
 
     def mark_synced(self, source: str) -> None:

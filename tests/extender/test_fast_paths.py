@@ -85,7 +85,8 @@ def reference_filter(ext: Extender, args: ExtenderArgs, predicates: list[str]) -
     call = Call(pod, view)
     failed: dict[int, list[str]] = {}
     unresolvable: dict[int, str] = {}
-    for i in np.flatnonzero(ext._no_capacity(view)):
+    alloc = view.alloc  # known nodes without allocatable cpu or memory
+    for i in np.flatnonzero(view.known & ~((alloc[:, view.columns["cpu"]] > 0) & (alloc[:, view.columns["memory"]] > 0))):
         unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns['cpu']]:g}m,"
                                 f" memory {view.alloc[i, view.columns['memory']]:g} bytes); kso cannot place pods there")
     for name in predicates:
@@ -258,6 +259,7 @@ def test_host_scores_json_equals_orjson(names: list[str], asked: st.DataObject, 
         state.upsert_node(node_from_k8s(make_node("newcomer")))
     expected = orjson.dumps([{"Host": h, "Score": sc} for h, sc in zip(call_names, scores, strict=True)])
     assert state.host_scores_json(view, scores) == expected
+    assert state.host_scores_json(view, np.array(scores, dtype=np.int64)) == expected  # prioritize's int array
 
 
 # ---- the safe agent's reasons ---------------------------------------------------------------------------

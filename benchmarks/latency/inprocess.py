@@ -1,0 +1,158 @@
+"""One call's CPU in-process, the call e2e.py makes: 100 Nodes as e2e creates them, no load statistics, a pending
+pod as kube-scheduler v1.36 sends it (100m / 128Mi, the admission's tolerations), every node named, through the
+bare ASGI handler of the hot routes (``HotRoutes``' endpoints), on one event loop.
+
+    python -m benchmarks.latency.inprocess                      # filter and prioritize, us of thread CPU per call
+    python -m benchmarks.latency.inprocess --profile prioritize # cProfile of one verb (sorted by own time)
+
+Each pod is pre-parsed into the pod memo, as the watch does in API mode; ``--pods`` different pods cycle, each
+asked filter then prioritize (kube-scheduler's order). Reported: the least of ``--reps`` repetitions of
+``--calls`` calls, CPU time of this thread (``time.thread_time``), which a loaded machine inflates little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import cProfile
+import pstats
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from benchmarks.e2e import bench_nodes
+
+POD: dict[str, Any] = {
+    "metadata": {"name": "p", "namespace": "bench", "uid": "", "resourceVersion": "217", "generation": 1,
+                 "creationTimestamp": "2026-11-21T20:04:35Z", "labels": {"app": "bench"}},
+    "spec": {"volumes": [{"name": "kube-api-access-4jkxm", "projected": {"sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}],
+        "defaultMode": 420}}],
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                        "volumeMounts": [{"name": "kube-api-access-4jkxm", "readOnly": True,
+                                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                        "imagePullPolicy": "IfNotPresent"}],
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 0, "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+        "schedulerName": "default-scheduler",
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": 300},
+                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": 300}],
+        "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
+    "status": {"phase": "Pending", "qosClass": "Burstable"},
+}
+
+
+def pods(n: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        p = copy.deepcopy(POD)
+        p["metadata"]["name"] = f"p-{i}"
+        p["metadata"]["uid"] = str(uuid.UUID(int=i + 1))
+        out.append(p)
+    return out
+
+
+def build(nodes: int, bound_per_node: int) -> Any:
+    """The extender (default configuration, its unsolved plan cache) over e2e's nodes with some bound pods."""
+    from extender.app import create_app
+    from extender.config import load_config
+    from extender.server import make_plan_cache
+    from extender.service import Extender
+    from kso.core.binder import RecordingBinder
+    from kso.core.cluster import ClusterState
+    from kso.core.objects import node_from_k8s, pod_from_k8s
+
+    config = load_config({})
+    state = ClusterState()
+    manifests = bench_nodes(nodes)
+    for m in manifests:
+        state.upsert_node(node_from_k8s(m))
+    for j, p in enumerate(pods(nodes * bound_per_node)):
+        p["metadata"]["uid"] = f"bound-{j}"
+        p["spec"]["nodeName"] = manifests[j % nodes]["metadata"]["name"]
+        state.upsert_pod(pod_from_k8s(p))
+    ext = Extender(config, state, RecordingBinder(), plan=make_plan_cache(config, state), cache_bodies=False)
+    app = create_app(ext)
+    return ext, app, [m["metadata"]["name"] for m in manifests]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.latency.inprocess", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--bound", type=int, default=5, help="bound pods per node (default 5)")
+    p.add_argument("--pods", type=int, default=50, help="distinct pending pods cycled (default 50)")
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--profile", choices=("filter", "prioritize"))
+    p.add_argument("--only", choices=("filter", "prioritize"),
+                   help="warm up, then make --calls calls of this verb once and print nothing: for an instruction "
+                        "count (valgrind --tool=callgrind, with --calls 0 and N: the difference / N per call)")
+    args = p.parse_args(argv)
+    ext, app, names = build(args.nodes, args.bound)
+    hot = app.state.hot_routes
+    pending = pods(args.pods)
+    for pod in pending:
+        ext.pod_memo.parse(pod)
+    # kube-scheduler's layout: {"Pod":...,"Nodes":null,"NodeNames":[...]}
+    bodies = {v: [orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}) for pod in pending]
+              for v in ("filter", "prioritize")}
+    headers = {len(b): [(b"content-length", str(len(b)).encode()), (b"content-type", b"application/json")]
+               for bs in bodies.values() for b in bs}
+
+    async def one(verb: str, body: bytes) -> bytes:
+        scope = {"type": "http", "method": "POST", "path": f"/{verb}", "root_path": "", "headers": headers[len(body)]}
+        out: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                out.append(message["body"])
+
+        await hot[f"/{verb}"](scope, receive, send)
+        return out[0]
+
+    async def run(verb: str, calls: int) -> float:
+        bs = bodies[verb]
+        t0 = time.thread_time()
+        for i in range(calls):
+            await one(verb, bs[i % len(bs)])
+        return (time.thread_time() - t0) / calls
+
+    async def measure() -> None:
+        for verb in ("filter", "prioritize"):
+            await run(verb, 300)  # warm
+        if args.only:
+            await run(args.only, args.calls) if args.calls else None
+            return
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            await run(args.profile, args.calls)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+            return
+        best: dict[str, float] = {}
+        for _ in range(args.reps):
+            for verb in ("filter", "prioritize"):
+                us = 1e6 * await run(verb, args.calls)
+                best[verb] = min(best.get(verb, us), us)
+        print(f"{args.nodes} nodes, CPU per call (least of {args.reps} x {args.calls}): "
+              + ", ".join(f"{v} {us:.1f} us" for v, us in best.items()))
+
+    asyncio.run(measure())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
