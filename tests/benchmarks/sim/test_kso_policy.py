@@ -246,3 +246,42 @@ def test_rejections_are_reused_over_the_rotating_node_sample(monkeypatch) -> Non
     assert reused.extra["filter_repeats"] >= 3  # 100-node windows of 120 nodes: covered after two calls
     assert reused.extra["filter_calls"] == asked.extra["filter_calls"] == 7
     assert reused.extra["filtered_out"] == asked.extra["filtered_out"]
+
+
+def test_kso_releases_a_held_pod_on_the_replay_clock() -> None:
+    """Both nodes hot (the safe rule refuses a pod on each): a pod queued at step 3 is refused at step 3, also from
+    the replay's reuse of refusals, and at step 4 (held 300 s >= KSO_SAFE_MAX_HOLD_S, simulated time) it goes to
+    the node of least risk; with the hold at inf it is never placed."""
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    def setup(env: dict[str, str]) -> tuple[KsoInprocPolicy, SimView]:
+        view = SimView(Scenario("kso-tiny", 300.0, 6, ["hot", "warm"], np.array([10000.0] * 2), np.array([16 * GIB] * 2),
+                                [], np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                np.zeros((0, 6, 2))))
+        view.requested[:] = [[2000, 2 * GIB], [2000, 2 * GIB]]
+        view.step = 3
+        # cpu used over the last 3 steps: hot ~9.5 cores (with the pod ~96%: P(util > 90%) ~ 1), warm ~8.9 (~90%: ~0.5)
+        view._usage[0, :3] = [[9400, 2 * GIB], [9500, 2 * GIB], [9600, 2 * GIB]]
+        view._usage[1, :3] = [[8800, 2 * GIB], [8900, 2 * GIB], [9000, 2 * GIB]]
+        kso = KsoInprocPolicy(seed=0, stats="window", env=env)
+        kso.setup(view)
+        kso.observe(view)
+        return kso, view
+
+    pod = SimPod(0, "held", "uid-held", 100, 64 * 1024 * 1024, 3, 6, queued_step=3)
+    kso, view = setup({})
+    try:
+        assert kso.place(pod, view) is None
+        assert kso.place(pod, view) is None and kso.extra["filter_repeats"] == 1  # the refusal reused
+        view.step = 4  # one step later, nothing else changed (the refusals are still remembered)
+        assert kso.place(pod, view) == "warm"
+    finally:
+        kso.close()
+    assert kso.extra["safe_released"] == 1
+    never, view = setup({"KSO_SAFE_MAX_HOLD_S": "inf"})
+    try:
+        view.step = 5
+        assert never.place(pod, view) is None
+    finally:
+        never.close()
+    assert never.extra["safe_released"] == 0
