@@ -205,7 +205,14 @@ class KsoExtenderPolicy(Policy):
         t0 = time.perf_counter()
         if self.http:
             assert self._conn is not None
-            self._conn.request("POST", f"/{verb}", orjson.dumps(body), {"Content-Type": "application/json"})
+            data = orjson.dumps(body)
+            try:
+                self._conn.request("POST", f"/{verb}", data, {"Content-Type": "application/json"})
+            except (BrokenPipeError, ConnectionResetError):
+                # the server closed the idle keep-alive connection (KSO_HEADER_TIMEOUT_S: e.g. a slow forecast
+                # step between two calls): open a new one, as kube-scheduler's HTTP client does
+                self._conn.close()
+                self._conn.request("POST", f"/{verb}", data, {"Content-Type": "application/json"})
             resp = self._conn.getresponse()
             raw = resp.read()
             if resp.status != 200:
@@ -307,7 +314,8 @@ class KsoExtenderPolicy(Policy):
     def _held(self, pod: SimPod, sim: SimView) -> bool:
         from kso.core.safety import held_past
 
-        return self.safe is not None and held_past(pod.queued_step * sim.step_s, sim.now, self.safe.params.max_hold_s)
+        return (self.safe is not None and pod.queued_step >= 0  # never queued: no creationTimestamp (pod_object)
+                and held_past(pod.queued_step * sim.step_s, sim.now, self.safe.params.max_hold_s))
 
     def _repeat_key(self, pod: SimPod) -> tuple[Any, ...] | None:
         if self.http or not set(self.extender.filters) <= PURE_FILTERS:
