@@ -33,8 +33,12 @@ class ExtenderMetrics:
                                      "Nodes named in a call that the node cache does not know (passed unjudged)",
                                      registry=r)
         self.unjudged = Counter("kso_extender_nodes_unjudged_total",
-                                "Nodes passed without a judgement because a statistic was missing, by predicate",
+                                "Nodes passed without a judgement because a statistic was missing, or passed "
+                                "despite it to a held pod (see kso_extender_safe_released_total), by predicate",
                                 ["reason"], registry=r)
+        self.safe_released = Counter("kso_extender_safe_released_total",
+                                     "Calls where safe-overload refused a pod on every node and, the pod pending at "
+                                     "least KSO_SAFE_MAX_HOLD_S, passed it to the least-risk node(s)", registry=r)
         self.bindings = Counter("kso_extender_bindings_total", "Bind calls, by result: ok, error, expired (waited past "
                                 "KSO_BIND_MAX_WAIT_S for a bind thread; not posted), full (too many waiting; not posted)",
                                 ["result"], registry=r)

@@ -131,6 +131,8 @@ class Extender:
         self.filters = [p for p in wanted if p in self.predicates]
         self.weights = {p: w for p, w in self.settings.weights.items() if p in self.priorities and w > 0}
         self.metrics = ExtenderMetrics(state.age_seconds, lambda: float(len(state)))
+        if isinstance(safe := self.agents.get("safe"), SafeAgent):  # held pods released (issue 12)
+            safe.released_total = self.metrics.safe_released
         self.forecast_status = getattr(getattr(stats, "store", None), "status", None)
         if self.forecast_status is not None:
             self.metrics.watch_forecasts(lambda: self.forecast_status)

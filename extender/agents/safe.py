@@ -3,7 +3,10 @@ annotated load statistics. The maths is in kso.core.safety; this file turns a ca
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,9 +15,11 @@ from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
 from kso.core.resources import CPU, MEMORY, MIB
-from kso.core.safety import SafeBoundSettings, balance_score, overload_score, point_mass
+from kso.core.safety import SafeBoundSettings, balance_score, held_past, least_risk, overload_score, point_mass
 from kso.core.settings import setting
 from kso.core.stats import AnnotationStats, NodeStatsSource
+
+log = logging.getLogger("kso.extender.safe")
 
 RESOURCE_NAMES = ("cpu", "memory")
 _RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
@@ -26,6 +31,11 @@ class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.s
     # kso addition: pods bound within this many seconds are added to the measured load, because the
     # statistics do not show them yet (Trimaran and Koordinator do the same). 0 turns it off.
     recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", 300.0, lo=0, hi=86400)
+    # kso addition (bounded holding, kso.core.safety.held_past): a pod refused on every node it is offered and
+    # pending at least this long (since its creationTimestamp) is passed to the least-risk node(s). 300 s is
+    # kube-scheduler's podMaxInUnschedulablePodsDuration: a refused pod is retried within that anyway, so the
+    # default holds a pod for about one retry. 0 = release at once; inf = never (the rule alone).
+    max_hold_s: float = setting("KSO_SAFE_MAX_HOLD_S", 300.0, lo=0)
 
 
 # The numbers of the reasons, from tables where that is safe: "%.1f" of k / 10 and "%.3g" of k / 1000.
@@ -149,6 +159,8 @@ class RiskMemo:
 
 
 NO_STATS_NOTE = "safe-overload: no load statistics for this node; passed unjudged"
+RELEASE_NOTE = ("safe-overload: refused on every node offered, pod held {held:.0f} s >= KSO_SAFE_MAX_HOLD_S {hold:g} s; "
+                "passed at the least risk P(util > {u:.0%}) = {risk:.3g} (eps {eps})")
 
 # Relative margin under eps within which the Cantelli bound is not trusted to decide (see SafeInputs.over):
 # far above the error of betainc and of the bound's own arithmetic (~1e-15).
@@ -228,6 +240,8 @@ class SafeAgent(Agent):
         self._head = f"P(util > {self.u_star:.0%}) ="
         self._eps_text = f"{self.eps:.2g}"
         self.risk_memo = RiskMemo(self.u_star)
+        self.clock: Callable[[], float] = time.time  # the hold's "now", epoch seconds (the replay sets its own)
+        self.released_total: Any = None  # a counter (.inc()) of held pods released; extender.metrics sets it
         self.predicates = {"safe-overload": self.filter_overload}
         self.priorities = {"safe-overload": self.score_overload, "safe-balance": self.score_balance}
 
@@ -298,7 +312,31 @@ class SafeAgent(Agent):
             reasons = dict(zip(bad.tolist(), self._reasons(s, risk, bad, failed[bad]), strict=True))
         no_stats = np.flatnonzero(~(s.valid[:, 0] | s.valid[:, 1])).tolist()
         notes = dict.fromkeys(no_stats, NO_STATS_NOTE)
+        if len(bad) and len(bad) == len(passed):  # refused everywhere: the only path that pays for the hold
+            self._release_held(call, risk, failed, passed, reasons, notes)
         return PredicateResult(passed, reasons, notes)
+
+    def _release_held(self, call: Call, risk: np.ndarray, failed: np.ndarray, passed: np.ndarray,
+                      reasons: dict[int, str], notes: dict[int, str]) -> None:
+        """Bounded holding (kso.core.safety, where the rule and its reasons are): the pod was refused on every
+        node; if it has been pending at least max_hold_s, pass the least-risk node(s) (in place: ``passed``
+        set, their reasons replaced by a note), the others keep their reasons."""
+        hold = self.params.max_hold_s
+        created = call.pod.created_seconds()
+        now = self.clock()
+        if created is None or not held_past(created, now, hold):
+            return
+        worst = np.where(failed, risk, -np.inf).max(axis=1)  # the refused entries' risks are exact (SafeInputs.over)
+        chosen = np.flatnonzero(least_risk(worst)).tolist()
+        passed[chosen] = True
+        text = RELEASE_NOTE.format(held=now - created, hold=hold, u=self.u_star, risk=float(worst[chosen[0]]),
+                                   eps=self._eps_text)
+        for i in chosen:
+            del reasons[i]
+            notes[i] = text
+        if self.released_total is not None:
+            self.released_total.inc()
+        log.info("pod %s: %s (%d of %d nodes)", call.pod.key, text, len(chosen), len(passed))
 
     def _reasons(self, s: SafeInputs, risk: np.ndarray, bad: np.ndarray, failed: np.ndarray) -> list[str]:
         """The reason of each node of ``bad`` (in that order), e.g. "safe-overload: cpu P(util > 90%) = 0.592 >

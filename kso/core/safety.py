@@ -82,3 +82,30 @@ def balance_score(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         raw = (1.0 - (mu + np.sqrt(sigma)) / 2.0) * 10.0 + 0.5
     return np.where(np.isnan(raw), 0.0, raw).astype(int)
+
+
+# Bounded holding. The rule above refuses a pod on every node for as long as every node it is offered stays hot,
+# and nothing else brings that pod a node: the cluster-autoscaler simulates scheduling without the scheduler's
+# extenders (kubernetes/autoscaler#506), so a pod that fits a ready node by requests orders no new node, and the
+# pod would stay Pending for as long as the cluster is busy (in the replay, kso never ran 26-62% of the pods).
+# So a pod refused on EVERY node it is offered, pending for at least max_hold_s (now - its creationTimestamp),
+# is passed to the node(s) of least risk, the others keeping their reasons:
+#     worst_i  = max over resources r of P(util_i,r > U*)        (the risk the rule refused node i for)
+#     released = { i : worst_i <= min_j worst_j + RELEASE_TOLERANCE }
+# A pod without a usable creationTimestamp is never released (the rule alone decides, as before). max_hold_s = 0
+# releases at once (the filter then never refuses every node, it only narrows them to the least risk); inf never
+# releases (the rule alone). The hold is a delay, not a guarantee: it leaves time for load to fall or pods to leave
+# before an overload is accepted, and it bounds how long the filter alone keeps a pod from running.
+RELEASE_TOLERANCE = 1e-9  # risks this close to the least are equal (far above betainc's rounding, ~1e-15)
+
+
+def held_past(created_s: float | None, now_s: float, max_hold_s: float) -> bool:
+    """Whether a pod created at ``created_s`` (epoch seconds; None: unknown) has been pending for at least
+    ``max_hold_s`` at ``now_s``."""
+    return created_s is not None and now_s - created_s >= max_hold_s
+
+
+def least_risk(worst: np.ndarray) -> np.ndarray:
+    """The nodes to release a held pod to: bool mask of the entries of ``worst`` (each node's worse-resource risk,
+    no NaN) within RELEASE_TOLERANCE of the least."""
+    return worst <= worst.min() + RELEASE_TOLERANCE

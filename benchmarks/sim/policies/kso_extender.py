@@ -9,6 +9,11 @@ through the extender (RecordingBinder), so kso's own assumed-pod accounting is w
 ``kso`` talks HTTP to the FastAPI app on 127.0.0.1 (uvicorn in a thread, one keep-alive connection) and
 records each call's client-side latency; ``kso-inproc`` calls ``extender.service.Extender`` directly.
 
+The replay's clock: second 0 of the replay is ``SIM_EPOCH`` (UTC); a pod's ``metadata.creationTimestamp`` is the
+time it (re-)entered the queue (an evicted, OOM-killed or drained pod comes back as a new pod of its Deployment), and
+the safe agent's clock reads the step being scheduled, so its bounded holding (``KSO_SAFE_MAX_HOLD_S``) counts
+simulated time, never wall time.
+
 Load statistics: at every step the node annotations kube-safe-scheduler's annotator would write are
 recomputed from the visible history and the nodes are upserted into kso's ClusterState:
 ``mean-free-*`` = allocatable - 15-minute mean usage, ``std-free-*`` = the forecaster's std of the next
@@ -24,6 +29,7 @@ from __future__ import annotations
 import http.client
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -43,6 +49,7 @@ OPEN_WINDOW_S = 1e9
 # kso filters whose verdict is a function of the pod's requests and the nodes' cached rows alone (see
 # KsoExtenderPolicy._repeat_key)
 PURE_FILTERS = frozenset({"safe-overload"})
+SIM_EPOCH = datetime(2019, 5, 1, tzinfo=UTC)  # second 0 of the replay (the Google 2019 trace's month)
 TREND_STEPS = 12  # stats="trend": the last hour of the node's current pods' usage
 STATS_MODES = {
     "forecast": "node statistics: the kso forecaster's mean and std of the next 15 minutes",
@@ -87,8 +94,17 @@ def node_object(name: str, cpu_milli: float, memory_bytes: float, max_pods: int,
     }
 
 
-def pod_object(pod: SimPod) -> dict[str, Any]:
+def sim_time(seconds: float) -> float:
+    """Epoch seconds of the replay's second ``seconds``."""
+    return SIM_EPOCH.timestamp() + seconds
+
+
+def pod_object(pod: SimPod, step_s: float | None = None) -> dict[str, Any]:
+    """The Pod kube-scheduler would send; with ``step_s``, created when it (re-)entered the queue."""
     meta: dict[str, Any] = {"name": pod.name, "namespace": "sim", "uid": pod.uid}
+    if step_s is not None and pod.queued_step >= 0:
+        when = datetime.fromtimestamp(sim_time(pod.queued_step * step_s), UTC)
+        meta["creationTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     if pod.owner:  # the Deployment's ReplicaSet: kso's workload class
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": pod.owner, "uid": pod.owner,
                                     "controller": True}]
@@ -146,6 +162,7 @@ class KsoExtenderPolicy(Policy):
         self._rejected: dict[tuple[Any, ...], np.ndarray] = {}  # see ``_repeat_key``
         self._pods: dict[int, dict[str, Any]] = {}
         self._server: Any = None
+        self.safe: Any = None  # the extender's safe agent, when enabled
         self._conn: http.client.HTTPConnection | None = None
 
     # ---- lifecycle ----
@@ -165,6 +182,9 @@ class KsoExtenderPolicy(Policy):
         for node in self.base_nodes:
             self.state.upsert_node(node)
         self.state.mark_synced("benchmarks.sim")
+        self.safe = self.extender.agents.get("safe")
+        if self.safe is not None:  # bounded holding counts the replay's time
+            self.safe.clock = lambda: sim_time(sim.now)
         if self.http:
             from extender.app import create_app
             from extender.demo import BackgroundServer
@@ -173,6 +193,7 @@ class KsoExtenderPolicy(Policy):
             self._conn = http.client.HTTPConnection("127.0.0.1", self._server.port, timeout=30)
 
     def close(self) -> None:
+        self.extra["safe_released"] = int(self.extender.metrics.safe_released._value.get())
         if self._conn is not None:
             self._conn.close()
         if self._server is not None:
@@ -184,7 +205,14 @@ class KsoExtenderPolicy(Policy):
         t0 = time.perf_counter()
         if self.http:
             assert self._conn is not None
-            self._conn.request("POST", f"/{verb}", orjson.dumps(body), {"Content-Type": "application/json"})
+            data = orjson.dumps(body)
+            try:
+                self._conn.request("POST", f"/{verb}", data, {"Content-Type": "application/json"})
+            except (BrokenPipeError, ConnectionResetError):
+                # the server closed the idle keep-alive connection (KSO_HEADER_TIMEOUT_S: e.g. a slow forecast
+                # step between two calls): open a new one, as kube-scheduler's HTTP client does
+                self._conn.close()
+                self._conn.request("POST", f"/{verb}", data, {"Content-Type": "application/json"})
             resp = self._conn.getresponse()
             raw = resp.read()
             if resp.status != 200:
@@ -247,11 +275,11 @@ class KsoExtenderPolicy(Policy):
             return None
         body = self._pods.get(pod.index)
         if body is None:
-            body = self._pods[pod.index] = pod_object(pod)
+            body = self._pods[pod.index] = pod_object(pod, sim.step_s)
         names = [sim.node_names[i] for i in idx.tolist()]
         self.extra["filter_calls"] += 1
         key = self._repeat_key(pod)
-        known = self._rejected.get(key) if key is not None else None
+        known = self._rejected.get(key) if key is not None and not self._held(pod, sim) else None
         if known is not None and known[idx].all():
             self.extender.parse_pod(body)  # what the call would leave behind: kso remembers the pending pod
             self.extra["filtered_out"] += len(names)
@@ -282,6 +310,13 @@ class KsoExtenderPolicy(Policy):
     # replay answers such a call without making it (a queue of pending replicas, asked every step over the
     # rotating node sample, was most of a long run's filter time). The counters count it as the call it
     # stands for; HTTP calls are always made (their latency is measured). None: no reuse.
+    # A pod held past KSO_SAFE_MAX_HOLD_S may be released where the same requests were refused: never reused.
+    def _held(self, pod: SimPod, sim: SimView) -> bool:
+        from kso.core.safety import held_past
+
+        return (self.safe is not None and pod.queued_step >= 0  # never queued: no creationTimestamp (pod_object)
+                and held_past(pod.queued_step * sim.step_s, sim.now, self.safe.params.max_hold_s))
+
     def _repeat_key(self, pod: SimPod) -> tuple[Any, ...] | None:
         if self.http or not set(self.extender.filters) <= PURE_FILTERS:
             return None

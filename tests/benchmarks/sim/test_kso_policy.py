@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmarks.sim.cli import main as bench_main
 from benchmarks.sim.engine import SimPod, SimView, run
@@ -174,11 +175,14 @@ def test_pooled_prior_plans_a_new_class_at_the_measured_usage_over_request() -> 
     assert np.isclose(model.std["memory"], 8 * GIB * sd[1]) and usage[class_key(seen)].mean["memory"] == 1.0
 
 
-def test_a_repeated_rejection_is_reused_and_changes_no_outcome(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("hold", ["inf", "300"])
+def test_a_repeated_rejection_is_reused_and_changes_no_outcome(monkeypatch, hold: str) -> None:  # type: ignore[no-untyped-def]
     """Two 10-core nodes each run a hog using 9 cores (90% > U*) until step 4, then 1 core; four replicas of one
-    Deployment queue from step 2: kso rejects them on both nodes until the statistics cool down (no bind or
-    release in between: only new statistics change the answer). In-process, a replica asked again with nothing
-    changed reuses the rejection: the replay is the same as asking every time, with fewer calls."""
+    Deployment queue from step 2: without bounded holding (KSO_SAFE_MAX_HOLD_S = inf) kso rejects them on both
+    nodes until the statistics cool down (no bind or release in between: only new statistics change the answer);
+    with the default hold (300 s, one step) they are released at step 3, held 300 s. In-process, a replica asked
+    again with nothing changed reuses the rejection (never a held one): the replay is the same as asking every
+    time, with fewer calls."""
     from benchmarks.sim.policies import kso_extender
     from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
 
@@ -193,7 +197,7 @@ def test_a_repeated_rejection_is_reused_and_changes_no_outcome(monkeypatch) -> N
                  pod_owner=[p[3] for p in pods])
 
     def replay() -> tuple[KsoInprocPolicy, dict[str, object]]:
-        policy = KsoInprocPolicy(seed=0, stats="window")
+        policy = KsoInprocPolicy(seed=0, stats="window", env={"KSO_SAFE_MAX_HOLD_S": hold})
         res = run(s, policy)
         placed = {p.name: (s.node_names[p.node] if p.node >= 0 else None, p.bound_step) for p in res.pods}
         m = compute(res)
@@ -205,8 +209,13 @@ def test_a_repeated_rejection_is_reused_and_changes_no_outcome(monkeypatch) -> N
     monkeypatch.setattr(kso_extender, "PURE_FILTERS", frozenset())  # every call made
     asked, want = replay()
     assert got == want
-    assert all(node is not None and step >= 5 for node, step in list(got["placed"].values())[2:])  # type: ignore[union-attr]
-    assert reused.extra["filter_repeats"] >= 6 and "filter_repeats" not in asked.extra
+    replicas = list(got["placed"].values())[2:]  # type: ignore[union-attr]
+    if hold == "inf":
+        assert all(node is not None and step >= 5 for node, step in replicas)
+        assert reused.extra["filter_repeats"] >= 6 and "filter_repeats" not in asked.extra
+    else:  # queued at step 2, refused (3 of the 4 calls reused), released at step 3
+        assert [step for _, step in replicas] == [3] * 4 and reused.extra["safe_released"] >= 1
+        assert reused.extra["filter_repeats"] == 3 and "filter_repeats" not in asked.extra
     assert reused.extra["filter_calls"] == asked.extra["filter_calls"]
     assert reused.extra["filtered_out"] == asked.extra["filtered_out"]
     assert len(asked.latencies["filter"]) - len(reused.latencies["filter"]) == reused.extra["filter_repeats"]
@@ -246,3 +255,42 @@ def test_rejections_are_reused_over_the_rotating_node_sample(monkeypatch) -> Non
     assert reused.extra["filter_repeats"] >= 3  # 100-node windows of 120 nodes: covered after two calls
     assert reused.extra["filter_calls"] == asked.extra["filter_calls"] == 7
     assert reused.extra["filtered_out"] == asked.extra["filtered_out"]
+
+
+def test_kso_releases_a_held_pod_on_the_replay_clock() -> None:
+    """Both nodes hot (the safe rule refuses a pod on each): a pod queued at step 3 is refused at step 3, also from
+    the replay's reuse of refusals, and at step 4 (held 300 s >= KSO_SAFE_MAX_HOLD_S, simulated time) it goes to
+    the node of least risk; with the hold at inf it is never placed."""
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    def setup(env: dict[str, str]) -> tuple[KsoInprocPolicy, SimView]:
+        view = SimView(Scenario("kso-tiny", 300.0, 6, ["hot", "warm"], np.array([10000.0] * 2), np.array([16 * GIB] * 2),
+                                [], np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                np.zeros((0, 6, 2))))
+        view.requested[:] = [[2000, 2 * GIB], [2000, 2 * GIB]]
+        view.step = 3
+        # cpu used over the last 3 steps: hot ~9.5 cores (with the pod ~96%: P(util > 90%) ~ 1), warm ~8.9 (~90%: ~0.5)
+        view._usage[0, :3] = [[9400, 2 * GIB], [9500, 2 * GIB], [9600, 2 * GIB]]
+        view._usage[1, :3] = [[8800, 2 * GIB], [8900, 2 * GIB], [9000, 2 * GIB]]
+        kso = KsoInprocPolicy(seed=0, stats="window", env=env)
+        kso.setup(view)
+        kso.observe(view)
+        return kso, view
+
+    pod = SimPod(0, "held", "uid-held", 100, 64 * 1024 * 1024, 3, 6, queued_step=3)
+    kso, view = setup({})
+    try:
+        assert kso.place(pod, view) is None
+        assert kso.place(pod, view) is None and kso.extra["filter_repeats"] == 1  # the refusal reused
+        view.step = 4  # one step later, nothing else changed (the refusals are still remembered)
+        assert kso.place(pod, view) == "warm"
+    finally:
+        kso.close()
+    assert kso.extra["safe_released"] == 1
+    never, view = setup({"KSO_SAFE_MAX_HOLD_S": "inf"})
+    try:
+        view.step = 5
+        assert never.place(pod, view) is None
+    finally:
+        never.close()
+    assert never.extra["safe_released"] == 0
