@@ -248,7 +248,9 @@ class ExtenderProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> ExtenderProcess:
+    def start(self, timeout: float = 240.0) -> ExtenderProcess:
+        # A ceiling, not a wait: ready returns at once. kso's start (imports, list of nodes and pods) took
+        # over 60 s once at load 12 on the 2-core box, which failed a test module's fixture.
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([*self.argv, str(self.port)], env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd)

@@ -228,7 +228,7 @@ def test_a_pod_refused_on_every_node_is_released_to_the_least_risk_one_after_the
     create_nodes(api, nodes)
     try:
         # its own kso (the module's has the default hold); a generous start timeout for a loaded machine
-        kso = kso_process(control_plane.kubeconfig, tmp_path / "kso.log", KSO_SAFE_MAX_HOLD_S=str(hold)).start(240)
+        kso = kso_process(control_plane.kubeconfig, tmp_path / "kso.log", KSO_SAFE_MAX_HOLD_S=str(hold)).start()
         try:
             wait_kso_sees(kso, core)
             create_pods(api, kube_namespace, [pod_manifest("held", node_selector={"kso-test/group": group,
