@@ -312,26 +312,24 @@ class Extender:
             s = _safe_call(f"priority {name}", self.priorities[name], call, self.metrics, verb)
             if s is not None:
                 got.append((w, name, s))
+        per: dict[str, np.ndarray] = {}
         if not per_agent and got and all(isinstance(s, np.ndarray) and s.dtype.kind == "i" and s.shape == (n,)
                                          for _, _, s in got):
             combined = self._int_combined(got, n)
         else:
             total = np.zeros(n)
             weight_sum = 0
-            per: dict[str, np.ndarray] = {}
             for w, name, s in got:
                 s = clamp_scores(s)
-                per[name] = s
+                if per_agent:
+                    per[name] = s
                 total += w * s
                 weight_sum += w
             combined = np.floor(total / weight_sum + 0.5) if weight_sum else np.zeros(n)
-            if per_agent:
-                combined = np.where(call.view.known, combined, 0)
-                return combined.astype(int), per
         # A node the cache does not know gets no preference: kso cannot judge it.
         if not call.view.all_known():
             combined = np.where(call.view.known, combined, 0)
-        return combined.astype(int), {}
+        return combined.astype(int), per
 
     @staticmethod
     def _int_combined(got: list[tuple[int, str, Any]], n: int) -> np.ndarray:
