@@ -66,12 +66,13 @@ MEMO_KEY = "pigeon"
 # np.einsum without its Python wrapper: without ``optimize`` the wrapper only hands its operands to this
 # (the same C function, the same results), at ~1-2 us a call.
 # np.clip(a, lo, hi) is this ufunc behind two Python wrappers.
+# Both are numpy internals: where they are not (numpy 1.x, or a numpy that moved them) the public functions are
+# used, with the same results at the wrappers' cost.
 try:
     from numpy._core._multiarray_umath import c_einsum as _einsum  # numpy 2
     from numpy._core.umath import clip as _clip
-except ImportError:  # numpy 1.26
-    from numpy.core._multiarray_umath import c_einsum as _einsum
-    from numpy.core.umath import clip as _clip
+except ImportError:
+    _einsum, _clip = np.einsum, np.clip
 
 
 @dataclass
