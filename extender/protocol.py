@@ -101,6 +101,9 @@ class ExtenderArgs:
     nodes: list[dict[str, Any]] | None  # Nodes.items (nodeCacheCapable: false)
     node_list: dict[str, Any] | None  # the NodeList object, echoed back with the passing items
     node_names: list[str] | None  # NodeNames (nodeCacheCapable: true)
+    # Each of ``nodes``' bytes as sent, when every one is exactly what orjson writes for its object (KnownNodeItems
+    # checked it once per distinct bytes): filter's reply splices these instead of encoding the nodes again
+    node_raw: list[bytes] | None = None
 
 
 def _pod(f: dict[str, Any]) -> dict[str, Any]:
@@ -175,9 +178,13 @@ class KnownNodeItems:
     def decode(self, body: bytes, limits: Limits) -> dict[str, Any] | None:
         """The decoded body, or None when it is not one this can assemble (then decode it whole); FOREIGN
         when it carries a node that is never kept (decoding it whole teaches nothing)."""
+        return self.decode_raw(body, limits)[0]
+
+    def decode_raw(self, body: bytes, limits: Limits) -> tuple[dict[str, Any] | None, list[bytes] | None]:
+        """decode's answer and, when it assembled the body, each item's bytes (== orjson.dumps of its object)."""
         where = self._items_at(body)
         if where is None:
-            return None
+            return None, None
         pod_end, p = where
         start, at = pod_end + len(self.NODES), p - len(self.ITEMS)
         end = len(body) - len(self.TAIL)
@@ -187,20 +194,20 @@ class KnownNodeItems:
         if p != end:
             while True:
                 if not body.startswith(self.ITEM, p):
-                    return None
+                    return None, None
                 q = p + len(self.ITEM)
                 e = body.find(b'"', q)
                 key = body[q:e]
                 item = known.get(key) if e > 0 else None
                 if item is None or not body.startswith(item.raw, p):
-                    return FOREIGN if key in self.foreign else None
+                    return (FOREIGN if key in self.foreign else None), None
                 nodes.append(item.node)
                 found.append(item)
                 p += len(item.raw)
                 if p == end:
                     break
                 if p > end or body[p] != 0x2C:  # ","
-                    return None
+                    return None, None
                 p += 1
         # The pod and the list's own fields, decoded by orjson; any slice that is not whole JSON fails here.
         head = body[: at + len(self.ITEMS)]
@@ -209,28 +216,30 @@ class KnownNodeItems:
             meta = body[start:at]
             fields = orjson.loads(b"{" + meta[:-1] + b"}") if meta.endswith(b",") else None if meta else {}
         except orjson.JSONDecodeError:
-            return None
+            return None, None
         if fields is None or not isinstance(fields, dict) or "items" in fields:
-            return None
+            return None, None
         # check_depth's running count, segment by segment (commas carry no brackets)
         level, highest = _bracket_run(head)
         for item in found:
             highest = max(highest, level + item.highest)
             level += item.net
         if max(highest, level + self._tail_highest) > limits.max_depth:
-            return None  # decoded whole, for check_depth's own answer
-        return {"Pod": pod, "Nodes": {**fields, "items": nodes}, "NodeNames": None}
+            return None, None  # decoded whole, for check_depth's own answer
+        return {"Pod": pod, "Nodes": {**fields, "items": nodes}, "NodeNames": None}, [item.raw for item in found]
 
-    def learn(self, body: bytes, doc: dict[str, Any]) -> None:
+    def learn(self, body: bytes, doc: dict[str, Any]) -> list[bytes] | None:
         """Keep the nodes of a body in kube-scheduler's layout that was decoded whole (``doc``), walking its
         items in order: a node is kept when orjson writes exactly the bytes it was sent as, and the walk stops at
-        the first one it does not (that one is never kept: its bytes cannot be matched again)."""
+        the first one it does not (that one is never kept: its bytes cannot be matched again). Returns each
+        item's bytes when every one was kept (as decode_raw does), else None."""
         where = self._items_at(body)
         nodes = doc.get("Nodes")
         items = nodes.get("items") if isinstance(nodes, dict) else None
         if where is None or not isinstance(items, list):
-            return
+            return None
         p, known = where[1], self.items
+        raws: list[bytes] = []
         if len(known) >= self.limit or self.size > self.max_bytes:  # emptied between bodies, never within one
             known.clear()
             self.size = 0
@@ -238,23 +247,27 @@ class KnownNodeItems:
             meta = node.get("metadata") if isinstance(node, dict) else None
             name = meta.get("name") if isinstance(meta, dict) else None
             if not isinstance(name, str):
-                return
+                return None
             key = name.encode()
             old = known.get(key)
             if old is None or not body.startswith(old.raw, p):
                 try:
                     raw = orjson.dumps(node)
                 except orjson.JSONEncodeError:
-                    return
+                    return None
                 if not raw.startswith(self.ITEM + key + b'"') or not body.startswith(raw, p):
                     if len(self.foreign) >= self.limit:
                         self.foreign.clear()
                     self.foreign.add(key)
-                    return
+                    return None
                 net, highest = _bracket_run(raw)
                 old = known[key] = _KnownItem(raw, node, net, highest)
                 self.size += len(raw)
+            raws.append(old.raw)
             p += len(old.raw) + 1  # and the comma
+        # the items' bytes are exactly these, comma-joined, up to the tail (so each item was decoded from its own
+        # bytes, and its bytes are orjson's for it); learnt bodies are the rare ones, this join is cheap beside loads
+        return raws if body[where[1]:len(body) - len(self.TAIL)] == b",".join(raws) else None
 
 NODE_ITEMS = KnownNodeItems()
 
@@ -325,12 +338,12 @@ KNOWN_PODS = KnownPods()
 
 def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> ExtenderArgs:
     """Parse a filter / prioritize body."""
-    doc = NODE_ITEMS.decode(body, limits)
+    doc, raws = NODE_ITEMS.decode_raw(body, limits)
     if doc is None:
         doc = KNOWN_PODS.names_body(body, limits)
         if doc is None:
             doc = loads(body, limits)
-            NODE_ITEMS.learn(body, doc)
+            raws = NODE_ITEMS.learn(body, doc)
     elif doc is FOREIGN:
         doc = loads(body, limits)
     f = _folded(doc)
@@ -364,8 +377,10 @@ def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> Extende
                     raise ProtocolError(f"NodeNames[{i}] must be a non-empty string", "wrong_type")
     if items is None and names is None:
         raise ProtocolError("neither Nodes nor NodeNames given: nothing to filter or score", "missing_nodes")
+    if raws is not None and (items is None or len(raws) != len(items)):
+        raws = None
     return ExtenderArgs(pod=pod, nodes=items, node_list=node_list if items is not None else None,
-                        node_names=None if items is not None else names)
+                        node_names=None if items is not None else names, node_raw=raws)
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from itertools import compress
 from typing import Any
 
 import numpy as np
+import orjson
 
 from extender.agents import AGENTS
 from extender.agents.base import MAX_PRIORITY, Agent, Call, Predicate, PredicateResult, Priority
@@ -293,7 +294,12 @@ class Extender:
         }
         passed = v.passed()
         if args.nodes is not None:
-            reply["Nodes"] = {**(args.node_list or {}), "items": list(compress(args.nodes, passed))}
+            raws = args.node_raw
+            # the passing items' bytes as sent, spliced (an orjson.Fragment: dumps writes it as is) when each is
+            # exactly what orjson writes for its object (protocol.KnownNodeItems), else the objects, encoded again
+            items: Any = (list(compress(args.nodes, passed)) if raws is None
+                          else orjson.Fragment(b"[" + b",".join(compress(raws, passed)) + b"]"))
+            reply["Nodes"] = {**(args.node_list or {}), "items": items}
             reply["NodeNames"] = None
         else:
             reply["NodeNames"] = list(compress(names, passed))

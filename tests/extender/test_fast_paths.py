@@ -25,7 +25,7 @@ from extender.agents.image import ImageAgent, ImageParams, image_locality_score
 from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, _beta_cases, beta_risk
 from extender.app import create_app, outermost_hot_routes
 from extender.config import load_config
-from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
+from extender.protocol import ExtenderArgs, ProtocolError, dumps, parse_extender_args
 from extender.service import Extender
 from kso.core import cluster as cluster_module
 from kso.core.binder import RecordingBinder
@@ -784,18 +784,23 @@ def _same_as_decoding_whole(known: Any, body: bytes, max_depth: int = 100) -> st
         expected: Any = loads(body, limits)
     except ProtocolError as exc:
         expected = str(exc)
-    doc = known.decode(body, limits)
+    doc, raws = known.decode_raw(body, limits)
     path = "assembled" if doc is not None and doc is not FOREIGN else "whole"
     if path == "whole":
+        assert raws is None
         try:
             doc = loads(body, limits)
         except ProtocolError as exc:
             doc = str(exc)
         if doc is not None and not isinstance(doc, str):
-            known.learn(body, doc)
+            raws = known.learn(body, doc)
+    else:
+        assert raws is not None  # an assembled body always has its items' bytes
     assert doc == expected
     if isinstance(doc, dict):  # same key order too (the reply echoes the list's fields in order)
         assert orjson.dumps(doc) == orjson.dumps(expected)
+    if raws is not None:  # the items' bytes, when given, are exactly orjson's for the decoded items
+        assert isinstance(doc, dict) and raws == [orjson.dumps(n) for n in doc["Nodes"]["items"]]
     return path
 
 
@@ -893,3 +898,70 @@ def test_known_node_items_stay_within_their_bounds() -> None:
             assert _same_as_decoding_whole(known, body) == "assembled"
             # past a bound it is emptied before the next body is learnt: at most one body's nodes beyond it
             assert len(known.items) <= max(known.limit, 3) + 2 and known.size <= known.max_bytes + 2 * raw
+
+
+def test_learnt_items_bytes_only_when_the_items_are_exactly_them() -> None:
+    """learn gives the items' bytes only when the items array is those bytes, comma-joined, up to the tail."""
+    from extender.protocol import KnownNodeItems
+
+    nodes = [_go_node(f"r{i}") for i in range(3)]
+    pod = make_pod("p")
+    good = _full_body(pod, nodes)
+    known = KnownNodeItems()
+    assert known.learn(good, orjson.loads(good)) == [orjson.dumps(n) for n in nodes]
+    assert known.learn(good, orjson.loads(good)) == [orjson.dumps(n) for n in nodes]  # known ones too
+    # a first "Nodes" with other items than the one decoding keeps: the walk's bytes are not the decoded items
+    twice = good.replace(b',"NodeNames":null}', b',"Nodes":{"items":[' + orjson.dumps(nodes[0]) + b']},"NodeNames":null}')
+    assert KnownNodeItems().learn(twice, orjson.loads(twice)) is None
+    for cache in (KnownNodeItems(), known):
+        _same_as_decoding_whole(cache, twice)
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    """Any JSON value orjson writes: escapes, unicode, floats (also -0.0 and huge), deep nesting."""
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
+                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+                       st.sampled_from(['"', "\\", "\n\t\x00\x1f", "\u2028", "<a&b>", "\U0001f600", "é", "/"]))
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                          st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                        max_leaves=12)
+
+
+@SETTINGS
+@given(extras=st.lists(st.tuples(st.dictionaries(st.text(max_size=6), st.text(max_size=8), max_size=3), _json_values()),
+                       min_size=1, max_size=6),
+       failing=st.sets(st.integers(0, 5)), go_escapes=st.booleans(), seen=st.booleans())
+def test_filter_reply_splices_exactly_the_reencoded_nodes(extras: list[tuple[dict[str, str], Any]], failing: set[int],
+                                                         go_escapes: bool, seen: bool) -> None:
+    """Full Nodes: filter's reply with the passing items' bytes spliced (KnownNodeItems) is byte for byte the reply
+    with the decoded items encoded again, for any node objects; bytes orjson would not write (Go's HTML escapes)
+    are never spliced."""
+    import dataclasses
+
+    from extender.protocol import NODE_ITEMS
+
+    nodes = []
+    NODE_ITEMS.items.clear()  # names another example left as "foreign" (escaped) are decoded whole, not learnt
+    NODE_ITEMS.foreign.clear()
+    for i, (notes, value) in enumerate(extras):
+        node = _go_node(f"splice-{i}", annotations={f"x/{k}": v for k, v in notes.items()})
+        node["status"]["extra"] = value
+        nodes.append(node)
+    state = ClusterState()
+    for node in nodes[::2]:  # some known to the cache, the others judged from the body
+        state.upsert_node(node_from_k8s(node))
+    ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(), cache_bodies=False)
+    ext.predicates["some"] = lambda call: PredicateResult(
+        np.ones(len(call.view), dtype=bool), {i: f"fails {i}" for i in failing if i < len(call.view)})
+    body = _full_body(make_pod("p"), nodes, {"metadata": {"resourceVersion": "7"}})
+    if go_escapes:
+        body = body.replace(b"<", b"\\u003c").replace(b"&", b"\\u0026")
+    for _ in range(2 if seen else 1):  # first sight (decoded whole, learnt), then assembled from the known nodes
+        args = parse_extender_args(body)
+        spliced = dumps(ext.filter(args, ["some"]))
+        encoded = dumps(ext.filter(dataclasses.replace(args, node_raw=None), ["some"]))
+        assert spliced == encoded
+        assert orjson.loads(spliced)["Nodes"]["items"] == [n for i, n in enumerate(orjson.loads(body)["Nodes"]["items"])
+                                                           if i not in failing]
+        escaped = go_escapes and (b"\\u003c" in body or b"\\u0026" in body)
+        assert (args.node_raw is None) == escaped  # spliced whenever the bytes are orjson's own
