@@ -319,7 +319,7 @@ class TrivialHandler(http.server.BaseHTTPRequestHandler):
         self._reply(b"ok")
 
     FULL_HEAD, FULL_NODES, FULL_TAIL = b'{"Pod":', b',"Nodes":{', b',"NodeNames":null}'
-    NODE_NAME = re.compile(rb'(?:\[|,)\{"metadata":\{"name":"([^"\\]*)"')
+    NODE_NAME = b'{"metadata":{"name":"'
 
     def do_POST(self) -> None:  # noqa: N802
         data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -328,8 +328,7 @@ class TrivialHandler(http.server.BaseHTTPRequestHandler):
             if self.path.endswith("/filter"):
                 self._reply(b'{"Nodes":' + nodes_json + b',"NodeNames":null,"FailedNodes":{},"Error":""}')
             else:
-                self._reply(orjson.dumps([{"Host": n.decode(), "Score": 0}
-                                          for n in self.NODE_NAME.findall(nodes_json)]))
+                self._reply(orjson.dumps([{"Host": n, "Score": 0} for n in self._names(nodes_json)]))
             return
         body = orjson.loads(data or b"{}")
         nodes = body.get("Nodes") or body.get("nodes")
@@ -361,6 +360,15 @@ class TrivialHandler(http.server.BaseHTTPRequestHandler):
         except orjson.JSONDecodeError:
             return None
         return data[at + len(self.FULL_NODES) - 1:-len(self.FULL_TAIL)] if isinstance(pod, dict) else None
+
+    def _names(self, nodes_json: bytes) -> list[str]:
+        """Each item's metadata.name, found by its bytes (kube-scheduler writes metadata first, name first)."""
+        out, at, start = [], 0, self.NODE_NAME
+        while (at := nodes_json.find(start, at)) >= 0:
+            end = nodes_json.find(b'"', at + len(start))
+            out.append(nodes_json[at + len(start):end].decode())
+            at = end
+        return out
 
     def _reply(self, data: bytes) -> None:
         self.send_response(200)
