@@ -117,17 +117,39 @@ def _pod(f: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+_BRACKET_RUNS: dict[bytes, tuple[int, int]] = {}  # short bracket strings seen (a body's head: its pod's shape)
+
+
 def _bracket_run(data: bytes) -> tuple[int, int]:
     """(net, highest) of check_depth's running bracket count over ``data``, from 0: what a segment adds to
-    the count after it and the highest the count gets inside it."""
+    the count after it and the highest the count gets inside it. Remembered by the brackets alone when they are
+    few (the heads of full-Nodes bodies: pods of one shape have the same brackets), which spares numpy's calls."""
     brackets = data.translate(None, _NOT_BRACKETS)
     if not brackets:
         return 0, 0
-    run = _running_count(brackets)
-    return int(run[-1]), max(0, int(run.max()))
+    got = _BRACKET_RUNS.get(brackets)
+    if got is None:
+        run = _running_count(brackets)
+        got = int(run[-1]), max(0, int(run.max()))
+        if len(brackets) <= 4096:
+            if len(_BRACKET_RUNS) >= 1024:
+                _BRACKET_RUNS.clear()
+            _BRACKET_RUNS[brackets] = got
+    return got
 
 
 FOREIGN: dict[str, Any] = {}  # KnownNodeItems.decode's "decode it whole, and learn nothing"
+
+
+@dataclass(slots=True)
+class _KnownRun:
+    """An items array's bytes (between ``"items":[`` and the tail) that were assembled from known items."""
+
+    raw: bytes
+    nodes: list[dict[str, Any]]  # the items' objects (shared, read only)
+    raws: list[bytes]  # their bytes
+    net: int  # what the run adds to check_depth's running count
+    highest: int  # the highest the count gets inside it, from 0 (-1: no items)
 
 
 @dataclass(slots=True)
@@ -151,7 +173,9 @@ class KnownNodeItems:
     kept per segment). Anything else (another layout, an unknown or changed node, a body check_depth or orjson
     would refuse) is decoded whole, as before, and teaches the nodes it carried. Bounded: emptied before learning
     a body once past ``limit`` entries or ``max_bytes`` (never within a body, which would undo itself); a node
-    whose bytes orjson would encode differently (Go's HTML escapes) is not kept."""
+    whose bytes orjson would encode differently (Go's HTML escapes) is not kept. The last ``RUNS`` items arrays
+    assembled (each at most ``MAX_RUN_BYTES``) are kept whole too: kube-scheduler sends the same nodes in the same
+    order call after call, and a byte comparison of the array spares the walk over its items."""
 
     HEAD = b'{"Pod":'
     NODES = b',"Nodes":{'
@@ -161,9 +185,13 @@ class KnownNodeItems:
 
     # 16 MiB of kept bytes (~3x that with the decoded objects) is 16 full calls of distinct nodes at the default
     # KSO_MAX_BODY_BYTES; a churning cluster's departed nodes go when it is emptied.
+    RUNS = 4  # items arrays remembered whole: kube-scheduler sends the same nodes in the same order call after call
+    MAX_RUN_BYTES = 4 << 20
+
     def __init__(self, limit: int = 4096, max_bytes: int = 16 << 20) -> None:
         self.limit, self.max_bytes, self.size = limit, max_bytes, 0
         self.items: dict[bytes, _KnownItem] = {}
+        self.runs: list[_KnownRun] = []  # most recent first
         self.foreign: set[bytes] = set()  # names whose bytes orjson does not reproduce: never kept
         self._tail_highest = _bracket_run(self.TAIL)[1]
 
@@ -188,27 +216,17 @@ class KnownNodeItems:
         pod_end, p = where
         start, at = pod_end + len(self.NODES), p - len(self.ITEMS)
         end = len(body) - len(self.TAIL)
-        known = self.items
-        nodes: list[dict[str, Any]] = []
-        found: list[_KnownItem] = []
-        if p != end:
-            while True:
-                if not body.startswith(self.ITEM, p):
-                    return None, None
-                q = p + len(self.ITEM)
-                e = body.find(b'"', q)
-                key = body[q:e]
-                item = known.get(key) if e > 0 else None
-                if item is None or not body.startswith(item.raw, p):
-                    return (FOREIGN if key in self.foreign else None), None
-                nodes.append(item.node)
-                found.append(item)
-                p += len(item.raw)
-                if p == end:
-                    break
-                if p > end or body[p] != 0x2C:  # ","
-                    return None, None
-                p += 1
+        # An items array seen whole before (its bytes compared, not hashed): its objects without the walk below.
+        # A run stays right whatever happens to the items since: the same bytes decode to the same objects.
+        for run in self.runs:
+            if len(run.raw) == end - p and body.startswith(run.raw, p):
+                break
+        else:
+            run = self._walk(body, p, end)
+            if not isinstance(run, _KnownRun):
+                return run, None
+            if len(run.raw) <= self.MAX_RUN_BYTES:
+                self.runs = [run, *self.runs[:self.RUNS - 1]]
         # The pod and the list's own fields, decoded by orjson; any slice that is not whole JSON fails here.
         head = body[: at + len(self.ITEMS)]
         try:
@@ -221,12 +239,39 @@ class KnownNodeItems:
             return None, None
         # check_depth's running count, segment by segment (commas carry no brackets)
         level, highest = _bracket_run(head)
+        if max(highest, level + run.highest, level + run.net + self._tail_highest) > limits.max_depth:
+            return None, None  # decoded whole, for check_depth's own answer
+        return {"Pod": pod, "Nodes": {**fields, "items": list(run.nodes)}, "NodeNames": None}, list(run.raws)
+
+    def _walk(self, body: bytes, p: int, end: int) -> _KnownRun | dict[str, Any] | None:
+        """The items array at ``body[p:end]`` as a run of known items; None (or FOREIGN) when it is not one."""
+        known = self.items
+        nodes: list[dict[str, Any]] = []
+        found: list[_KnownItem] = []
+        begin = p
+        if p != end:
+            while True:
+                if not body.startswith(self.ITEM, p):
+                    return None
+                q = p + len(self.ITEM)
+                e = body.find(b'"', q)
+                key = body[q:e]
+                item = known.get(key) if e > 0 else None
+                if item is None or not body.startswith(item.raw, p):
+                    return FOREIGN if key in self.foreign else None
+                nodes.append(item.node)
+                found.append(item)
+                p += len(item.raw)
+                if p == end:
+                    break
+                if p > end or body[p] != 0x2C:  # ","
+                    return None
+                p += 1
+        level, highest = 0, -1
         for item in found:
             highest = max(highest, level + item.highest)
             level += item.net
-        if max(highest, level + self._tail_highest) > limits.max_depth:
-            return None, None  # decoded whole, for check_depth's own answer
-        return {"Pod": pod, "Nodes": {**fields, "items": nodes}, "NodeNames": None}, [item.raw for item in found]
+        return _KnownRun(body[begin:end], nodes, [item.raw for item in found], level, highest)
 
     def learn(self, body: bytes, doc: dict[str, Any]) -> list[bytes] | None:
         """Keep the nodes of a body in kube-scheduler's layout that was decoded whole (``doc``), walking its

@@ -182,7 +182,17 @@ class Extender:
         refresh the cache when it does not have that resourceVersion yet; without, the cache's row is
         used for a node it knows and a node it does not know is judged from the body for this call only."""
         if args.nodes is not None:
-            names: list[str] = []
+            if not self.cache_bodies:
+                # API mode, every node in the cache (the usual call): the names in one comprehension and the view,
+                # without the per-item checks below (~1 us a node), which would find every name good and known
+                try:
+                    names = [item["metadata"]["name"] for item in args.nodes]
+                except (KeyError, TypeError):
+                    names = []
+                if (len(names) == len(args.nodes) and set(map(type, names)) <= {str} and "" not in names
+                        and (view := self.state.view(names)).all_known()):
+                    return view
+            names = []
             scratch: list[NodeInfo] = []
             for i, item in enumerate(args.nodes):
                 meta = item.get("metadata")

@@ -965,3 +965,63 @@ def test_filter_reply_splices_exactly_the_reencoded_nodes(extras: list[tuple[dic
                                                            if i not in failing]
         escaped = go_escapes and (b"\\u003c" in body or b"\\u0026" in body)
         assert (args.node_raw is None) == escaped  # spliced whenever the bytes are orjson's own
+
+
+def test_known_items_arrays_are_kept_whole_and_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same items array again (another pod) is taken from the kept run, without walking its items; it gives what
+    decoding the whole body gives even after its nodes left the item cache or changed."""
+    from extender.protocol import KnownNodeItems
+
+    known = KnownNodeItems()
+    nodes = [_go_node(f"w{i}") for i in range(6)]
+    assert _same_as_decoding_whole(known, _full_body(make_pod("p0"), nodes)) == "whole"
+    assert _same_as_decoding_whole(known, _full_body(make_pod("p1"), nodes)) == "assembled"  # walked, kept
+    assert len(known.runs) == 1
+
+    def no_walk(*args: Any) -> None:
+        raise AssertionError("walked a kept run")
+
+    with monkeypatch.context() as m:
+        m.setattr(known, "_walk", no_walk)
+        for i in range(3):
+            assert _same_as_decoding_whole(known, _full_body(make_pod(f"q{i}"), nodes, {"kind": "NodeList"})) == \
+                "assembled"
+        known.items.clear()  # a run is the same bytes, so the same objects, whatever happened to the items since
+        assert _same_as_decoding_whole(known, _full_body(make_pod("r"), nodes)) == "assembled"
+    # another order is another run; at most RUNS are kept, most recent first
+    for k in range(KnownNodeItems.RUNS + 2):
+        order = nodes[k % 6:] + nodes[:k % 6]
+        _same_as_decoding_whole(known, _full_body(make_pod("s"), order))
+        _same_as_decoding_whole(known, _full_body(make_pod("t"), order))
+    assert len(known.runs) == KnownNodeItems.RUNS
+    # a prefix of a kept run, or a kept run with a byte changed, is not that run
+    short = _full_body(make_pod("u"), nodes[:5])
+    assert _same_as_decoding_whole(known, short) == "assembled"
+    changed = _full_body(make_pod("u"), nodes).replace(b'"w5"', b'"w7"')
+    assert _same_as_decoding_whole(known, changed) == "whole"
+
+
+def test_resolve_of_full_nodes_all_known_equals_the_per_item_path() -> None:
+    """API mode (bodies never cached): a call whose nodes are all in the cache takes the names in one pass; any
+    other call the per-item path, with its errors and its nodes judged from the body."""
+    nodes = [_go_node(f"k{i}", cpu=str(2 + i)) for i in range(5)]
+    state = ClusterState()
+    for node in nodes:
+        state.upsert_node(node_from_k8s(node))
+    ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(), cache_bodies=False)
+    order = [nodes[3], nodes[0], nodes[4], nodes[0]]
+    view = ext.resolve(parse_extender_args(_full_body(make_pod("p"), order)))
+    ref = state.view([n["metadata"]["name"] for n in order])
+    assert view.names == ref.names and view.all_known() and (view.rows == ref.rows).all()
+    assert np.array_equal(view.alloc, ref.alloc) and np.array_equal(view.requested, ref.requested)
+    # a node the cache does not know: judged from its object, the others from the cache
+    stranger = _go_node("stranger", cpu="7")
+    view = ext.resolve(parse_extender_args(_full_body(make_pod("p"), [nodes[1], stranger])))
+    assert view.names == ["k1", "stranger"] and view.all_known()
+    assert view.alloc[1, view.columns["cpu"]] == 7000 and view.alloc[0, view.columns["cpu"]] == 3000
+    # items without a usable name: the per-item path's error, naming the item
+    for bad in ({"metadata": {}}, {"metadata": []}, {"metadata": {"name": ""}}, {"metadata": {"name": 5}},
+                {"spec": {}}):
+        args = parse_extender_args(orjson.dumps({"Pod": make_pod("p"), "Nodes": {"items": [nodes[0], bad]}}))
+        with pytest.raises(ProtocolError, match=r"Nodes.items\[1\] has no metadata.name"):
+            ext.resolve(args)
