@@ -13,7 +13,10 @@ configuration and measures until every pod is bound:
   scheduler binds); ``kso-bind``: the same with kso binding (deploy/ as shipped); ``kso-full``:
   ``nodeCacheCapable: false`` (full Node objects in every call), no bind;
 - ``trivial``: a stdlib extender (``python -m benchmarks.e2e --trivial-extender PORT``) that passes every
-  node and scores 0, NodeNames: the cost of the extender protocol itself.
+  node and scores 0, NodeNames: the cost of the extender protocol itself; ``trivial-full``: the same extender
+  with ``nodeCacheCapable: false``: filter answers with the Nodes it was sent, their bytes cut from the body
+  without decoding them (kube-scheduler's layout; any other body is decoded): the protocol's own cost when every
+  call carries every Node.
 
 kso runs as README says (``python -m kso.cli extender --port P`` with KUBECONFIG pointing at the
 cluster, no KSO_CLUSTER_SOURCE), one process for the whole benchmark, plus one for each extra
@@ -276,6 +279,7 @@ class ExtenderProcess:
 
 
 KSO_CONFIGS = ("kso", "kso-bind", "kso-full")
+TRIVIAL_CONFIGS = ("trivial", "trivial-full")
 
 
 def variant_configs(label: str, env: dict[str, str]) -> list[str]:
@@ -305,7 +309,8 @@ def trivial_process(log: Path) -> ExtenderProcess:
 
 
 class TrivialHandler(http.server.BaseHTTPRequestHandler):
-    """The reference extender: filter passes every node, prioritize scores each 0, nothing else."""
+    """The reference extender: filter passes every node, prioritize scores each 0, nothing else. With full
+    Nodes (``nodeCacheCapable: false``) filter answers with the NodeList it was sent, as the protocol requires."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are two writes: without this, delayed ACKs add ~40 ms
@@ -313,14 +318,57 @@ class TrivialHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._reply(b"ok")
 
+    FULL_HEAD, FULL_NODES, FULL_TAIL = b'{"Pod":', b',"Nodes":{', b',"NodeNames":null}'
+    NODE_NAME = b'{"metadata":{"name":"'
+
     def do_POST(self) -> None:  # noqa: N802
-        body = orjson.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        nodes_json = self._full_nodes(data)
+        if nodes_json is not None:  # full Nodes in kube-scheduler's layout: echoed as bytes, never decoded
+            if self.path.endswith("/filter"):
+                self._reply(b'{"Nodes":' + nodes_json + b',"NodeNames":null,"FailedNodes":{},"Error":""}')
+            else:
+                self._reply(orjson.dumps([{"Host": n, "Score": 0} for n in self._names(nodes_json)]))
+            return
+        body = orjson.loads(data or b"{}")
+        nodes = body.get("Nodes") or body.get("nodes")
+        if nodes is not None:  # full Nodes
+            if self.path.endswith("/filter"):
+                out: Any = {"Nodes": nodes, "NodeNames": None, "FailedNodes": {}, "Error": ""}
+            else:
+                out = [{"Host": n["metadata"]["name"], "Score": 0} for n in nodes.get("items") or []]
+            self._reply(orjson.dumps(out))
+            return
         names = body.get("NodeNames") or body.get("nodenames") or []
         if self.path.endswith("/filter"):
-            out: Any = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
+            out = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
         else:
             out = [{"Host": n, "Score": 0} for n in names]
         self._reply(orjson.dumps(out))
+
+    def _full_nodes(self, data: bytes) -> bytes | None:
+        """The NodeList's bytes of a full-Nodes body in kube-scheduler's layout (``{"Pod":{...},"Nodes":{...},
+        "NodeNames":null}``), without decoding the Nodes: the Pod's bytes up to the first ``,"Nodes":{`` must
+        decode whole (else that text sat inside the Pod), so what follows is the Nodes value. None: another layout.
+        This is the cheapest an extender can answer full-Nodes calls (the protocol's own cost); its prioritize
+        takes each item's name by pattern, which holds for the Nodes kube-scheduler sends (metadata.name first)."""
+        if not data.startswith(self.FULL_HEAD) or not data.endswith(self.FULL_TAIL):
+            return None
+        at = data.find(self.FULL_NODES)
+        try:
+            pod = orjson.loads(data[len(self.FULL_HEAD):at]) if at > 0 else None
+        except orjson.JSONDecodeError:
+            return None
+        return data[at + len(self.FULL_NODES) - 1:-len(self.FULL_TAIL)] if isinstance(pod, dict) else None
+
+    def _names(self, nodes_json: bytes) -> list[str]:
+        """Each item's metadata.name, found by its bytes (kube-scheduler writes metadata first, name first)."""
+        out, at, start = [], 0, self.NODE_NAME
+        while (at := nodes_json.find(start, at)) >= 0:
+            end = nodes_json.find(b'"', at + len(start))
+            out.append(nodes_json[at + len(start):end].decode())
+            at = end
+        return out
 
     def _reply(self, data: bytes) -> None:
         self.send_response(200)
@@ -462,6 +510,15 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
         core.delete_namespace(ns)
 
 
+def run_target(name: str) -> tuple[str | None, bool, bool]:
+    """A run's extender process (its key in run_benchmark's extenders; None: kube-scheduler alone), and whether
+    kube-scheduler binds through it and sends it NodeNames (``nodeCacheCapable``)."""
+    base, _, label = name.partition("[")
+    which = (None if name == "alone" else f"kso[{label}" if label else "kso" if base in KSO_CONFIGS
+             else "trivial" if base in TRIVIAL_CONFIGS else name)
+    return which, base == "kso-bind", base not in ("kso-full", "trivial-full")
+
+
 def abba(configs: list[str], rounds: int) -> list[tuple[int, str]]:
     order: list[tuple[int, str]] = []
     for r in range(rounds):
@@ -482,15 +539,14 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
                 extenders["kso"] = kso_process(cp.kubeconfig, logs / "kso.log").start()
             for label, env in kso_variants.items():
                 extenders[label] = kso_process(cp.kubeconfig, logs / f"{label}.log", **env).start()
-            if "trivial" in configs:
+            if {"trivial", "trivial-full"} & set(configs):
                 extenders["trivial"] = trivial_process(logs / "trivial.log").start()
             all_configs = configs + [c for label, env in kso_variants.items() for c in variant_configs(label, env)]
             for rnd, name in abba(all_configs, rounds):
-                base, _, label = name.partition("[")
-                ext = extenders.get(f"kso[{label}" if label else "kso" if base in KSO_CONFIGS else name)
-                cfg = scheduler_config(None if name == "alone" else ext.url if ext else None,
-                                       bind=base == "kso-bind", node_cache=base != "kso-full")
-                kso = ext if name != "trivial" else None
+                which, bind, node_cache = run_target(name)
+                ext = extenders.get(which) if which else None
+                cfg = scheduler_config(ext.url if ext else None, bind=bind, node_cache=node_cache)
+                kso = ext if name not in TRIVIAL_CONFIGS else None
                 res = run_once(cp, api, name, cfg, pods, rnd, kso, timeout, ext if name != "alone" else None)
                 out(f"  round {rnd} {name:<28} {res.pods_per_s:7.1f} pods/s  max/p95 per node {res.max_per_node}/"
                     f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  extender CPU "
@@ -550,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--configs", default="alone,kso,kso-bind,kso-full,trivial",
-                    help="comma-separated: alone, kso, kso-bind, kso-full, trivial")
+                    help="comma-separated: alone, kso, kso-bind, kso-full, trivial, trivial-full")
     ap.add_argument("--kso-env", action="append", default=[], type=_parse_variant,
                     help="an extra kso process with these settings (NodeNames, no bind), e.g. "
                          "'KSO_WEIGHTS=safe-balance=10,pigeon-holing=1;POLICY_OBJECTIVE=LOAD_BALANCE'; "
@@ -566,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (timeout, CI) unwinds like Ctrl-C, so the control plane and extenders are stopped.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = set(configs) - {"alone", "kso", "kso-bind", "kso-full", "trivial"}
+    unknown = set(configs) - {"alone", *KSO_CONFIGS, *TRIVIAL_CONFIGS}
     if unknown:
         ap.error(f"unknown configurations: {', '.join(sorted(unknown))}")
     variants = dict(args.kso_env)

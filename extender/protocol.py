@@ -101,6 +101,9 @@ class ExtenderArgs:
     nodes: list[dict[str, Any]] | None  # Nodes.items (nodeCacheCapable: false)
     node_list: dict[str, Any] | None  # the NodeList object, echoed back with the passing items
     node_names: list[str] | None  # NodeNames (nodeCacheCapable: true)
+    # Each of ``nodes``' bytes as sent, when every one is exactly what orjson writes for its object (KnownNodeItems
+    # checked it once per distinct bytes): filter's reply splices these instead of encoding the nodes again
+    node_raw: list[bytes] | None = None
 
 
 def _pod(f: dict[str, Any]) -> dict[str, Any]:
@@ -114,17 +117,39 @@ def _pod(f: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+_BRACKET_RUNS: dict[bytes, tuple[int, int]] = {}  # short bracket strings seen (a body's head: its pod's shape)
+
+
 def _bracket_run(data: bytes) -> tuple[int, int]:
     """(net, highest) of check_depth's running bracket count over ``data``, from 0: what a segment adds to
-    the count after it and the highest the count gets inside it."""
+    the count after it and the highest the count gets inside it. Remembered by the brackets alone when they are
+    few (the heads of full-Nodes bodies: pods of one shape have the same brackets), which spares numpy's calls."""
     brackets = data.translate(None, _NOT_BRACKETS)
     if not brackets:
         return 0, 0
-    run = _running_count(brackets)
-    return int(run[-1]), max(0, int(run.max()))
+    got = _BRACKET_RUNS.get(brackets)
+    if got is None:
+        run = _running_count(brackets)
+        got = int(run[-1]), max(0, int(run.max()))
+        if len(brackets) <= 4096:
+            if len(_BRACKET_RUNS) >= 1024:
+                _BRACKET_RUNS.clear()
+            _BRACKET_RUNS[brackets] = got
+    return got
 
 
 FOREIGN: dict[str, Any] = {}  # KnownNodeItems.decode's "decode it whole, and learn nothing"
+
+
+@dataclass(slots=True)
+class _KnownRun:
+    """An items array's bytes (between ``"items":[`` and the tail) that were assembled from known items."""
+
+    raw: bytes
+    nodes: list[dict[str, Any]]  # the items' objects (shared, read only)
+    raws: list[bytes]  # their bytes
+    net: int  # what the run adds to check_depth's running count
+    highest: int  # the highest the count gets inside it, from 0 (-1: no items)
 
 
 @dataclass(slots=True)
@@ -148,7 +173,9 @@ class KnownNodeItems:
     kept per segment). Anything else (another layout, an unknown or changed node, a body check_depth or orjson
     would refuse) is decoded whole, as before, and teaches the nodes it carried. Bounded: emptied before learning
     a body once past ``limit`` entries or ``max_bytes`` (never within a body, which would undo itself); a node
-    whose bytes orjson would encode differently (Go's HTML escapes) is not kept."""
+    whose bytes orjson would encode differently (Go's HTML escapes) is not kept. The last ``RUNS`` items arrays
+    assembled (each at most ``MAX_RUN_BYTES``) are kept whole too: kube-scheduler sends the same nodes in the same
+    order call after call, and a byte comparison of the array spares the walk over its items."""
 
     HEAD = b'{"Pod":'
     NODES = b',"Nodes":{'
@@ -158,9 +185,13 @@ class KnownNodeItems:
 
     # 16 MiB of kept bytes (~3x that with the decoded objects) is 16 full calls of distinct nodes at the default
     # KSO_MAX_BODY_BYTES; a churning cluster's departed nodes go when it is emptied.
+    RUNS = 4  # items arrays remembered whole: kube-scheduler sends the same nodes in the same order call after call
+    MAX_RUN_BYTES = 4 << 20
+
     def __init__(self, limit: int = 4096, max_bytes: int = 16 << 20) -> None:
         self.limit, self.max_bytes, self.size = limit, max_bytes, 0
         self.items: dict[bytes, _KnownItem] = {}
+        self.runs: list[_KnownRun] = []  # most recent first
         self.foreign: set[bytes] = set()  # names whose bytes orjson does not reproduce: never kept
         self._tail_highest = _bracket_run(self.TAIL)[1]
 
@@ -175,15 +206,49 @@ class KnownNodeItems:
     def decode(self, body: bytes, limits: Limits) -> dict[str, Any] | None:
         """The decoded body, or None when it is not one this can assemble (then decode it whole); FOREIGN
         when it carries a node that is never kept (decoding it whole teaches nothing)."""
+        return self.decode_raw(body, limits)[0]
+
+    def decode_raw(self, body: bytes, limits: Limits) -> tuple[dict[str, Any] | None, list[bytes] | None]:
+        """decode's answer and, when it assembled the body, each item's bytes (== orjson.dumps of its object)."""
         where = self._items_at(body)
         if where is None:
-            return None
+            return None, None
         pod_end, p = where
         start, at = pod_end + len(self.NODES), p - len(self.ITEMS)
         end = len(body) - len(self.TAIL)
+        # An items array seen whole before (its bytes compared, not hashed): its objects without the walk below.
+        # A run stays right whatever happens to the items since: the same bytes decode to the same objects.
+        for run in self.runs:
+            if len(run.raw) == end - p and body.startswith(run.raw, p):
+                break
+        else:
+            run = self._walk(body, p, end)
+            if not isinstance(run, _KnownRun):
+                return run, None
+            if len(run.raw) <= self.MAX_RUN_BYTES:
+                self.runs = [run, *self.runs[:self.RUNS - 1]]
+        # The pod and the list's own fields, decoded by orjson; any slice that is not whole JSON fails here.
+        head = body[: at + len(self.ITEMS)]
+        try:
+            pod = KNOWN_PODS.decode(body[len(self.HEAD):pod_end])
+            meta = body[start:at]
+            fields = orjson.loads(b"{" + meta[:-1] + b"}") if meta.endswith(b",") else None if meta else {}
+        except orjson.JSONDecodeError:
+            return None, None
+        if fields is None or not isinstance(fields, dict) or "items" in fields:
+            return None, None
+        # check_depth's running count, segment by segment (commas carry no brackets)
+        level, highest = _bracket_run(head)
+        if max(highest, level + run.highest, level + run.net + self._tail_highest) > limits.max_depth:
+            return None, None  # decoded whole, for check_depth's own answer
+        return {"Pod": pod, "Nodes": {**fields, "items": list(run.nodes)}, "NodeNames": None}, list(run.raws)
+
+    def _walk(self, body: bytes, p: int, end: int) -> _KnownRun | dict[str, Any] | None:
+        """The items array at ``body[p:end]`` as a run of known items; None (or FOREIGN) when it is not one."""
         known = self.items
         nodes: list[dict[str, Any]] = []
         found: list[_KnownItem] = []
+        begin = p
         if p != end:
             while True:
                 if not body.startswith(self.ITEM, p):
@@ -202,35 +267,24 @@ class KnownNodeItems:
                 if p > end or body[p] != 0x2C:  # ","
                     return None
                 p += 1
-        # The pod and the list's own fields, decoded by orjson; any slice that is not whole JSON fails here.
-        head = body[: at + len(self.ITEMS)]
-        try:
-            pod = KNOWN_PODS.decode(body[len(self.HEAD):pod_end])
-            meta = body[start:at]
-            fields = orjson.loads(b"{" + meta[:-1] + b"}") if meta.endswith(b",") else None if meta else {}
-        except orjson.JSONDecodeError:
-            return None
-        if fields is None or not isinstance(fields, dict) or "items" in fields:
-            return None
-        # check_depth's running count, segment by segment (commas carry no brackets)
-        level, highest = _bracket_run(head)
+        level, highest = 0, -1
         for item in found:
             highest = max(highest, level + item.highest)
             level += item.net
-        if max(highest, level + self._tail_highest) > limits.max_depth:
-            return None  # decoded whole, for check_depth's own answer
-        return {"Pod": pod, "Nodes": {**fields, "items": nodes}, "NodeNames": None}
+        return _KnownRun(body[begin:end], nodes, [item.raw for item in found], level, highest)
 
-    def learn(self, body: bytes, doc: dict[str, Any]) -> None:
+    def learn(self, body: bytes, doc: dict[str, Any]) -> list[bytes] | None:
         """Keep the nodes of a body in kube-scheduler's layout that was decoded whole (``doc``), walking its
         items in order: a node is kept when orjson writes exactly the bytes it was sent as, and the walk stops at
-        the first one it does not (that one is never kept: its bytes cannot be matched again)."""
+        the first one it does not (that one is never kept: its bytes cannot be matched again). Returns each
+        item's bytes when every one was kept (as decode_raw does), else None."""
         where = self._items_at(body)
         nodes = doc.get("Nodes")
         items = nodes.get("items") if isinstance(nodes, dict) else None
         if where is None or not isinstance(items, list):
-            return
+            return None
         p, known = where[1], self.items
+        raws: list[bytes] = []
         if len(known) >= self.limit or self.size > self.max_bytes:  # emptied between bodies, never within one
             known.clear()
             self.size = 0
@@ -238,23 +292,27 @@ class KnownNodeItems:
             meta = node.get("metadata") if isinstance(node, dict) else None
             name = meta.get("name") if isinstance(meta, dict) else None
             if not isinstance(name, str):
-                return
+                return None
             key = name.encode()
             old = known.get(key)
             if old is None or not body.startswith(old.raw, p):
                 try:
                     raw = orjson.dumps(node)
                 except orjson.JSONEncodeError:
-                    return
+                    return None
                 if not raw.startswith(self.ITEM + key + b'"') or not body.startswith(raw, p):
                     if len(self.foreign) >= self.limit:
                         self.foreign.clear()
                     self.foreign.add(key)
-                    return
+                    return None
                 net, highest = _bracket_run(raw)
                 old = known[key] = _KnownItem(raw, node, net, highest)
                 self.size += len(raw)
+            raws.append(old.raw)
             p += len(old.raw) + 1  # and the comma
+        # the items' bytes are exactly these, comma-joined, up to the tail (so each item was decoded from its own
+        # bytes, and its bytes are orjson's for it); learnt bodies are the rare ones, this join is cheap beside loads
+        return raws if body[where[1]:len(body) - len(self.TAIL)] == b",".join(raws) else None
 
 NODE_ITEMS = KnownNodeItems()
 
@@ -325,12 +383,12 @@ KNOWN_PODS = KnownPods()
 
 def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> ExtenderArgs:
     """Parse a filter / prioritize body."""
-    doc = NODE_ITEMS.decode(body, limits)
+    doc, raws = NODE_ITEMS.decode_raw(body, limits)
     if doc is None:
         doc = KNOWN_PODS.names_body(body, limits)
         if doc is None:
             doc = loads(body, limits)
-            NODE_ITEMS.learn(body, doc)
+            raws = NODE_ITEMS.learn(body, doc)
     elif doc is FOREIGN:
         doc = loads(body, limits)
     f = _folded(doc)
@@ -364,8 +422,10 @@ def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> Extende
                     raise ProtocolError(f"NodeNames[{i}] must be a non-empty string", "wrong_type")
     if items is None and names is None:
         raise ProtocolError("neither Nodes nor NodeNames given: nothing to filter or score", "missing_nodes")
+    if raws is not None and (items is None or len(raws) != len(items)):
+        raws = None
     return ExtenderArgs(pod=pod, nodes=items, node_list=node_list if items is not None else None,
-                        node_names=None if items is not None else names)
+                        node_names=None if items is not None else names, node_raw=raws)
 
 
 @dataclass(slots=True)

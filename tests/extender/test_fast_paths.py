@@ -25,7 +25,7 @@ from extender.agents.image import ImageAgent, ImageParams, image_locality_score
 from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, _beta_cases, beta_risk
 from extender.app import create_app, outermost_hot_routes
 from extender.config import load_config
-from extender.protocol import ExtenderArgs, ProtocolError, parse_extender_args
+from extender.protocol import ExtenderArgs, ProtocolError, dumps, parse_extender_args
 from extender.service import Extender
 from kso.core import cluster as cluster_module
 from kso.core.binder import RecordingBinder
@@ -784,18 +784,23 @@ def _same_as_decoding_whole(known: Any, body: bytes, max_depth: int = 100) -> st
         expected: Any = loads(body, limits)
     except ProtocolError as exc:
         expected = str(exc)
-    doc = known.decode(body, limits)
+    doc, raws = known.decode_raw(body, limits)
     path = "assembled" if doc is not None and doc is not FOREIGN else "whole"
     if path == "whole":
+        assert raws is None
         try:
             doc = loads(body, limits)
         except ProtocolError as exc:
             doc = str(exc)
         if doc is not None and not isinstance(doc, str):
-            known.learn(body, doc)
+            raws = known.learn(body, doc)
+    else:
+        assert raws is not None  # an assembled body always has its items' bytes
     assert doc == expected
     if isinstance(doc, dict):  # same key order too (the reply echoes the list's fields in order)
         assert orjson.dumps(doc) == orjson.dumps(expected)
+    if raws is not None:  # the items' bytes, when given, are exactly orjson's for the decoded items
+        assert isinstance(doc, dict) and raws == [orjson.dumps(n) for n in doc["Nodes"]["items"]]
     return path
 
 
@@ -893,3 +898,130 @@ def test_known_node_items_stay_within_their_bounds() -> None:
             assert _same_as_decoding_whole(known, body) == "assembled"
             # past a bound it is emptied before the next body is learnt: at most one body's nodes beyond it
             assert len(known.items) <= max(known.limit, 3) + 2 and known.size <= known.max_bytes + 2 * raw
+
+
+def test_learnt_items_bytes_only_when_the_items_are_exactly_them() -> None:
+    """learn gives the items' bytes only when the items array is those bytes, comma-joined, up to the tail."""
+    from extender.protocol import KnownNodeItems
+
+    nodes = [_go_node(f"r{i}") for i in range(3)]
+    pod = make_pod("p")
+    good = _full_body(pod, nodes)
+    known = KnownNodeItems()
+    assert known.learn(good, orjson.loads(good)) == [orjson.dumps(n) for n in nodes]
+    assert known.learn(good, orjson.loads(good)) == [orjson.dumps(n) for n in nodes]  # known ones too
+    # a first "Nodes" with other items than the one decoding keeps: the walk's bytes are not the decoded items
+    twice = good.replace(b',"NodeNames":null}', b',"Nodes":{"items":[' + orjson.dumps(nodes[0]) + b']},"NodeNames":null}')
+    assert KnownNodeItems().learn(twice, orjson.loads(twice)) is None
+    for cache in (KnownNodeItems(), known):
+        _same_as_decoding_whole(cache, twice)
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    """Any JSON value orjson writes: escapes, unicode, floats (also -0.0 and huge), deep nesting."""
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
+                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+                       st.sampled_from(['"', "\\", "\n\t\x00\x1f", "\u2028", "<a&b>", "\U0001f600", "é", "/"]))
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                          st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                        max_leaves=12)
+
+
+@SETTINGS
+@given(extras=st.lists(st.tuples(st.dictionaries(st.text(max_size=6), st.text(max_size=8), max_size=3), _json_values()),
+                       min_size=1, max_size=6),
+       failing=st.sets(st.integers(0, 5)), go_escapes=st.booleans(), seen=st.booleans())
+def test_filter_reply_splices_exactly_the_reencoded_nodes(extras: list[tuple[dict[str, str], Any]], failing: set[int],
+                                                         go_escapes: bool, seen: bool) -> None:
+    """Full Nodes: filter's reply with the passing items' bytes spliced (KnownNodeItems) is byte for byte the reply
+    with the decoded items encoded again, for any node objects; bytes orjson would not write (Go's HTML escapes)
+    are never spliced."""
+    import dataclasses
+
+    from extender.protocol import NODE_ITEMS
+
+    nodes = []
+    NODE_ITEMS.items.clear()  # names another example left as "foreign" (escaped) are decoded whole, not learnt
+    NODE_ITEMS.foreign.clear()
+    for i, (notes, value) in enumerate(extras):
+        node = _go_node(f"splice-{i}", annotations={f"x/{k}": v for k, v in notes.items()})
+        node["status"]["extra"] = value
+        nodes.append(node)
+    state = ClusterState()
+    for node in nodes[::2]:  # some known to the cache, the others judged from the body
+        state.upsert_node(node_from_k8s(node))
+    ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(), cache_bodies=False)
+    ext.predicates["some"] = lambda call: PredicateResult(
+        np.ones(len(call.view), dtype=bool), {i: f"fails {i}" for i in failing if i < len(call.view)})
+    body = _full_body(make_pod("p"), nodes, {"metadata": {"resourceVersion": "7"}})
+    if go_escapes:
+        body = body.replace(b"<", b"\\u003c").replace(b"&", b"\\u0026")
+    for _ in range(2 if seen else 1):  # first sight (decoded whole, learnt), then assembled from the known nodes
+        args = parse_extender_args(body)
+        spliced = dumps(ext.filter(args, ["some"]))
+        encoded = dumps(ext.filter(dataclasses.replace(args, node_raw=None), ["some"]))
+        assert spliced == encoded
+        assert orjson.loads(spliced)["Nodes"]["items"] == [n for i, n in enumerate(orjson.loads(body)["Nodes"]["items"])
+                                                           if i not in failing]
+        escaped = go_escapes and (b"\\u003c" in body or b"\\u0026" in body)
+        assert (args.node_raw is None) == escaped  # spliced whenever the bytes are orjson's own
+
+
+def test_known_items_arrays_are_kept_whole_and_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same items array again (another pod) is taken from the kept run, without walking its items; it gives what
+    decoding the whole body gives even after its nodes left the item cache or changed."""
+    from extender.protocol import KnownNodeItems
+
+    known = KnownNodeItems()
+    nodes = [_go_node(f"w{i}") for i in range(6)]
+    assert _same_as_decoding_whole(known, _full_body(make_pod("p0"), nodes)) == "whole"
+    assert _same_as_decoding_whole(known, _full_body(make_pod("p1"), nodes)) == "assembled"  # walked, kept
+    assert len(known.runs) == 1
+
+    def no_walk(*args: Any) -> None:
+        raise AssertionError("walked a kept run")
+
+    with monkeypatch.context() as m:
+        m.setattr(known, "_walk", no_walk)
+        for i in range(3):
+            assert _same_as_decoding_whole(known, _full_body(make_pod(f"q{i}"), nodes, {"kind": "NodeList"})) == \
+                "assembled"
+        known.items.clear()  # a run is the same bytes, so the same objects, whatever happened to the items since
+        assert _same_as_decoding_whole(known, _full_body(make_pod("r"), nodes)) == "assembled"
+    # another order is another run; at most RUNS are kept, most recent first
+    for k in range(KnownNodeItems.RUNS + 2):
+        order = nodes[k % 6:] + nodes[:k % 6]
+        _same_as_decoding_whole(known, _full_body(make_pod("s"), order))
+        _same_as_decoding_whole(known, _full_body(make_pod("t"), order))
+    assert len(known.runs) == KnownNodeItems.RUNS
+    # a prefix of a kept run, or a kept run with a byte changed, is not that run
+    short = _full_body(make_pod("u"), nodes[:5])
+    assert _same_as_decoding_whole(known, short) == "assembled"
+    changed = _full_body(make_pod("u"), nodes).replace(b'"w5"', b'"w7"')
+    assert _same_as_decoding_whole(known, changed) == "whole"
+
+
+def test_resolve_of_full_nodes_all_known_equals_the_per_item_path() -> None:
+    """API mode (bodies never cached): a call whose nodes are all in the cache takes the names in one pass; any
+    other call the per-item path, with its errors and its nodes judged from the body."""
+    nodes = [_go_node(f"k{i}", cpu=str(2 + i)) for i in range(5)]
+    state = ClusterState()
+    for node in nodes:
+        state.upsert_node(node_from_k8s(node))
+    ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(), cache_bodies=False)
+    order = [nodes[3], nodes[0], nodes[4], nodes[0]]
+    view = ext.resolve(parse_extender_args(_full_body(make_pod("p"), order)))
+    ref = state.view([n["metadata"]["name"] for n in order])
+    assert view.names == ref.names and view.all_known() and (view.rows == ref.rows).all()
+    assert np.array_equal(view.alloc, ref.alloc) and np.array_equal(view.requested, ref.requested)
+    # a node the cache does not know: judged from its object, the others from the cache
+    stranger = _go_node("stranger", cpu="7")
+    view = ext.resolve(parse_extender_args(_full_body(make_pod("p"), [nodes[1], stranger])))
+    assert view.names == ["k1", "stranger"] and view.all_known()
+    assert view.alloc[1, view.columns["cpu"]] == 7000 and view.alloc[0, view.columns["cpu"]] == 3000
+    # items without a usable name: the per-item path's error, naming the item
+    for bad in ({"metadata": {}}, {"metadata": []}, {"metadata": {"name": ""}}, {"metadata": {"name": 5}},
+                {"spec": {}}):
+        args = parse_extender_args(orjson.dumps({"Pod": make_pod("p"), "Nodes": {"items": [nodes[0], bad]}}))
+        with pytest.raises(ProtocolError, match=r"Nodes.items\[1\] has no metadata.name"):
+            ext.resolve(args)
