@@ -50,15 +50,17 @@ class ExtenderSettings:
     # so with kso binding hundreds of calls can be in flight; a 503 on an ignorable extender's filter makes
     # kube-scheduler place the pod without kso (32 let pods onto nodes kso rejects, end to end).
     max_connections: int = setting("KSO_MAX_CONNECTIONS", 512, lo=1)
-    # Binds sent to the API server at once (the others wait for a thread, in arrival order): at least a bind's
-    # round trip x kube-scheduler's peak binds per second (16 x 1/(50 ms) = 320 binds/s on a busy control
-    # plane); every thread beyond that only contends with filter and prioritize for the interpreter.
-    bind_threads: int = setting("KSO_BIND_THREADS", 16, lo=1, hi=256)
-    # A bind still waiting for a bind thread this long after it arrived is not posted but answered with an error:
+    # Binds in flight to the API server at once (the others wait for a slot, in arrival order). The name is
+    # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), a
+    # bind in flight costs a connection, not a thread, so the value is sized for kube-scheduler's binds, not for
+    # kso's CPU: at least its peak binds per second x a bind's round trip (~300 pods/s x 100-200 ms on a busy
+    # 2-core control plane). The binder keeps this many connections to the API server.
+    bind_threads: int = setting("KSO_BIND_THREADS", 64, lo=1, hi=256)
+    # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
     # kube-scheduler stops waiting at its extender httpTimeout (deploy/scheduler-config.yaml: 2 s) and, the
     # extender being ignorable, binds the pod itself; a Binding kso posted after that only races its binder. 1.5 s
     # leaves the last 0.5 s of the 2 for the Binding's own round trip (mean 145 ms, p99 ~1 s on a saturated
-    # 2-core control plane). A bind that would not get a thread in that time, by the binds ahead of it and the recent
+    # 2-core control plane). A bind that would not get a slot in that time, by the binds ahead of it and the recent
     # binds' duration, is refused at once. Keep it under the httpTimeout of the scheduler configuration in use.
     bind_max_wait_s: float = setting("KSO_BIND_MAX_WAIT_S", 1.5, lo=0.01)
     log_level: str = setting("LOG_LEVEL", "INFO")
