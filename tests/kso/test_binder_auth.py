@@ -9,7 +9,6 @@ import asyncio
 import base64
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +17,11 @@ import yaml
 from kubernetes import client
 from kubernetes.config import incluster_config
 
-from benchmarks.e2e import create_nodes, delete_nodes, node_manifest, pod_manifest
+from benchmarks.e2e import pod_manifest
 from kso.core.binder import AsyncApiBinder, BindError
 from kso.core.kube import load_api_client
 
-NODE = "auth-n1"
-
-
-@pytest.fixture
-def node(control_plane: Any) -> Iterator[str]:
-    api = control_plane.api_client()
-    create_nodes(api, [node_manifest(NODE, "8", "16Gi")])
-    yield NODE
-    delete_nodes(api, [NODE])
+NODE = "auth-n1"  # a Binding does not need its node to exist: none is created
 
 
 def binder_token(control_plane: Any, ns: str) -> str:
@@ -63,7 +54,7 @@ def bind_once(binder: AsyncApiBinder, ns: str, name: str) -> None:
     asyncio.run(run())
 
 
-def test_in_cluster_service_account_token(control_plane: Any, kube_namespace: str, node: str, tmp_path: Path,
+def test_in_cluster_service_account_token(control_plane: Any, kube_namespace: str, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     ns = kube_namespace
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
@@ -98,8 +89,7 @@ print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Exec
 """
 
 
-def test_kubeconfig_exec_plugin_token_is_refreshed(control_plane: Any, kube_namespace: str, node: str,
-                                                    tmp_path: Path) -> None:
+def test_kubeconfig_exec_plugin_token_is_refreshed(control_plane: Any, kube_namespace: str, tmp_path: Path) -> None:
     """The plugin's tokens expire within the loader's 5-minute margin, so each refresh (at most once a second,
     on a worker thread) runs it again. It gave a useless token when kso loaded the kubeconfig and a good one
     since: the bind goes through only if the binder's refresh ran the plugin again and used its token."""
