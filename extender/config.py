@@ -51,11 +51,13 @@ class ExtenderSettings:
     # kube-scheduler place the pod without kso (32 let pods onto nodes kso rejects, end to end).
     max_connections: int = setting("KSO_MAX_CONNECTIONS", 512, lo=1)
     # Binds in flight to the API server at once (the others wait for a slot, in arrival order). The name is
-    # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), a
-    # bind in flight costs a connection, not a thread, so the value is sized for kube-scheduler's binds, not for
-    # kso's CPU: at least its peak binds per second x a bind's round trip (~300 pods/s x 100-200 ms on a busy
-    # 2-core control plane). The binder keeps this many connections to the API server.
-    bind_threads: int = setting("KSO_BIND_THREADS", 64, lo=1, hi=256)
+    # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), so a
+    # bind in flight costs a connection, not a thread, and the value bounds how many Bindings kso keeps waiting at
+    # the API server. More does not bind faster where the API server is the bottleneck: end to end on a loaded
+    # 2-core control plane (session 10), 64 slots gave 68 / 68 pods/s with the Binding's round trip at 660-940 ms
+    # mean, 16 slots 76 / 78 pods/s at 320-350 ms (kube-scheduler binds what kso refuses). Raise it for an API
+    # server with room (at least kube-scheduler's peak binds per second x a bind's round trip).
+    bind_threads: int = setting("KSO_BIND_THREADS", 16, lo=1, hi=256)
     # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
     # kube-scheduler stops waiting at its extender httpTimeout (deploy/scheduler-config.yaml: 2 s) and, the
     # extender being ignorable, binds the pod itself; a Binding kso posted after that only races its binder. 1.5 s
