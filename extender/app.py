@@ -13,11 +13,11 @@ to the same handlers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -124,9 +124,9 @@ class HotRoutes:
 
 
 class BindQueue:
-    """The binds in flight (at most ``slots``, one per bind thread) and those waiting for one, in arrival order, on
+    """The binds in flight (at most ``slots``: KSO_BIND_THREADS) and those waiting for a slot, in arrival order, on
     the event loop. A bind still waiting ``max_wait_s`` after it arrived leaves the queue unposted (``enter``
-    returns "expired"), at that moment rather than when a thread frees: kube-scheduler has stopped waiting at its
+    returns "expired"), at that moment rather than when a slot frees: kube-scheduler has stopped waiting at its
     httpTimeout, and a Binding posted after that only races its own binder. A bind that would not get a slot in
     time, by the binds ahead of it and the recent binds' duration (``took``, a moving average), is refused at
     once ("full"), as is one beyond ``max_waiting``: kube-scheduler then binds it itself at once instead of
@@ -214,13 +214,9 @@ class VerbHandlers:
         self.max_body = extender.settings.max_body_bytes
         self.offload_over = extender.settings.offload_body_bytes
         self.offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
-        # The bind verb's own threads (it waits on the API server): KSO_BIND_THREADS, not anyio's 40, since
-        # every thread beyond what the API round trips need only contends for the interpreter with the
-        # event loop (end to end, own /bind harness at 32 binds in flight: 8 threads ~0.95-0.98 ms of
-        # extender CPU per bind, 16 ~1.05, anyio's 40 ~1.25-1.28; 4 too few to hide the round trips).
+        # The bind verb's binds in flight on the event loop (an AsyncBinder: API mode), KSO_BIND_THREADS at once.
+        # Half the connection cap may wait for a slot; the other half stays for filter and prioritize.
         s = extender.settings
-        self.bind_pool = ThreadPoolExecutor(s.bind_threads, thread_name_prefix="kso-bind")
-        # Half the connection cap may wait for a bind thread; the other half stays for filter and prioritize.
         self.bind_queue = BindQueue(s.bind_threads, s.bind_max_wait_s, max(1, s.max_connections // 2))
         self.bind_refusals = RateLimitedLog(log)
 
@@ -231,14 +227,23 @@ class VerbHandlers:
         try:
             result = work(body)
             return (result if isinstance(result, bytes) else dumps(result)), 200  # bytes: encoded already
-        except (RecursionError, orjson.JSONEncodeError) as exc:
-            if isinstance(exc, orjson.JSONEncodeError) and "Recursion" not in str(exc):
-                return self.internal(verb, exc, fallback, body)
-            return self.bad_request(verb, too_deep(self.limits))
-        except ProtocolError as exc:
-            return self.bad_request(verb, exc)
         except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
-            return self.internal(verb, exc, fallback, body)
+            return self.failed(verb, exc, fallback, body)
+
+    async def answer_async(self, verb: str, work: Callable[[bytes], Awaitable[Any]], body: bytes) -> tuple[bytes, int]:
+        """``answer`` for work done on the event loop (bind through an AsyncBinder; no fallback)."""
+        try:
+            return dumps(await work(body)), 200
+        except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
+            return self.failed(verb, exc, None, body)
+
+    def failed(self, verb: str, exc: Exception, fallback: Callable[[bytes], Any] | None, body: bytes) -> tuple[bytes, int]:
+        """The answer to a call whose work raised: a bound or bad input is a 400, anything else the safe answer."""
+        if isinstance(exc, RecursionError) or (isinstance(exc, orjson.JSONEncodeError) and "Recursion" in str(exc)):
+            return self.bad_request(verb, too_deep(self.limits))
+        if isinstance(exc, ProtocolError):
+            return self.bad_request(verb, exc)
+        return self.internal(verb, exc, fallback, body)
 
     def bad_request(self, verb: str, exc: ProtocolError) -> tuple[bytes, int]:
         self.metrics.errors.labels(verb, exc.kind).inc()
@@ -256,25 +261,24 @@ class VerbHandlers:
         return dumps({"Error": f"{verb}: internal error in kso: {type(exc).__name__}: {exc}"}), 200
 
     def handler(self, verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None = None,
-                threaded: bool = False) -> tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]:
+                then: Callable[[Any], Awaitable[Any]] | None = None,
+                ) -> tuple[Callable[[Request], Awaitable[Response]], RawEndpoint]:
         """Wrap one verb: read the body within the limit, time it, answer on the event loop when the body
-        is small and on a worker thread when it is big, or on the bind threads when ``threaded`` (the verb waits
-        on the network: bind). Returns
-        the FastAPI endpoint and the same handler as a bare ASGI endpoint (for HotRoutes)."""
+        is small and on a worker thread when it is big. With ``then`` (bind through an AsyncBinder), ``work``
+        parses the body and the answer is ``then``'s of what it parsed, awaited on the event loop in a bind slot
+        (``run_bind``). Returns the FastAPI endpoint and the same handler as a bare ASGI endpoint (for HotRoutes)."""
         latency = self.metrics.latency.labels(verb)
         limit, offload_over, offloaded, answer = self.max_body, self.offload_over, self.offloaded, self.answer
-        bind_pool = self.bind_pool
 
         async def respond(read: Callable[[], Awaitable[bytes]]) -> tuple[bytes, int]:
             start = time.perf_counter()
             try:
                 body = await read()
+                if then is not None:
+                    return await self.run_bind(start, body, work, then)
                 if len(body) > offload_over:
                     async with offloaded:
                         return await run_in_threadpool(answer, verb, work, fallback, body)
-                if threaded:
-                    return await self.run_bind(start, body, lambda: asyncio.get_running_loop().run_in_executor(
-                        bind_pool, answer, verb, work, fallback, body))
                 return answer(verb, work, fallback, body)
             except ProtocolError as exc:  # the body's size or framing
                 return self.bad_request(verb, exc)
@@ -295,15 +299,20 @@ class VerbHandlers:
 
         return endpoint, raw
 
-    async def run_bind(self, arrived: float, body: bytes,
-                       post: Callable[[], Awaitable[tuple[bytes, int]]]) -> tuple[bytes, int]:
-        """``post`` (the bind on a bind thread) once the bind queue lets it in; a bind that waited past
-        KSO_BIND_MAX_WAIT_S, or found the queue full, is answered with an error instead and never posted."""
+    async def run_bind(self, arrived: float, body: bytes, parse: Callable[[bytes], Any],
+                       bind: Callable[[Any], Awaitable[Any]]) -> tuple[bytes, int]:
+        """``bind`` of what ``parse`` makes of the body (a big body parsed on a worker thread), on the event loop,
+        once the bind queue gives it a slot; a bind that waited past KSO_BIND_MAX_WAIT_S, or found the queue
+        full, is answered with an error instead and never posted."""
         outcome = await self.bind_queue.enter(arrived)
         if outcome == "ok":
             began = time.perf_counter()
+
+            async def work(b: bytes) -> Any:
+                return await bind(parse(b) if len(b) <= self.offload_over else await run_in_threadpool(parse, b))
+
             try:
-                return await post()
+                return await self.answer_async("bind", work, body)
             finally:
                 self.bind_queue.leave(time.perf_counter() - began)
         self.metrics.bindings.labels(outcome).inc()
@@ -314,12 +323,12 @@ class VerbHandlers:
             what = "pod"
         q = self.bind_queue
         if outcome == "expired":
-            why = (f"not bound by kso: waited {time.perf_counter() - arrived:.2f} s for a bind thread, past "
+            why = (f"not bound by kso: waited {time.perf_counter() - arrived:.2f} s for a bind slot, past "
                    f"KSO_BIND_MAX_WAIT_S ({q.max_wait_s:g} s; kube-scheduler's httpTimeout is near)")
         else:
-            why = (f"not bound by kso: {len(q.waiting)} binds already wait for a bind thread (binds take "
+            why = (f"not bound by kso: {len(q.waiting)} binds already wait for a bind slot (binds take "
                    f"{1000 * q.took:.0f} ms; at most {q.max_waiting} wait, for at most KSO_BIND_MAX_WAIT_S {q.max_wait_s:g} s)")
-        self.bind_refusals.warning("bind %s %s (KSO_BIND_THREADS %d busy)", what, why, self.extender.settings.bind_threads)
+        self.bind_refusals.warning("bind %s %s (KSO_BIND_THREADS: %d binds in flight)", what, why, q.slots)
         return dumps({"Error": f"binding {what}: {why}"}), 200
 
     # ---- bodies and the verbs' safe answers (when the work itself failed) ----
@@ -361,7 +370,10 @@ def add_verb_routes(app: FastAPI, verbs: VerbHandlers) -> dict[str, RawEndpoint]
     limits = verbs.limits
     filter_ep = verbs.handler("filter", lambda b: extender.filter(args(b)), verbs.filter_all_pass)
     prioritize_ep = verbs.handler("prioritize", lambda b: extender.prioritize_json(args(b)), verbs.prioritize_neutral)
-    bind_ep = verbs.handler("bind", lambda b: extender.bind(parse_binding_args(b, limits)), threaded=True)
+    if extender.binds_on_loop:  # API mode: on the event loop, in the bind queue's slots
+        bind_ep = verbs.handler("bind", lambda b: parse_binding_args(b, limits), then=extender.bind_async)
+    else:  # offline: RecordingBinder records at once
+        bind_ep = verbs.handler("bind", lambda b: extender.bind(parse_binding_args(b, limits)))
     preempt_ep = verbs.handler("preempt", lambda b: extender.preempt(parse_preemption_args(b, limits)), verbs.preempt_echo)
 
     prefix = "/" + s.url_prefix.strip("/") if s.url_prefix.strip("/") else ""
@@ -388,9 +400,14 @@ def add_verb_routes(app: FastAPI, verbs: VerbHandlers) -> dict[str, RawEndpoint]
 def create_app(extender: Extender, admin_routes: bool = True) -> FastAPI:
     """The scheduler-facing app; with ``admin_routes`` it serves /metrics, /healthz and /readyz as well
     (tests, demos, or a server without an admin port)."""
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await extender.aclose()  # the binder's session, on the loop that served it, once requests have drained
+
     # redirect_slashes off: "/filter/" is a 404, never a 307 whose Location comes from the Host header.
     app = FastAPI(title="kube-safe-optimizer extender", version=VERSION, docs_url=None, redoc_url=None,
-                  openapi_url=None, redirect_slashes=False)
+                  openapi_url=None, redirect_slashes=False, lifespan=lifespan)
     app.state.extender = extender
     verbs = VerbHandlers(extender)
     hot = add_verb_routes(app, verbs)

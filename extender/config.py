@@ -50,15 +50,19 @@ class ExtenderSettings:
     # so with kso binding hundreds of calls can be in flight; a 503 on an ignorable extender's filter makes
     # kube-scheduler place the pod without kso (32 let pods onto nodes kso rejects, end to end).
     max_connections: int = setting("KSO_MAX_CONNECTIONS", 512, lo=1)
-    # Binds sent to the API server at once (the others wait for a thread, in arrival order): at least a bind's
-    # round trip x kube-scheduler's peak binds per second (16 x 1/(50 ms) = 320 binds/s on a busy control
-    # plane); every thread beyond that only contends with filter and prioritize for the interpreter.
+    # Binds in flight to the API server at once (the others wait for a slot, in arrival order). The name is
+    # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), so a
+    # bind in flight costs a connection, not a thread, and the value bounds how many Bindings kso keeps waiting at
+    # the API server. More does not bind faster where the API server is the bottleneck: end to end on a loaded
+    # 2-core control plane (session 10), 64 slots gave 68 / 68 pods/s with the Binding's round trip at 660-940 ms
+    # mean, 16 slots 76 / 78 pods/s at 320-350 ms (kube-scheduler binds what kso refuses). Raise it for an API
+    # server with room (at least kube-scheduler's peak binds per second x a bind's round trip).
     bind_threads: int = setting("KSO_BIND_THREADS", 16, lo=1, hi=256)
-    # A bind still waiting for a bind thread this long after it arrived is not posted but answered with an error:
+    # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
     # kube-scheduler stops waiting at its extender httpTimeout (deploy/scheduler-config.yaml: 2 s) and, the
     # extender being ignorable, binds the pod itself; a Binding kso posted after that only races its binder. 1.5 s
     # leaves the last 0.5 s of the 2 for the Binding's own round trip (mean 145 ms, p99 ~1 s on a saturated
-    # 2-core control plane). A bind that would not get a thread in that time, by the binds ahead of it and the recent
+    # 2-core control plane). A bind that would not get a slot in that time, by the binds ahead of it and the recent
     # binds' duration, is refused at once. Keep it under the httpTimeout of the scheduler configuration in use.
     bind_max_wait_s: float = setting("KSO_BIND_MAX_WAIT_S", 1.5, lo=0.01)
     log_level: str = setting("LOG_LEVEL", "INFO")

@@ -40,10 +40,10 @@ class ExtenderMetrics:
                                      "Calls where safe-overload refused a pod on every node and, the pod pending at "
                                      "least KSO_SAFE_MAX_HOLD_S, passed it to the least-risk node(s)", registry=r)
         self.bindings = Counter("kso_extender_bindings_total", "Bind calls, by result: ok, error, expired (waited past "
-                                "KSO_BIND_MAX_WAIT_S for a bind thread; not posted), full (too many waiting; not posted)",
+                                "KSO_BIND_MAX_WAIT_S for a bind slot; not posted), full (too many waiting; not posted)",
                                 ["result"], registry=r)
         # The API server's part of a bind (the Binding's round trip, and the read-back after a refusal), without
-        # the wait for a bind thread that the bind verb's own latency includes.
+        # the wait for a bind slot that the bind verb's own latency includes.
         self.bind_api = Histogram("kso_extender_bind_api_seconds", "Time the API server took per bind",
                                   buckets=LATENCY_BUCKETS, registry=r)
         age = Gauge("kso_node_cache_age_seconds", "Seconds since the node cache last heard from its source",

@@ -90,7 +90,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     """Create the node cache from the configured source and the Extender on top of it."""
     # the kubernetes client is only needed here, not by the agents
     from kso.core import kube
-    from kso.core.binder import BIND_POOL_SIZE, ApiBinder, RecordingBinder
+    from kso.core.binder import AsyncApiBinder, RecordingBinder
     from kso.core.watcher import ClusterWatcher
 
     problems = config.validate()
@@ -112,7 +112,8 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         watcher = ClusterWatcher(state, client, pod_memo=pod_memo)
         watcher.start()
         stop.append(watcher.stop)
-        binder = ApiBinder(client, pool_size=max(BIND_POOL_SIZE, s.bind_threads))
+        # Binds on the serving loop (kubernetes.aio), a connection for each of the KSO_BIND_THREADS in flight.
+        binder = AsyncApiBinder(client, pool_size=s.bind_threads)
     else:
         load_snapshot(config.settings.snapshot_path or None if source == "SNAPSHOT" else None, state)
         binder = RecordingBinder()

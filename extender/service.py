@@ -6,6 +6,7 @@ and no Prometheus call happens here, except bind, whose job is the API call.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -23,7 +24,7 @@ from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
-from kso.core.binder import Binder
+from kso.core.binder import AsyncBinder, Binder
 from kso.core.cluster import ClusterState, NodeView
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
@@ -99,7 +100,7 @@ def _safe_call(what: str, fn: Any, call: Call, metrics: ExtenderMetrics, verb: s
 
 
 class Extender:
-    def __init__(self, config: Config, state: ClusterState, binder: Binder,
+    def __init__(self, config: Config, state: ClusterState, binder: Binder | AsyncBinder,
                  stats: NodeStatsSource | None = None, plan: PlanCache | None = None,
                  cache_bodies: bool = True, pod_memo: PodMemo | None = None) -> None:
         self.config = config
@@ -406,23 +407,66 @@ class Extender:
         return [{"Host": h, "Score": v} for h, v in zip(call.view.names, scores, strict=True)]
 
     # ---- bind --------------------------------------------------------------------------------
+    @property
+    def binds_on_loop(self) -> bool:
+        """The binder is an AsyncBinder (API mode): ``bind_async`` on the event loop, not ``bind``."""
+        return inspect.iscoroutinefunction(self.binder.bind)
+
     def bind(self, args: BindingArgs) -> dict[str, Any]:
+        """Bind through a synchronous Binder (offline: RecordingBinder; the simulator's in-process extender)."""
         pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
         start = time.perf_counter()
         try:
             self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
-            self.metrics.bindings.labels("error").inc()
-            log.warning("bind %s/%s -> %s failed: %s", args.pod_namespace, args.pod_name, args.node, exc)
-            return {"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc}"}
+            return self._bind_failed(args, exc)
         finally:
             self.metrics.bind_api.observe(time.perf_counter() - start)
         if pod is None:
             try:
-                raw = self.binder.fetch_pod(args.pod_namespace, args.pod_name)
-                pod = pod_from_k8s(raw) if raw else None
+                pod = self._read_back(self.binder.fetch_pod(args.pod_namespace, args.pod_name))
             except Exception as exc:  # noqa: BLE001 - the binding stands; only our bookkeeping is late
-                log.warning("bound %s/%s but could not read it back: %s", args.pod_namespace, args.pod_name, exc)
+                self._not_read_back(args, exc)
+        return self._bound(args, pod)
+
+    async def bind_async(self, args: BindingArgs) -> dict[str, Any]:
+        """``bind`` through an AsyncBinder, on the event loop (API mode)."""
+        pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
+        start = time.perf_counter()
+        try:
+            await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
+            return self._bind_failed(args, exc)
+        finally:
+            self.metrics.bind_api.observe(time.perf_counter() - start)
+        if pod is None:
+            try:
+                pod = self._read_back(await self.binder.fetch_pod(args.pod_namespace, args.pod_name))  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - the binding stands; only our bookkeeping is late
+                self._not_read_back(args, exc)
+        return self._bound(args, pod)
+
+    async def aclose(self) -> None:
+        """Close what the binder holds open (an AsyncBinder's HTTP session), on the loop that served it."""
+        aclose = getattr(self.binder, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    def _bind_failed(self, args: BindingArgs, exc: Exception) -> dict[str, Any]:
+        self.metrics.bindings.labels("error").inc()
+        log.warning("bind %s/%s -> %s failed: %s", args.pod_namespace, args.pod_name, args.node, exc)
+        return {"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc}"}
+
+    @staticmethod
+    def _read_back(raw: dict[str, Any] | None) -> PodInfo | None:
+        return pod_from_k8s(raw) if raw else None
+
+    @staticmethod
+    def _not_read_back(args: BindingArgs, exc: Exception) -> None:
+        log.warning("bound %s/%s but could not read it back: %s", args.pod_namespace, args.pod_name, exc)
+
+    def _bound(self, args: BindingArgs, pod: PodInfo | None) -> dict[str, Any]:
+        """A bind that went through: the pod counts on its node (and takes its plan slot) at once."""
         if pod is None:
             log.info("bound %s/%s to %s; its requests count once the watch reports it",
                      args.pod_namespace, args.pod_name, args.node)

@@ -136,7 +136,7 @@ def test_scheduler_binds_through_kso_and_shows_kso_reasons(control_plane: Any, k
             return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
 
         # Every bind call reached kso and none failed. Under load, a call that waited past KSO_BIND_MAX_WAIT_S
-        # for a bind thread (expired), or found the queue full, is refused unposted and kube-scheduler (kso is
+        # for a bind slot (expired), or found the queue full, is refused unposted and kube-scheduler (kso is
         # ignorable) binds that pod itself: that is the design (extender/app.py BindQueue), so such pods are
         # counted, not failures. Every one of the 299 is either kso's binding or such a counted refusal.
         ok = delta("kso_extender_bindings_total", result="ok")

@@ -1,10 +1,11 @@
-"""The bind verb's queue: binds wait for one of KSO_BIND_THREADS in arrival order; one still waiting
-KSO_BIND_MAX_WAIT_S after it arrived is answered with an error and never posted (kube-scheduler has stopped
-waiting at its httpTimeout and binds the pod itself), and at most half of KSO_MAX_CONNECTIONS wait.
+"""The bind verb's queue: binds wait for one of KSO_BIND_THREADS slots (binds in flight on the event loop) in
+arrival order; one still waiting KSO_BIND_MAX_WAIT_S after it arrived is answered with an error and never posted
+(kube-scheduler has stopped waiting at its httpTimeout and binds the pod itself), and at most half of
+KSO_MAX_CONNECTIONS wait.
 
 Against the real kube-apiserver: a refused pod stays unbound, the others are bound. The first bind is held
-back by the test (a real ApiBinder that waits for the test's go before it posts): the slow API server round
-trip that fills the bind threads in production, on demand."""
+back by the test (a real AsyncApiBinder that waits for the test's go before it posts): the slow API server round
+trip that fills the slots in production, on demand."""
 
 from __future__ import annotations
 
@@ -25,24 +26,25 @@ from extender.app import BindQueue, create_app
 from extender.config import ExtenderSettings, load_config
 from extender.demo import BackgroundServer, Client
 from extender.service import Extender
-from kso.core.binder import ApiBinder
+from kso.core.binder import AsyncApiBinder
 from kso.core.cluster import ClusterState
 
 NODE = "bq-n1"
 
 
-class HeldBinder(ApiBinder):
-    """An ApiBinder whose binds of the pods in ``held`` wait for ``go`` before posting."""
+class HeldBinder(AsyncApiBinder):
+    """An AsyncApiBinder whose binds of the pods in ``held`` wait for ``go`` (set by the test's thread) before
+    posting, without holding the event loop."""
 
     def __init__(self, api: client.ApiClient, held: set[str]) -> None:
         super().__init__(api, timeout_s=10.0)
         self.held, self.go, self.started = held, threading.Event(), threading.Event()
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         if name in self.held:
             self.started.set()
-            assert self.go.wait(30)
-        super().bind(namespace, name, uid, node)
+            assert await asyncio.to_thread(self.go.wait, 30)
+        await super().bind(namespace, name, uid, node)
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ def node(control_plane: Any) -> Iterator[str]:
 
 
 @contextmanager
-def extender_with(binder: ApiBinder, env: dict[str, str]) -> Iterator[Extender]:
+def extender_with(binder: AsyncApiBinder, env: dict[str, str]) -> Iterator[Extender]:
     state = ClusterState()
     state.mark_synced("test")
     ext = Extender(load_config({"KSO_AGENTS": "safe", **env}), state, binder)
@@ -93,14 +95,14 @@ def test_a_bind_waiting_past_the_limit_is_refused_and_not_posted(
             ThreadPoolExecutor(3) as pool:
         port = ext.port  # type: ignore[attr-defined]
         first = pool.submit(bind, port, ns, "slow")
-        assert binder.started.wait(10)  # the only bind thread is taken
+        assert binder.started.wait(10)  # the only bind slot is taken
         late = [pool.submit(bind, port, ns, n) for n in ("late1", "late2")]
         for f, name in zip(late, ("late1", "late2"), strict=True):
             took, body = f.result(10)
             assert body["Error"].startswith(f"binding pod {ns}/{name} to {NODE}: not bound by kso: waited 0.")
             assert "KSO_BIND_MAX_WAIT_S (0.5 s" in body["Error"]
-            # Answered at the limit, while the thread is still busy (it frees only at go, below): not when it
-            # frees. The upper margin is wide for a loaded CI machine; the held thread is what proves the point.
+            # Answered at the limit, while the slot is still held (it frees only at go, below): not when it
+            # frees. The upper margin is wide for a loaded CI machine; the held slot is what proves the point.
             assert 0.5 <= took < 8.0, took
         assert not first.done()
         binder.go.set()
@@ -108,7 +110,7 @@ def test_a_bind_waiting_past_the_limit_is_refused_and_not_posted(
         assert node_of(core, ns, "slow") == NODE
         assert node_of(core, ns, "late1") is None and node_of(core, ns, "late2") is None  # never posted
         assert refused(ext, "expired") == 2 and refused(ext, "ok") == 1
-        # kube-scheduler's retry of a refused pod binds it once a thread is free.
+        # kube-scheduler's retry of a refused pod binds it once a slot is free.
         assert bind(port, ns, "late1")[1] == {"Error": ""}
         assert node_of(core, ns, "late1") == NODE
     warnings = [r.getMessage() for r in caplog.records if "not bound by kso" in r.getMessage()]
@@ -118,7 +120,7 @@ def test_a_bind_waiting_past_the_limit_is_refused_and_not_posted(
 def test_binds_beyond_the_waiting_bound_are_refused_at_once(control_plane: Any, kube_namespace: str,
                                                             node: str) -> None:
     """KSO_MAX_CONNECTIONS 4: two binds may wait; a third waiting one is refused without waiting, and the two
-    waiting are bound, in arrival order, once the thread frees."""
+    waiting are bound, in arrival order, once the slot frees."""
     api = control_plane.api_client()
     core = client.CoreV1Api(api)
     ns = kube_namespace
@@ -137,7 +139,7 @@ def test_binds_beyond_the_waiting_bound_are_refused_at_once(control_plane: Any, 
                 time.sleep(0.01)
         took, body = bind(port, ns, "extra")
         assert body["Error"].startswith(f"binding pod {ns}/extra to {NODE}: not bound by kso: 2 binds already wait "
-                                        "for a bind thread (binds take 0 ms; at most 2 wait")
+                                        "for a bind slot (binds take 0 ms; at most 2 wait")
         assert took < 8.0  # at once: well under KSO_BIND_MAX_WAIT_S (20 s), with room for a loaded CI machine
         binder.go.set()
         assert [f.result(10)[1] for f in (first, *waiting)] == [{"Error": ""}] * 3
@@ -183,7 +185,7 @@ def test_queue_order_full_cancellation_and_expiry() -> None:
 
 
 def test_a_bind_that_would_wait_too_long_is_refused_at_once() -> None:
-    """Binds taking 0.6 s on one thread with 1 s to wait: the first waiting bind would get the thread in time,
+    """Binds taking 0.6 s in one slot with 1 s to wait: the first waiting bind would get the slot in time,
     the second would not and is refused without waiting."""
     async def scenario() -> None:
         q = BindQueue(1, max_wait_s=1.0, max_waiting=10)
@@ -208,3 +210,25 @@ def test_default_wait_limit_is_under_deploys_http_timeout() -> None:
     assert timeout.endswith("s") and not timeout.endswith("ms"), timeout
     limit = ExtenderSettings().bind_max_wait_s
     assert 0.5 * float(timeout[:-1]) <= limit < float(timeout[:-1])
+
+
+def test_a_served_bind_lands_and_shutdown_closes_the_session(control_plane: Any, kube_namespace: str,
+                                                             node: str) -> None:
+    """The bind verb in API mode: posted on the serving loop through the binder's aiohttp session, which the
+    server's shutdown closes (on that loop, after the requests): no "Unclosed client session" left to the collector."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    create_pods(api, ns, [pod_manifest(n, scheduler="none") for n in ("one", "two")])
+    binder = AsyncApiBinder(api, timeout_s=10.0)
+    with extender_with(binder, {}) as ext:
+        port = ext.port  # type: ignore[attr-defined]
+        assert bind(port, ns, "one")[1] == {"Error": ""}
+        assert binder._api is not None
+        session = binder._api.rest_client.pool_manager
+        assert session is not None and not session.closed
+        assert bind(port, ns, "two")[1] == {"Error": ""}
+        assert binder._api.rest_client.pool_manager is session  # one session for the server's life
+    assert session.closed and session.connector is None and binder._api is None
+    assert {n: node_of(core, ns, n) for n in ("one", "two")} == {"one": NODE, "two": NODE}
+    assert refused(ext, "ok") == 2 and refused(ext, "full") == refused(ext, "expired") == 0

@@ -1,5 +1,5 @@
-"""kso.core.watcher.ClusterWatcher, kso.core.binder.ApiBinder and kso.core.kube.load_api_client against the real kube-apiserver
-v1.36.2.
+"""kso.core.watcher.ClusterWatcher, kso.core.binder.ApiBinder / AsyncApiBinder and kso.core.kube.load_api_client against
+the real kube-apiserver v1.36.2.
 
 These replace the stand-in versions of the same checks: list+watch sync, changes propagating, paging with
 real continue tokens, terminal pods leaving the field selector, and binding (success, retried bind, 404,
@@ -10,6 +10,7 @@ names here are unique and the checks look at this test's objects only.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import threading
@@ -22,7 +23,7 @@ import pytest
 from kubernetes import client
 
 from benchmarks.e2e import create_nodes, create_pods, delete_nodes, node_manifest, pod_manifest
-from kso.core.binder import ApiBinder, BindError
+from kso.core.binder import ApiBinder, AsyncApiBinder, BindError
 from kso.core.cluster import ClusterState
 from kso.core.kube import API_POOL_MAXSIZE, KubeConfigError, load_api_client
 from kso.core.resources import CPU, MEMORY, MIB
@@ -103,12 +104,41 @@ def test_watcher_syncs_pages_and_follows_changes(control_plane: Any, kube_namesp
         assert watcher.stop(10)
 
 
-def test_api_binder_on_the_real_server(control_plane: Any, kube_namespace: str, nodes: list[str]) -> None:
+class OnOneLoop:
+    """An AsyncApiBinder called as a synchronous binder, every call on one event loop (as the extender's are)."""
+
+    def __init__(self, binder: AsyncApiBinder) -> None:
+        self.binder, self.runner = binder, asyncio.Runner()
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.runner.run(self.binder.bind(namespace, name, uid, node))
+
+    def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.runner.run(self.binder.fetch_pod(namespace, name))
+
+    def close(self) -> None:
+        self.runner.run(self.binder.aclose())
+        self.runner.close()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def binder(request: pytest.FixtureRequest, control_plane: Any) -> Iterator[Any]:
+    """Each binder kso has, on the control plane's admin client: ApiBinder (kso scheduler) and AsyncApiBinder (the
+    extender), which must make the same requests and give the same answers."""
+    api = control_plane.api_client()
+    if request.param == "sync":
+        yield ApiBinder(api, timeout_s=10.0)
+        return
+    on_loop = OnOneLoop(AsyncApiBinder(api, timeout_s=10.0))
+    yield on_loop
+    on_loop.close()
+
+
+def test_api_binder_on_the_real_server(control_plane: Any, kube_namespace: str, nodes: list[str], binder: Any) -> None:
     api = control_plane.api_client()
     core = client.CoreV1Api(api)
     ns = kube_namespace
     uid = bound_pod(core, ns, "pending", None, "100m", "64Mi")
-    binder = ApiBinder(api, timeout_s=10.0)
     with pytest.raises(BindError, match="was replaced"):
         binder.bind(ns, "pending", "some-other-uid", "k-n1")
     binder.bind(ns, "pending", uid, "k-n1")
@@ -123,6 +153,38 @@ def test_api_binder_on_the_real_server(control_plane: Any, kube_namespace: str, 
     fetched = binder.fetch_pod(ns, "pending")
     assert fetched is not None and fetched["spec"]["nodeName"] == "k-n1"
     assert binder.fetch_pod(ns, "nope") is None
+    # The uid precondition: a pod deleted and re-created under the same name is not bound by the old one's bind.
+    old = bound_pod(core, ns, "again", None, "100m", "64Mi")
+    core.delete_namespaced_pod("again", ns, grace_period_seconds=0)
+    assert wait_for(lambda: binder.fetch_pod(ns, "again") is None)
+    new = bound_pod(core, ns, "again", None, "100m", "64Mi")
+    with pytest.raises(BindError, match=f"^pod {ns}/again was replaced \\(uid {new}, not {old}\\); not bound$"):
+        binder.bind(ns, "again", old, "k-n1")
+    assert core.read_namespaced_pod("again", ns).spec.node_name is None
+    binder.bind(ns, "again", new, "k-n2")
+    assert core.read_namespaced_pod("again", ns).spec.node_name == "k-n2"
+
+
+def test_async_binder_concurrent_binds_on_one_loop(control_plane: Any, kube_namespace: str, nodes: list[str]) -> None:
+    """kube-scheduler binds pods concurrently: 48 binds at once on one loop through a pool of 8 connections all
+    land (the others wait in aiohttp's pool: no connection is opened and thrown away), over two rounds on the same
+    session; closing it closes its connections."""
+    n, rounds, ns = 48, 2, kube_namespace
+    api = control_plane.api_client()
+    create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(n * rounds)])
+    binder = AsyncApiBinder(api, timeout_s=30.0, pool_size=8)
+
+    async def scenario() -> Any:
+        for r in range(rounds):
+            await asyncio.gather(*(binder.bind(ns, f"p{i}", "", "k-n1") for i in range(r * n, (r + 1) * n)))
+        session = binder._client().rest_client.pool_manager
+        assert session is not None and session.connector.limit == 8
+        await binder.aclose()
+        return session
+
+    session = asyncio.run(scenario())
+    assert session.closed and binder._api is None
+    assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
 
 
 def test_api_binder_concurrent_binds_reuse_its_pool(control_plane: Any, kube_namespace: str, nodes: list[str],
