@@ -276,10 +276,15 @@ class KnownPods:
     MID = b',"Nodes":null,"NodeNames":['
     TAIL = b"]}"
 
-    def __init__(self, limit: int = 512, max_pod_bytes: int = 64 << 10) -> None:
+    def __init__(self, limit: int = 512, max_pod_bytes: int = 64 << 10, names_limit: int = 32,
+                 max_names_bytes: int = 1 << 20) -> None:
         self.limit, self.max_pod_bytes = limit, max_pod_bytes
         self.pods: dict[bytes, Any] = {}
         self.infos: dict[int, list[Any]] = {}  # id(pod) -> [pod, owner, info]: the pod is held, so its id is its own
+        # NodeNames arrays by their bytes: the same list object for the same bytes (read only, as the Pods), which
+        # ClusterState.view knows again by identity (stable=True) to reuse the rows it gathered for it
+        self.names_limit, self.max_names_bytes = names_limit, max_names_bytes
+        self.names: dict[bytes, Any] = {}
 
     def decode(self, raw: bytes) -> Any:
         """orjson.loads(raw), from the kept object when these bytes were decoded before (raises as loads does)."""
@@ -303,11 +308,22 @@ class KnownPods:
             return None
         check_depth(body, limits.max_depth)
         try:
-            names = orjson.loads(body[at + len(self.MID) - 1:-1])
+            names = self.decode_names(body[at + len(self.MID) - 1:-1])
             pod = self.decode(body[len(self.HEAD):at])
         except orjson.JSONDecodeError:
             return None
         return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+    def decode_names(self, raw: bytes) -> Any:
+        """orjson.loads(raw), the kept list when these bytes were decoded before (raises as loads does)."""
+        names = self.names.get(raw)
+        if names is None:
+            names = orjson.loads(raw)
+            if type(names) is list and len(raw) <= self.max_names_bytes:
+                if len(self.names) >= self.names_limit:
+                    self.names.clear()
+                self.names[raw] = names
+        return names
 
     def info(self, pod: Any, owner: object) -> Any:
         """What ``owner`` parsed from this very object (kept by keep_info), or None."""

@@ -293,6 +293,8 @@ class PigeonAgent(Agent):
         self._demand = DemandStats()
         self._settled: bytes | None = None  # a demand whose update leaves self._demand as it is (see _updated)
         self._last_capacity: CallCapacity | None = None
+        # (view.alloc, cols, cap, capacity) of the last read-only alloc
+        self._view_capacity: tuple[np.ndarray, list[int], np.ndarray, CallCapacity] | None = None
         self._last_gamma: tuple[bytes, DemandStats, CallCapacity, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
 
@@ -335,11 +337,19 @@ class PigeonAgent(Agent):
         rows = None if all_known else np.flatnonzero(view.known)
         if rows is not None and rows.size == 0:
             return PigeonResult(np.full(n, np.nan), None, stats.count)
-        cols = [view.columns[r] for r in self.resources]
-        # = alloc[rows][:, cols]: the same values and memory layout (column-major, as the column gather makes
-        # it), which the sums of the objective below follow; a row-major copy changes their last bits.
-        cap = (view.alloc if rows is None else view.alloc.take(rows, axis=0))[:, cols]
-        capacity = self._capacity(cap)
+        kept = self._view_capacity
+        if rows is None and kept is not None and kept[0] is view.alloc:
+            # the same read-only alloc as the last call (ClusterState's remembered view: its columns unchanged)
+            cols, cap, capacity = kept[1], kept[2], kept[3]
+        else:
+            cols = [view.columns[r] for r in self.resources]
+            # = alloc[rows][:, cols]: the same values and memory layout (column-major, as the column gather makes
+            # it), which the sums of the objective below follow; a row-major copy changes their last bits.
+            cap = (view.alloc if rows is None else view.alloc.take(rows, axis=0))[:, cols]
+            capacity = self._capacity(cap)
+            if rows is None and not view.alloc.flags.writeable:  # read only: the same object is the same values
+                cap.flags.writeable = False
+                self._view_capacity = (view.alloc, cols, cap, capacity)
         gamma_dem = None
         if self.policy == A_BINPACK and stats.mean is not None and stats.second is not None:
             gamma_dem = self._gamma(stats, capacity)
