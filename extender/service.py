@@ -305,12 +305,14 @@ class Extender:
             "FailedAndUnresolvableNodes": {names[i]: r for i, r in unresolvable.items()},
             "Error": "",
         }
-        passed = v.passed()
         if args.nodes is not None:
+            passed = v.passed()
             reply["Nodes"] = {**(args.node_list or {}), "items": list(compress(args.nodes, passed))}
             reply["NodeNames"] = None
+        elif not v.reasons and not unresolvable:  # every node passed: the call's names as they are (read only)
+            reply["NodeNames"] = names
         else:
-            reply["NodeNames"] = list(compress(names, passed))
+            reply["NodeNames"] = list(compress(names, v.passed()))
         failed = v.n_failed()
         if failed:
             log.debug("filter %s: %d of %d nodes rejected", pod.key, failed, len(view))

@@ -159,3 +159,35 @@ def test_agents_cannot_write_a_remembered_view() -> None:
     plain.requested[0, 0] = 1.0
     assert state.view(["n0"], stable=True).requested[0, 0] == 0.0
     assert np.isnan(state.view(["x"], stable=True).alloc).all()
+
+
+DEEP = st.recursive(st.integers(0, 3) | st.text(alphabet="[]{}a", max_size=3),
+                    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(["a", "[", "}"]), inner,
+                                                                               max_size=2), max_leaves=10)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=st.dictionaries(st.sampled_from(["a", "b"]), DEEP, min_size=1, max_size=2),
+       names=st.lists(DEEP | st.text(max_size=3), max_size=3), depth=st.integers(1, 8))
+def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[Any], depth: int) -> None:
+    """A body whose Pod and names bytes are kept is not scanned again: the same 400 (or none) as check_depth on the
+    whole body gives, for any nesting and limit (brackets inside strings too), every time;
+    and a kept names list of non-empty strings only is found checked."""
+    from extender.protocol import Limits, ProtocolError, check_depth
+
+    pods = KnownPods()
+    limits = Limits(max_depth=depth)
+    body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+    try:
+        check_depth(body, depth)
+        want: object = None
+    except ProtocolError as exc:
+        want = str(exc)
+    pods.names_body(body, Limits(max_depth=100))  # its parts kept (the limit of another call, or none reached)
+    for _ in range(3):
+        try:
+            got = pods.names_body(body, limits)
+            assert want is None and got is not None and got["NodeNames"] == names
+            assert pods.checked_names(got["NodeNames"]) == (all(isinstance(n, str) and n for n in names))
+        except ProtocolError as exc:
+            assert str(exc) == want
