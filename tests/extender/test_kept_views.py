@@ -191,3 +191,33 @@ def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[An
             assert pods.checked_names(got["NodeNames"]) == (all(isinstance(n, str) and n for n in names))
         except ProtocolError as exc:
             assert str(exc) == want
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**9))
+def test_safe_inputs_from_the_kept_base_equal_the_reference(seed: int) -> None:
+    """SafeAgent._inputs (the view's pod-independent part kept, the pod's demand added) against _inputs_from (every
+    step from the view), field by field, bit for bit; twice, the second from the kept base."""
+    from extender.agents.base import Call
+    from extender.agents.safe import SafeAgent, SafeParams
+
+    rng = random.Random(seed)
+    state = ClusterState()
+    names = [f"n{i}" for i in range(8)]
+    for name in names:
+        state.upsert_node(node_from_k8s(node(rng, name)))
+    for step in range(10):
+        random_event(rng, [state], names, step)
+    agent = SafeAgent(SafeParams())
+    listed = names + ["ghost"]
+    for _ in range(2):
+        pod = pod_from_k8s(make_pod("p", cpu=rng.choice(["100m", "2"]), memory=rng.choice(["64Mi", "3Gi"])))
+        call = Call(pod, state.view(listed, stable=True))
+        got, want = agent._inputs(call), agent._inputs_from(call)
+        for field in ("mu", "sigma", "valid", "capacity", "risk"):
+            a, b = getattr(got, field), getattr(want, field)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), field
+        assert got.source == want.source and got.u_star == want.u_star
+        kept, plain = agent.filter_overload(call), agent.filter_overload(Call(pod, state.view(list(listed))))
+        assert kept.passed.tobytes() == plain.passed.tobytes()
+        assert (kept.reasons, kept.notes) == (plain.reasons, plain.notes)
