@@ -334,10 +334,18 @@ class KnownPods:
     MID = b',"Nodes":null,"NodeNames":['
     TAIL = b"]}"
 
-    def __init__(self, limit: int = 512, max_pod_bytes: int = 64 << 10) -> None:
+    def __init__(self, limit: int = 512, max_pod_bytes: int = 64 << 10, names_limit: int = 32,
+                 max_names_bytes: int = 1 << 20) -> None:
         self.limit, self.max_pod_bytes = limit, max_pod_bytes
         self.pods: dict[bytes, Any] = {}
         self.infos: dict[int, list[Any]] = {}  # id(pod) -> [pod, owner, info]: the pod is held, so its id is its own
+        # NodeNames arrays by their bytes: the same list object for the same bytes (read only, as the Pods), which
+        # ClusterState.view knows again by identity (stable=True) to reuse the rows it gathered for it
+        self.names_limit, self.max_names_bytes = names_limit, max_names_bytes
+        self.names: dict[bytes, Any] = {}
+        self.checked: dict[int, Any] = {}  # id -> a kept names list of non-empty strings only (held: its id is its own)
+        # check_depth's (net, highest) of kept Pod and names bytes (_bracket_run): a body of kept parts is not scanned
+        self.runs: dict[bytes, tuple[int, int]] = {}
 
     def decode(self, raw: bytes) -> Any:
         """orjson.loads(raw), from the kept object when these bytes were decoded before (raises as loads does)."""
@@ -359,13 +367,42 @@ class KnownPods:
         at = body.rfind(self.MID)
         if at < 0:
             return None
-        check_depth(body, limits.max_depth)
+        # body = HEAD + pod_raw + MID less its "[" + names_raw + "}": check_depth's running count is 1 after HEAD,
+        # so its highest is 1 + the Pod's highest or 1 + the Pod's net + the names' highest ("}" only closes)
+        pod_raw, names_raw = body[len(self.HEAD):at], body[at + len(self.MID) - 1:-1]
+        runs = self.runs
+        pod_run, names_run = runs.get(pod_raw), runs.get(names_raw)
+        if pod_run is None or names_run is None or max(1 + pod_run[1], 1 + pod_run[0] + names_run[1]) > limits.max_depth:
+            check_depth(body, limits.max_depth)  # its 400, or a body with a part not kept yet
         try:
-            names = orjson.loads(body[at + len(self.MID) - 1:-1])
-            pod = self.decode(body[len(self.HEAD):at])
+            names = self.decode_names(names_raw)
+            pod = self.decode(pod_raw)
         except orjson.JSONDecodeError:
             return None
+        for raw, run, kept in ((pod_raw, pod_run, self.pods), (names_raw, names_run, self.names)):
+            if run is None and raw in kept:
+                if len(runs) >= self.limit + self.names_limit:
+                    runs.clear()
+                runs[raw] = _bracket_run(raw)
         return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+    def decode_names(self, raw: bytes) -> Any:
+        """orjson.loads(raw), the kept list when these bytes were decoded before (raises as loads does)."""
+        names = self.names.get(raw)
+        if names is None:
+            names = orjson.loads(raw)
+            if type(names) is list and len(raw) <= self.max_names_bytes:
+                if len(self.names) >= self.names_limit:
+                    self.names.clear()
+                    self.checked.clear()
+                self.names[raw] = names
+                if set(map(type, names)) <= {str} and "" not in names:
+                    self.checked[id(names)] = names
+        return names
+
+    def checked_names(self, names: Any) -> bool:
+        """Whether ``names`` is a kept list already found to hold non-empty strings only (parse_extender_args' check)."""
+        return self.checked.get(id(names)) is names
 
     def info(self, pod: Any, owner: object) -> Any:
         """What ``owner`` parsed from this very object (kept by keep_info), or None."""
@@ -416,7 +453,7 @@ def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> Extende
         if len(names) > limits.max_nodes:
             raise too_many_nodes(len(names), "NodeNames", limits)
         # Checked in C first (every item exactly a str, none empty); the loop only finds the culprit.
-        if not set(map(type, names)) <= {str} or "" in names:
+        if not KNOWN_PODS.checked_names(names) and (not set(map(type, names)) <= {str} or "" in names):
             for i, n in enumerate(names):
                 if not isinstance(n, str) or not n:
                     raise ProtocolError(f"NodeNames[{i}] must be a non-empty string", "wrong_type")

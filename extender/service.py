@@ -139,6 +139,8 @@ class Extender:
         if self.forecast_status is not None:
             self.metrics.watch_forecasts(lambda: self.forecast_status)
         self.plan = plan
+        # (alloc, known, _no_capacity's answer) of the last remembered view: read only, and never changed by a caller
+        self._capacity_kept: tuple[np.ndarray, np.ndarray, list[int]] | None = None
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
         log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
@@ -209,7 +211,8 @@ class Extender:
                 names.append(name)
             view = self.state.view(names)
             return view if not scratch else self._with_body_nodes(view, scratch)
-        view = self.state.view(args.node_names or [])
+        # the protocol's NodeNames list is never changed in place (it is kept for its bytes): the cache remembers its rows
+        view = self.state.view(args.node_names or [], stable=True)
         unknown = 0 if view.all_known() else view.unknown
         if unknown:
             self.metrics.unknown_nodes.inc(unknown)
@@ -240,9 +243,20 @@ class Extender:
                         columns=view.columns, node_list=node_list, image_node_count=view.image_node_count,
                         total_nodes=view.total_nodes, **merged)
 
+    def _no_capacity(self, view: NodeView) -> list[int]:
+        """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there.
+        Kept for the last read-only alloc (ClusterState's remembered view: the same object is the same values)."""
+        alloc = view.alloc
+        kept = self._capacity_kept
+        if kept is not None and kept[0] is alloc and kept[1] is view.known:
+            return kept[2]
+        found = self._no_capacity_of(view)
+        if not alloc.flags.writeable and not view.known.flags.writeable:
+            self._capacity_kept = (alloc, view.known, found)
+        return found
+
     @staticmethod
-    def _no_capacity(view: NodeView) -> list[int]:
-        """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there."""
+    def _no_capacity_of(view: NodeView) -> list[int]:
         alloc = view.alloc
         cpu, memory = alloc[:, view.columns[CPU]], alloc[:, view.columns[MEMORY]]
         # Every node with some of both (the usual call; an unknown node's NaN fails this): two reductions, not
@@ -303,8 +317,8 @@ class Extender:
             "FailedAndUnresolvableNodes": {names[i]: r for i, r in unresolvable.items()},
             "Error": "",
         }
-        passed = v.passed()
         if args.nodes is not None:
+            passed = v.passed()
             raws = args.node_raw
             # the passing items' bytes as sent, spliced (an orjson.Fragment: dumps writes it as is) when each is
             # exactly what orjson writes for its object (protocol.KnownNodeItems), else the objects, encoded again
@@ -312,8 +326,10 @@ class Extender:
                           else orjson.Fragment(b"[" + b",".join(compress(raws, passed)) + b"]"))
             reply["Nodes"] = {**(args.node_list or {}), "items": items}
             reply["NodeNames"] = None
+        elif not v.reasons and not unresolvable:  # every node passed: the call's names as they are (read only)
+            reply["NodeNames"] = names
         else:
-            reply["NodeNames"] = list(compress(names, passed))
+            reply["NodeNames"] = list(compress(names, v.passed()))
         failed = v.n_failed()
         if failed:
             log.debug("filter %s: %d of %d nodes rejected", pod.key, failed, len(view))

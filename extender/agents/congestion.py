@@ -35,13 +35,22 @@ class CongestionAgent(Agent):
     def __init__(self, params: CongestionParams) -> None:
         super().__init__(params)
         self.priorities = {"congestion": self.score}
+        self._kept: tuple[np.ndarray, np.ndarray] | None = None  # (read-only congestion column, its scores)
 
     def score(self, call: Call) -> np.ndarray:
         factor = call.view.congestion
+        kept = self._kept
+        if kept is not None and kept[0] is factor:  # the same read-only column as the last call: the same scores
+            return kept[1]
         # no node annotated (the common case): congestion_score gives each 10 (= isnan(factor).all(), without its wrapper)
         if np.logical_and.reduce(np.isnan(factor)):
-            return np.full(len(factor), MAX_PRIORITY, dtype=int)
-        return congestion_score(factor, self.params.factor_max)
+            scores = np.full(len(factor), MAX_PRIORITY, dtype=int)
+        else:
+            scores = congestion_score(factor, self.params.factor_max)
+        if not factor.flags.writeable:  # a remembered view's column (ClusterState.view): kept, read only
+            scores.flags.writeable = False
+            self._kept = (factor, scores)
+        return scores
 
     def explain(self, call: Call) -> dict[str, Any]:
         return {"congestion_factor": [None if np.isnan(v) else float(v) for v in call.view.congestion]}

@@ -244,11 +244,32 @@ def binpack_values(util: np.ndarray, util_new: np.ndarray, gamma_dem: float) -> 
     gamma_sys needs mu' Sigma mu with mu, Sigma the mean and population covariance of the rows. With
     Q = X'X of the centred rows, swapping row i gives S_i = S - x_i + x'_i and
     mu' Q_i mu = mu' Q mu - (mu . x_i)^2 + (mu . x'_i)^2: (K, R) work, no (K, R, R) array."""
+    return binpack_values_from(binpack_prelude(util), util_new, gamma_dem)
+
+
+@dataclass(frozen=True, slots=True)
+class BinpackPrelude:
+    """binpack_values' terms of the nodes' utilisation alone (not of the pod): kept while the usage is the same."""
+
+    k: int
+    c: np.ndarray  # the mean utilisation per resource
+    x: np.ndarray  # the centred utilisation
+    q: np.ndarray  # x' x
+    rest: np.ndarray  # the sum of the centred rows less each row
+
+
+def binpack_prelude(util: np.ndarray) -> BinpackPrelude:
     k = util.shape[0]
     c = np.add.reduce(util, axis=0) / k  # = util.mean(axis=0) (its sum and division), without its wrapper
-    x, xn = util - c, util_new - c
-    q = x.T @ x
-    m = (np.add.reduce(x, axis=0) - x + xn) / k  # centred mean per candidate, (K, R)
+    x = util - c
+    return BinpackPrelude(k, c, x, x.T @ x, np.add.reduce(x, axis=0) - x)
+
+
+def binpack_values_from(pre: BinpackPrelude, util_new: np.ndarray, gamma_dem: float) -> np.ndarray:
+    """binpack_values with the prelude of ``util`` given: the same operations in the same order."""
+    k, c, x, q = pre.k, pre.c, pre.x, pre.q
+    xn = util_new - c
+    m = (pre.rest + xn) / k  # centred mean per candidate, (K, R): (sum of x - x + xn) / k, as ever
     mu = m + c
     quad_q = _einsum("ki,ij,kj->k", mu, q, mu)
     quad_q = quad_q - _einsum("ki,ki->k", mu, x) ** 2 + _einsum("ki,ki->k", mu, xn) ** 2
@@ -267,6 +288,18 @@ class CallCapacity:
     shape: tuple[int, ...]
     average: np.ndarray  # average_capacity(matrix, units)
     all_positive: bool
+
+
+@dataclass(slots=True, eq=False)
+class UsageTerms:
+    """One call's usage of the used resources and what the objectives take from it alone (kept for a read-only
+    requested matrix and capacity, by identity: a remembered view's, until a pod is bound or leaves)."""
+
+    requested: np.ndarray  # the (n, R) matrix the usage was gathered from
+    cap: np.ndarray
+    usage: np.ndarray  # (K, R)
+    free: np.ndarray  # cap - usage
+    binpack: BinpackPrelude | None = None
 
 
 @dataclass(slots=True)
@@ -293,6 +326,9 @@ class PigeonAgent(Agent):
         self._demand = DemandStats()
         self._settled: bytes | None = None  # a demand whose update leaves self._demand as it is (see _updated)
         self._last_capacity: CallCapacity | None = None
+        # (view.alloc, cols, cap, capacity) of the last read-only alloc
+        self._view_capacity: tuple[np.ndarray, list[int], np.ndarray, CallCapacity] | None = None
+        self._view_usage: UsageTerms | None = None  # the last read-only usage's terms (see UsageTerms)
         self._last_gamma: tuple[bytes, DemandStats, CallCapacity, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
 
@@ -335,23 +371,38 @@ class PigeonAgent(Agent):
         rows = None if all_known else np.flatnonzero(view.known)
         if rows is not None and rows.size == 0:
             return PigeonResult(np.full(n, np.nan), None, stats.count)
-        cols = [view.columns[r] for r in self.resources]
-        # = alloc[rows][:, cols]: the same values and memory layout (column-major, as the column gather makes
-        # it), which the sums of the objective below follow; a row-major copy changes their last bits.
-        cap = (view.alloc if rows is None else view.alloc.take(rows, axis=0))[:, cols]
-        capacity = self._capacity(cap)
+        kept = self._view_capacity
+        if rows is None and kept is not None and kept[0] is view.alloc:
+            # the same read-only alloc as the last call (ClusterState's remembered view: its columns unchanged)
+            cols, cap, capacity = kept[1], kept[2], kept[3]
+        else:
+            cols = [view.columns[r] for r in self.resources]
+            # = alloc[rows][:, cols]: the same values and memory layout (column-major, as the column gather makes
+            # it), which the sums of the objective below follow; a row-major copy changes their last bits.
+            cap = (view.alloc if rows is None else view.alloc.take(rows, axis=0))[:, cols]
+            capacity = self._capacity(cap)
+            if rows is None and not view.alloc.flags.writeable:  # read only: the same object is the same values
+                cap.flags.writeable = False
+                self._view_capacity = (view.alloc, cols, cap, capacity)
         gamma_dem = None
         if self.policy == A_BINPACK and stats.mean is not None and stats.second is not None:
             gamma_dem = self._gamma(stats, capacity)
         elif self.policy == A_BINPACK:
             gamma_dem = 0.0
-        usage = call.requested()
-        usage = (usage if rows is None else usage.take(rows, axis=0))[:, cols]
+        requested = call.requested()
+        used = self._view_usage
+        if used is None or used.requested is not requested or used.cap is not cap or rows is not None:
+            usage = (requested if rows is None else requested.take(rows, axis=0))[:, cols]
+            used = UsageTerms(requested, cap, usage, cap - usage)
+            if rows is None and not requested.flags.writeable and not cap.flags.writeable:
+                # read only (a remembered view's requested, the kept cap): the same objects are the same values
+                self._view_usage = used
+        usage = used.usage
         new_usage = usage + d
         # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the
         # original's resource_canuse). A node with 0 of a resource the pod asks for fails here; one
         # with 0 of a resource the pod does not ask for (gpu, typically) is fine, as in the original.
-        short = d > cap - usage
+        short = d > used.free
         feasible = None  # None: every row feasible (the usual call: one reduction over the whole matrix says so)
         if not short.size or np.logical_or.reduce(short, axis=None):
             # = short.any(axis=1), without numpy's slow short-row reduction
@@ -367,13 +418,17 @@ class PigeonAgent(Agent):
             # (libpigeon's resource_getutilization). Every capacity positive (the usual case): utilisation()
             # is the plain ratio there.
             if capacity.all_positive:
-                util, util_new = usage / cap, new_usage / cap
-                for u in (util, util_new):  # = np.clip(u, 0, 1) in place: its ufunc, without the wrappers
-                    _clip(u, 0.0, 1.0, out=u)
+                if used.binpack is None:  # the node side of the objective: kept with the usage it comes from
+                    util = usage / cap
+                    _clip(util, 0.0, 1.0, out=util)  # = np.clip(util, 0, 1) in place: its ufunc, without the wrappers
+                    used.binpack = binpack_prelude(util)
+                util_new = new_usage / cap
+                _clip(util_new, 0.0, 1.0, out=util_new)
+                obj = binpack_values_from(used.binpack, util_new, gamma_dem)
             else:
                 util = np.clip(utilisation(usage, cap, (usage > 0).astype(float)), 0.0, 1.0)
                 util_new = np.clip(utilisation(new_usage, cap, (new_usage > 0).astype(float)), 0.0, 1.0)
-            obj = binpack_values(util, util_new, gamma_dem)
+                obj = binpack_values(util, util_new, gamma_dem)
         else:
             # Unclipped ratio of the first resource, 1 without capacity (libpigeon's lbfn / consfn):
             # an overcommitted node shows as more than full.

@@ -128,6 +128,41 @@ class NodeView:
         return self.alloc[:, [self.columns[CPU], self.columns[MEMORY]]] * STAT_SCALE
 
 
+# Names lists whose rows ClusterState.view remembers (stable lists: kube-scheduler's filter list and its
+# prioritize list, with a few sample windows besides).
+MEMO_VIEWS = 8
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """``array``, made read-only (a remembered view's columns are shared by every call that gets the view)."""
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(slots=True, eq=False)
+class _Gathered:
+    """What ClusterState.view remembers of one names list: its rows, and its columns as of the generations noted
+    (-1: not gathered yet), with the view last built from them."""
+
+    names: list[str]
+    layout: int
+    rows: np.ndarray
+    known: np.ndarray
+    unknown: int
+    node_gen: int = -1
+    req_gen: int = -1
+    recent_gen: int = -1
+    alloc: np.ndarray | None = None
+    mean_free: np.ndarray | None = None
+    std_free: np.ndarray | None = None
+    forecast_free: np.ndarray | None = None
+    congestion: np.ndarray | None = None
+    columns: dict[str, int] | None = None
+    requested: np.ndarray | None = None
+    recent: np.ndarray | None = None
+    view: NodeView | None = None
+
+
 class ClusterState:
     """Thread-safe columnar store of nodes and bound pods. Row 0 is a sentinel for unknown nodes."""
 
@@ -146,6 +181,10 @@ class ClusterState:
         # row * (MAX_SCORE + 1) + score -> that row's {"Host": ..., "Score": score} JSON (prioritize replies)
         self._host_json: list[bytes] = [b""] * (MAX_SCORE + 1)
         self._layout = 0  # changes whenever a row changes hands (node added or removed)
+        # Generations of the columns a view gathers, each bumped whenever those columns change (see view's
+        # memo): node columns (alloc, the statistics, congestion, the column map), requested, recent.
+        self._node_gen = self._req_gen = self._recent_gen = 0
+        self._views: OrderedDict[int, _Gathered] = OrderedDict()  # id(names) -> the rows gathered for that list
         self._free: list[int] = []
         self._allocate(64)
         self.pods: dict[str, PodInfo] = {}  # uid -> pod bound to (or assumed on) a node
@@ -189,6 +228,7 @@ class ClusterState:
         if old == 0:
             self._nodes = [None]
         self._capacity = capacity
+        self._changed(node=True, req=True, recent=True)
 
     def _column(self, resource: str) -> int | None:
         """The column of ``resource``, added if new; None when the column cap leaves no room."""
@@ -213,6 +253,7 @@ class ClusterState:
                 self.columns[r] = base + k
             self.alloc = np.hstack([self.alloc, np.full((self._capacity, len(new)), math.nan)])
             self.requested = np.hstack([self.requested, np.zeros((self._capacity, len(new)))])
+            self._changed(node=True, req=True)
         return {r: c for r in resources if (c := self.columns.get(r)) is not None}
 
     def _evict_unused_columns(self) -> None:
@@ -232,6 +273,7 @@ class ClusterState:
         self.columns = {names[c]: i for i, c in enumerate(keep.tolist())}
         self.alloc = self.alloc[:, keep]
         self.requested = self.requested[:, keep]
+        self._changed(node=True, req=True)
 
     def _row_for(self, name: str) -> int:
         row = self._rows.get(name)
@@ -254,6 +296,15 @@ class ClusterState:
         self.version += 1
         self.last_change = time.time()
 
+    def _changed(self, node: bool = False, req: bool = False, recent: bool = False) -> None:
+        """Columns a view gathers changed in place: the views memo'd for a names list gather them again."""
+        if node:
+            self._node_gen += 1
+        if req:
+            self._req_gen += 1
+        if recent:
+            self._recent_gen += 1
+
     # ---- nodes -------------------------------------------------------------------------------
     def upsert_node(self, node: NodeInfo) -> None:
         with self.lock:
@@ -274,6 +325,7 @@ class ClusterState:
                 self.std_free[row, i] = _annotation_float(ann, ANNOTATION_STD_FREE[i])
                 self.forecast_free[row, i] = _annotation_float(ann, ANNOTATION_FORECAST_FREE[i])
             self.congestion[row] = _annotation_float(ann, ANNOTATION_CONGESTION)
+            self._changed(node=True)
             if old is None:
                 self._recount_node(node.name, row)
             self._touch()
@@ -294,6 +346,7 @@ class ClusterState:
             self.mean_free[row] = self.std_free[row] = self.forecast_free[row] = math.nan
             self.recent[row] = 0.0
             self.congestion[row] = math.nan
+            self._changed(node=True, req=True, recent=True)
             self._free.append(row)
             self._touch()
 
@@ -345,6 +398,7 @@ class ClusterState:
 
     def _recount_node(self, name: str, row: int) -> None:
         self.requested[row] = 0.0
+        self._changed(req=True)
         for uid in self._pods_by_node.get(name, ()):
             self._account(self.pods[uid], row, +1)
 
@@ -353,6 +407,7 @@ class ClusterState:
             col = self._column(res)
             if col is not None:
                 self.requested[row, col] += sign * value
+                self._req_gen += 1
 
     # ---- pods --------------------------------------------------------------------------------
     def upsert_pod(self, pod: PodInfo, observed_binding: bool = False) -> None:
@@ -467,6 +522,7 @@ class ClusterState:
         self._recent.append((time.time(), pod.uid, pod.node_name, cpu, mem))
         if row is not None:
             self.recent[row] += (cpu, mem)
+            self._recent_gen += 1
 
     def _expire_recent(self, now: float) -> None:
         horizon = now - self.recent_window_s
@@ -476,6 +532,7 @@ class ClusterState:
             if row is not None:
                 self.recent[row] -= (cpu, mem)
                 np.maximum(self.recent[row], 0.0, out=self.recent[row])
+                self._recent_gen += 1
 
     # ---- reads -------------------------------------------------------------------------------
     def node(self, name: str) -> NodeInfo | None:
@@ -528,14 +585,31 @@ class ClusterState:
         with self.lock:
             return [self.pods[u] for u in self._pods_by_node.get(name, ())]
 
-    def view(self, names: Iterable[str]) -> NodeView:
-        """Gather the rows of ``names`` (in that order); unknown names get the sentinel row."""
-        names = list(names)
+    def view(self, names: Iterable[str], stable: bool = False) -> NodeView:
+        """Gather the rows of ``names`` (in that order); unknown names get the sentinel row.
+
+        ``stable``: ``names`` is a list its owner never changes in place (the protocol's kept NodeNames list,
+        the same object for the same bytes: kube-scheduler sends the same names call after call). Then the
+        rows of that list are remembered, and so are the gathered columns while they have not changed (the
+        generations above): a call with the same list gathers again only the columns that changed since (a
+        pod bound: ``requested``), and none when nothing did (then the very same view is handed out). A
+        remembered view's arrays are shared by the calls that get it, so they are made read-only."""
+        if not stable or type(names) is not list:
+            names = list(names)
+            stable = False
         with self.lock:
             self._expire_recent(time.time())
+            if stable:
+                memo = self._views.get(id(names))
+                if memo is not None and memo.names is names and memo.layout == self._layout:
+                    return self._regathered(memo)
             # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
             found = list(map(self._rows.get, names, repeat(0, len(names))))
             rows = np.array(found, dtype=np.intp)
+            unknown = found.count(0)
+            if stable:
+                memo = self._remember(names, rows, unknown)
+                return self._regathered(memo)
             # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
             return NodeView(
                 names=names,
@@ -554,8 +628,52 @@ class ClusterState:
                 rows=rows,
                 state=self,
                 layout=self._layout,
-                unknown=found.count(0),
+                unknown=unknown,
             )
+
+    def _remember(self, names: list[str], rows: np.ndarray, unknown: int) -> _Gathered:
+        """A memo entry for ``names`` (its columns not gathered yet); the least recently used beyond MEMO_VIEWS go.
+        Under the lock."""
+        known = rows > 0
+        rows.flags.writeable = known.flags.writeable = False
+        memo = _Gathered(names, self._layout, rows, known, unknown)
+        views = self._views
+        views[id(names)] = memo
+        while len(views) > MEMO_VIEWS:
+            views.popitem(last=False)
+        return memo
+
+    def _regathered(self, memo: _Gathered) -> NodeView:
+        """The view of a remembered names list: the columns that changed since it was last taken gathered again
+        (read-only), the others as they were. Under the lock."""
+        self._views.move_to_end(id(memo.names))
+        view = memo.view
+        rows = memo.rows
+        if memo.node_gen != self._node_gen:
+            memo.node_gen = self._node_gen
+            memo.alloc = _frozen(self.alloc.take(rows, axis=0))
+            memo.mean_free = _frozen(self.mean_free.take(rows, axis=0))
+            memo.std_free = _frozen(self.std_free.take(rows, axis=0))
+            memo.forecast_free = _frozen(self.forecast_free.take(rows, axis=0))
+            memo.congestion = _frozen(self.congestion.take(rows))
+            memo.columns = dict(self.columns)
+            view = None
+        if memo.req_gen != self._req_gen:
+            memo.req_gen = self._req_gen
+            memo.requested = _frozen(self.requested.take(rows, axis=0))
+            view = None
+        if memo.recent_gen != self._recent_gen:
+            memo.recent_gen = self._recent_gen
+            memo.recent = _frozen(self.recent.take(rows, axis=0))
+            view = None
+        if view is None:
+            view = memo.view = NodeView(
+                names=memo.names, known=memo.known, alloc=memo.alloc, requested=memo.requested, columns=memo.columns,
+                mean_free=memo.mean_free, std_free=memo.std_free, forecast_free=memo.forecast_free,
+                recent=memo.recent, congestion=memo.congestion, node_list=None,
+                image_node_count=self.image_node_count, total_nodes=len(self._rows), rows=rows, state=self,
+                layout=memo.layout, unknown=memo.unknown)
+        return view
 
     def mark_synced(self, source: str) -> None:
         with self.lock:
