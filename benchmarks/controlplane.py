@@ -38,6 +38,7 @@ import ipaddress
 import json
 import lzma
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -346,6 +347,12 @@ def _insecure() -> ssl.SSLContext:
 # -------------------------------------------------------------------------------------- control plane
 
 
+def file_name(label: str) -> str:
+    """``label`` as one file name: anything but letters, digits and ``_.=,;-`` becomes "_" (a benchmark label may
+    hold a path, e.g. KSO_BENCH_TREE=/work/...)."""
+    return re.sub(r"[^A-Za-z0-9_.=,;-]+", "_", label)
+
+
 @dataclass
 class ControlPlane:
     """etcd + kube-apiserver on loopback; ``start_controller_manager``/``start_scheduler`` add the others.
@@ -514,6 +521,7 @@ class ControlPlane:
         (or use it as a context manager)."""
         assert self.binaries is not None
         cfg = self.scheduler_config(config, keep_leader_election)
+        name = file_name(name)  # it names the config file, the log and the cert directory
         port, kc = free_port(), str(self.kubeconfig)
         path = self._dir / f"{name}-{port}.yaml"
         path.write_text(yaml.safe_dump(cfg))

@@ -55,7 +55,7 @@ from typing import Any
 import orjson
 import yaml
 
-from benchmarks.controlplane import Component, ControlPlane, free_port
+from benchmarks.controlplane import Component, ControlPlane, file_name, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY_SCHEDULER_CONFIG = REPO / "deploy" / "scheduler-config.yaml"
@@ -538,9 +538,7 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
             if any(c.startswith("kso") for c in configs):
                 extenders["kso"] = kso_process(cp.kubeconfig, logs / "kso.log").start()
             for label, env in kso_variants.items():
-                # the label may hold a path (KSO_BENCH_TREE=/work/...): one file name, whatever it holds
-                log_name = re.sub(r"[^A-Za-z0-9_.=,;-]+", "_", label)
-                extenders[label] = kso_process(cp.kubeconfig, logs / f"{log_name}.log", **env).start()
+                extenders[label] = kso_process(cp.kubeconfig, logs / f"{file_name(label)}.log", **env).start()
             if {"trivial", "trivial-full"} & set(configs):
                 extenders["trivial"] = trivial_process(logs / "trivial.log").start()
             all_configs = configs + [c for label, env in kso_variants.items() for c in variant_configs(label, env)]
