@@ -117,6 +117,11 @@ def _pod(f: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def names_ok(names: list[Any]) -> bool:
+    """Every item exactly a str and none empty: node names as the protocol requires them (checked in C)."""
+    return set(map(type, names)) <= {str} and "" not in names
+
+
 _BRACKET_RUNS: dict[bytes, tuple[int, int]] = {}  # short bracket strings seen (a body's head: its pod's shape)
 
 
@@ -203,13 +208,10 @@ class KnownNodeItems:
         at = body.find(self.ITEMS, pod_end + len(self.NODES)) if pod_end >= 0 else -1
         return None if at < 0 else (pod_end, at + len(self.ITEMS))
 
-    def decode(self, body: bytes, limits: Limits) -> dict[str, Any] | None:
-        """The decoded body, or None when it is not one this can assemble (then decode it whole); FOREIGN
-        when it carries a node that is never kept (decoding it whole teaches nothing)."""
-        return self.decode_raw(body, limits)[0]
-
     def decode_raw(self, body: bytes, limits: Limits) -> tuple[dict[str, Any] | None, list[bytes] | None]:
-        """decode's answer and, when it assembled the body, each item's bytes (== orjson.dumps of its object)."""
+        """The decoded body, or None when it is not one this can assemble (then decode it whole); FOREIGN
+        when it carries a node that is never kept (decoding it whole teaches nothing). With it, when it assembled
+        the body, each item's bytes (== orjson.dumps of its object)."""
         where = self._items_at(body)
         if where is None:
             return None, None
@@ -396,7 +398,7 @@ class KnownPods:
                     self.names.clear()
                     self.checked.clear()
                 self.names[raw] = names
-                if set(map(type, names)) <= {str} and "" not in names:
+                if names_ok(names):
                     self.checked[id(names)] = names
         return names
 
@@ -453,7 +455,7 @@ def parse_extender_args(body: bytes, limits: Limits = DEFAULT_LIMITS) -> Extende
         if len(names) > limits.max_nodes:
             raise too_many_nodes(len(names), "NodeNames", limits)
         # Checked in C first (every item exactly a str, none empty); the loop only finds the culprit.
-        if not KNOWN_PODS.checked_names(names) and (not set(map(type, names)) <= {str} or "" in names):
+        if not KNOWN_PODS.checked_names(names) and not names_ok(names):
             for i, n in enumerate(names):
                 if not isinstance(n, str) or not n:
                     raise ProtocolError(f"NodeNames[{i}] must be a non-empty string", "wrong_type")

@@ -23,7 +23,7 @@ from extender.agents.safe import SafeAgent
 from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
-from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError
+from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError, names_ok
 from kso.core.binder import AsyncBinder, Binder
 from kso.core.cluster import ClusterState, NodeView
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
@@ -192,7 +192,7 @@ class Extender:
                     names = [item["metadata"]["name"] for item in args.nodes]
                 except (KeyError, TypeError):
                     names = []
-                if (len(names) == len(args.nodes) and set(map(type, names)) <= {str} and "" not in names
+                if (len(names) == len(args.nodes) and names_ok(names)
                         and (view := self.state.view(names)).all_known()):
                     return view
             names = []
