@@ -318,9 +318,11 @@ class VerbHandlers:
         self.metrics.bindings.labels(outcome).inc()
         try:
             args = parse_binding_args(body, self.limits)
-            what = f"pod {args.pod_namespace}/{args.pod_name} to {args.node}"
         except ProtocolError:
             what = "pod"
+        else:
+            what = f"pod {args.pod_namespace}/{args.pod_name} to {args.node}"
+            self.extender.bind_not_posted(args)
         q = self.bind_queue
         if outcome == "expired":
             why = (f"not bound by kso: waited {time.perf_counter() - arrived:.2f} s for a bind slot, past "

@@ -28,6 +28,7 @@ from extender.demo import BackgroundServer, Client
 from extender.service import Extender
 from kso.core.binder import AsyncApiBinder
 from kso.core.cluster import ClusterState
+from kso.core.objects import node_from_k8s, pod_from_k8s
 
 NODE = "bq-n1"
 
@@ -146,6 +147,44 @@ def test_binds_beyond_the_waiting_bound_are_refused_at_once(control_plane: Any, 
         assert {n: node_of(core, ns, n) for n in ("slow", "w1", "w2", "extra")} == {
             "slow": NODE, "w1": NODE, "w2": NODE, "extra": None}
         assert refused(ext, "full") == 1 and refused(ext, "ok") == 3
+
+
+def test_a_refused_bind_counts_the_pod_on_its_node_at_once(control_plane: Any, kube_namespace: str,
+                                                           node: str) -> None:
+    """kube-scheduler binds a pod kso refused itself, to the node it asked for: kso counts the pod there at once
+    (as for a bind it posts), and the watch's next report of the pod puts it right when nobody bound it."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    create_pods(api, ns, [pod_manifest(n, scheduler="none") for n in ("slow", "late", "gone")])
+    binder = HeldBinder(api, {"slow"})
+    with extender_with(binder, {"KSO_BIND_THREADS": "1", "KSO_BIND_MAX_WAIT_S": "0.3"}) as ext, \
+            ThreadPoolExecutor(2) as pool:
+        state = ext.state
+        plain = api.sanitize_for_serialization  # the API's JSON, as the watch reads it
+        state.upsert_node(node_from_k8s(plain(core.read_node(NODE))))
+        pods = {n: pod_from_k8s(plain(core.read_namespaced_pod(n, ns))) for n in ("slow", "late")}
+        for pod in pods.values():
+            state.upsert_pod(pod)  # pending, as the watch reports it
+        row = state.view([NODE]).rows[0]
+        cpu = state.columns["cpu"]  # millicores
+        assert state.requested[row, cpu] == 0.0
+        port = ext.port  # type: ignore[attr-defined]
+        first = pool.submit(bind, port, ns, "slow")
+        assert binder.started.wait(10)
+        assert "not bound by kso" in bind(port, ns, "late")[1]["Error"]
+        assert node_of(core, ns, "late") is None  # not posted...
+        assert state.pods[pods["late"].uid].node_name == NODE  # ...but counted where kube-scheduler puts it
+        assert state.requested[row, cpu] == 100.0 and pods["late"].uid in state.assumed
+        # a pod kso does not know (never reported by the watch) is refused and counts nowhere
+        assert "not bound by kso" in bind(port, ns, "gone")[1]["Error"]
+        assert state.requested[row, cpu] == 100.0
+        # nobody bound it (a scheduler whose extender is not ignorable): the watch's next event puts it right
+        state.upsert_pod(pod_from_k8s(plain(core.read_namespaced_pod("late", ns))))
+        assert pods["late"].uid not in state.pods and state.requested[row, cpu] == 0.0
+        binder.go.set()
+        assert first.result(10)[1] == {"Error": ""}
+        assert state.pods[pods["slow"].uid].node_name == NODE and state.requested[row, cpu] == 100.0
 
 
 def test_queue_order_full_cancellation_and_expiry() -> None:
