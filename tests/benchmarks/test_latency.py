@@ -4,6 +4,7 @@ process, and the --compare-tree reply replay of this tree against itself."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import orjson
@@ -49,3 +50,13 @@ def test_reply_replay_of_a_tree_against_itself_is_identical(tmp_path: Path) -> N
     verdict = check_replies([REPO, REPO], snap, requests, tmp_path, None)
     assert verdict.startswith(f"{len(requests)} of {len(requests)} replies identical"), verdict
     assert "200" in verdict and "400" in verdict  # good calls answered, malformed ones refused
+
+
+def test_inprocess_churn_reports_both_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.latency import inprocess
+
+    assert inprocess.main(["--nodes", "20", "--bound", "1", "--pods", "5", "--calls", "30", "--reps", "1",
+                           "--churn"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^20 nodes, a bind and a deletion between pods, CPU per call \(least of 1 x 30\): "
+                     r"filter \d+\.\d us, prioritize \d+\.\d us$", out, re.M), out
