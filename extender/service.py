@@ -25,7 +25,7 @@ from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError, names_ok
 from kso.core.binder import AsyncBinder, Binder
-from kso.core.cluster import ClusterState, NodeView
+from kso.core.cluster import ClusterState, LastKept, NodeView
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
@@ -139,8 +139,8 @@ class Extender:
         if self.forecast_status is not None:
             self.metrics.watch_forecasts(lambda: self.forecast_status)
         self.plan = plan
-        # (alloc, known, _no_capacity's answer) of the last remembered view: read only, and never changed by a caller
-        self._capacity_kept: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+        # _no_capacity's answer for the last remembered view's alloc and known: never changed by a caller
+        self._capacity_kept = LastKept()
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
         log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
@@ -246,13 +246,9 @@ class Extender:
     def _no_capacity(self, view: NodeView) -> list[int]:
         """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there.
         Kept for the last read-only alloc (ClusterState's remembered view: the same object is the same values)."""
-        alloc = view.alloc
-        kept = self._capacity_kept
-        if kept is not None and kept[0] is alloc and kept[1] is view.known:
-            return kept[2]
-        found = self._no_capacity_of(view)
-        if not alloc.flags.writeable and not view.known.flags.writeable:
-            self._capacity_kept = (alloc, view.known, found)
+        found = self._capacity_kept.get(view.alloc, view.known)
+        if found is None:
+            found = self._capacity_kept.keep(self._no_capacity_of(view), view.alloc, view.known)
         return found
 
     @staticmethod

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from extender.agents.base import MAX_PRIORITY, Agent, Call
+from kso.core.cluster import LastKept
 from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
 from kso.core.settings import setting
 
@@ -295,8 +296,6 @@ class UsageTerms:
     """One call's usage of the used resources and what the objectives take from it alone (kept for a read-only
     requested matrix and capacity, by identity: a remembered view's, until a pod is bound or leaves)."""
 
-    requested: np.ndarray  # the (n, R) matrix the usage was gathered from
-    cap: np.ndarray
     usage: np.ndarray  # (K, R)
     free: np.ndarray  # cap - usage
     binpack: BinpackPrelude | None = None
@@ -326,9 +325,8 @@ class PigeonAgent(Agent):
         self._demand = DemandStats()
         self._settled: bytes | None = None  # a demand whose update leaves self._demand as it is (see _updated)
         self._last_capacity: CallCapacity | None = None
-        # (view.alloc, cols, cap, capacity) of the last read-only alloc
-        self._view_capacity: tuple[np.ndarray, list[int], np.ndarray, CallCapacity] | None = None
-        self._view_usage: UsageTerms | None = None  # the last read-only usage's terms (see UsageTerms)
+        self._view_capacity = LastKept()  # (cols, cap, capacity) of the last read-only alloc
+        self._view_usage = LastKept()  # the UsageTerms of the last read-only requested and cap
         self._last_gamma: tuple[bytes, DemandStats, CallCapacity, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
 
@@ -371,10 +369,10 @@ class PigeonAgent(Agent):
         rows = None if all_known else np.flatnonzero(view.known)
         if rows is not None and rows.size == 0:
             return PigeonResult(np.full(n, np.nan), None, stats.count)
-        kept = self._view_capacity
-        if rows is None and kept is not None and kept[0] is view.alloc:
+        kept = None if rows is not None else self._view_capacity.get(view.alloc)
+        if kept is not None:
             # the same read-only alloc as the last call (ClusterState's remembered view: its columns unchanged)
-            cols, cap, capacity = kept[1], kept[2], kept[3]
+            cols, cap, capacity = kept
         else:
             cols = [view.columns[r] for r in self.resources]
             # = alloc[rows][:, cols]: the same values and memory layout (column-major, as the column gather makes
@@ -383,20 +381,19 @@ class PigeonAgent(Agent):
             capacity = self._capacity(cap)
             if rows is None and not view.alloc.flags.writeable:  # read only: the same object is the same values
                 cap.flags.writeable = False
-                self._view_capacity = (view.alloc, cols, cap, capacity)
+                self._view_capacity.keep((cols, cap, capacity), view.alloc)
         gamma_dem = None
         if self.policy == A_BINPACK and stats.mean is not None and stats.second is not None:
             gamma_dem = self._gamma(stats, capacity)
         elif self.policy == A_BINPACK:
             gamma_dem = 0.0
         requested = call.requested()
-        used = self._view_usage
-        if used is None or used.requested is not requested or used.cap is not cap or rows is not None:
+        used = None if rows is not None else self._view_usage.get(requested, cap)
+        if used is None:
             usage = (requested if rows is None else requested.take(rows, axis=0))[:, cols]
-            used = UsageTerms(requested, cap, usage, cap - usage)
-            if rows is None and not requested.flags.writeable and not cap.flags.writeable:
-                # read only (a remembered view's requested, the kept cap): the same objects are the same values
-                self._view_usage = used
+            used = UsageTerms(usage, cap - usage)
+            if rows is None:  # kept when read only (a remembered view's requested, the kept cap)
+                self._view_usage.keep(used, requested, cap)
         usage = used.usage
         new_usage = usage + d
         # Infeasible when the demand exceeds what is left in any used resource (no overflow, as the

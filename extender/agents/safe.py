@@ -14,7 +14,7 @@ import numpy as np
 from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
-from kso.core.cluster import NodeView
+from kso.core.cluster import LastKept, NodeView
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.safety import SafeBoundSettings, balance_score, held_past, least_risk, overload_score, point_mass
 from kso.core.settings import setting
@@ -234,18 +234,11 @@ def _read_only(*arrays: np.ndarray) -> None:
 
 @dataclass(slots=True, eq=False)
 class SafeBase:
-    """What SafeAgent's inputs take from one view's columns alone (not from the pod), for the columns it was
-    computed from (held here, compared by identity: ClusterState hands the same read-only arrays out while they
-    have not changed). ``inputs``: the whole inputs when no node has a valid statistic (they do not depend on
-    the pod then), else the parts _inputs_from computes, in its order: the used load before the pod's demand,
-    sigma, valid, capacity, sources, memo slots, and the filter's no-statistics notes."""
+    """What SafeAgent's inputs take from one view's columns alone (not from the pod), kept (SafeAgent.base) for the
+    read-only columns it was computed from. ``inputs``: the whole inputs when no node has a valid statistic (they
+    do not depend on the pod then), else the parts _inputs_from computes, in its order: the used load before the
+    pod's demand, sigma, valid, capacity, sources, memo slots, and the filter's no-statistics notes."""
 
-    mean_free: np.ndarray
-    std_free: np.ndarray
-    forecast_free: np.ndarray
-    alloc: np.ndarray
-    recent: np.ndarray
-    rows: np.ndarray | None
     inputs: SafeInputs | None = None
     used: np.ndarray | None = None
     sigma: np.ndarray | None = None
@@ -256,14 +249,6 @@ class SafeBase:
     notes: dict[int, str] | None = None
     result: PredicateResult | None = None  # filter_overload's, when nothing is valid
     zeros: np.ndarray | None = None  # the priorities' scores when nothing is valid
-
-    def fits(self, view: NodeView) -> bool:
-        """Whether ``view`` has the columns this was computed from: when nothing is valid only the means (which
-        say so, and the sources), the capacity and the rows; else the statistics and the recent binds too."""
-        if not (view.mean_free is self.mean_free and view.alloc is self.alloc and view.rows is self.rows):
-            return False
-        return self.inputs is not None or (view.std_free is self.std_free and view.forecast_free is self.forecast_free
-                                           and view.recent is self.recent)
 
 
 class SafeAgent(Agent):
@@ -280,7 +265,7 @@ class SafeAgent(Agent):
         self._head = f"P(util > {self.u_star:.0%}) ="
         self._eps_text = f"{self.eps:.2g}"
         self.risk_memo = RiskMemo(self.u_star)
-        self._base: SafeBase | None = None  # the last view's pod-independent inputs (see SafeBase)
+        self._base = LastKept()  # the last read-only view's pod-independent inputs (see SafeBase)
         self.clock: Callable[[], float] = time.time  # the hold's "now", epoch seconds (the replay sets its own)
         self.released_total: Any = None  # a counter (.inc()) of held pods released; extender.metrics sets it
         self.predicates = {"safe-overload": self.filter_overload}
@@ -314,21 +299,20 @@ class SafeAgent(Agent):
                           memo=self.risk_memo)
 
     def base(self, view: NodeView) -> SafeBase:
-        """The SafeBase of ``view``'s columns: kept from the last call when they are the same arrays."""
-        base = self._base
-        if base is not None and base.fits(view):
-            return base
-        base = self._base_of(view)
-        if not any(a.flags.writeable for a in (view.mean_free, view.alloc, view.std_free, view.forecast_free,
-                                              view.recent)) and view.rows is not None and not view.rows.flags.writeable:
-            # read only (ClusterState's remembered view): the same objects are the same values. Built whole before it
-            # is kept: another thread sees all of it or none.
-            self._base = base
+        """The SafeBase of ``view``'s columns: kept from the last call when they are the same arrays (read only:
+        ClusterState's remembered view), built whole before it is kept."""
+        base = self._base.get(view.mean_free, view.alloc, view.rows, view.std_free, view.forecast_free, view.recent)
+        if base is None:
+            base = self._base_of(view)
+            # when nothing is valid only the means (which say so, and the sources), the capacity and the rows count;
+            # else the statistics and the recent binds too
+            self._base.keep(base, view.mean_free, view.alloc, view.rows,
+                            *(() if base.inputs is not None else (view.std_free, view.forecast_free, view.recent)))
         return base
 
     def _base_of(self, view: NodeView) -> SafeBase:
         """_inputs_from's steps that do not involve the pod (or nothing is valid: all of them), in its order."""
-        base = SafeBase(view.mean_free, view.std_free, view.forecast_free, view.alloc, view.recent, view.rows)
+        base = SafeBase()
         n = len(view)
         if np.isnan(view.mean_free).all():
             base.inputs = SafeInputs(np.zeros((n, 2)), np.zeros((n, 2)), np.zeros((n, 2), dtype=bool),
@@ -419,7 +403,7 @@ class SafeAgent(Agent):
 
     def _kept(self, s: SafeInputs) -> SafeBase | None:
         """The SafeBase ``s`` came from (its kept result, notes and zeros were made from the same inputs), or None."""
-        base = self._base
+        base = self._base.value
         return base if base is not None and (s is base.inputs or s.valid is base.valid) else None
 
     def filter_overload(self, call: Call) -> PredicateResult:

@@ -15,7 +15,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
-from operator import itemgetter
+from operator import is_, itemgetter
+from typing import Any
 
 import numpy as np
 import orjson
@@ -137,6 +138,37 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     """``array``, made read-only (a remembered view's columns are shared by every call that gets the view)."""
     array.flags.writeable = False
     return array
+
+
+class LastKept:
+    """The last value computed from some read-only arrays (a remembered view's columns), matched by their identity:
+    ClusterState hands the same read-only arrays out while their values have not changed, so the same objects give
+    the same value. ``get(*arrays)`` is the value kept for those very objects (a value kept for fewer arrays
+    matches on its own: the ones it was computed from come first), else None; ``keep(value, *arrays)`` keeps it
+    when every array is read-only. One attribute, set in one assignment: another thread sees all of it or none."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[tuple[np.ndarray, ...], Any] | None = None
+
+    def get(self, *arrays: np.ndarray | None) -> Any:
+        last = self.last
+        if last is not None and len(last[0]) <= len(arrays) and all(map(is_, last[0], arrays)):
+            return last[1]
+        return None
+
+    def keep(self, value: Any, *arrays: np.ndarray | None) -> Any:
+        """``value``, kept for ``arrays`` if each is a read-only array (else left as it was)."""
+        if all(a is not None and not a.flags.writeable for a in arrays):
+            self.last = (arrays, value)
+        return value
+
+    @property
+    def value(self) -> Any:
+        """The value last kept, whatever its arrays (None before any)."""
+        last = self.last
+        return None if last is None else last[1]
 
 
 @dataclass(slots=True, eq=False)
