@@ -179,6 +179,13 @@ class SafeInputs:
     full_risk: np.ndarray | None = None  # (n, 2) P(util > U*), 0 where not valid; see ``risk``
     slots: np.ndarray | None = None  # (n, 2) RiskMemo slot of each entry (node row * 2 + resource)
     memo: RiskMemo | None = None
+    some: bool | None = None  # valid.any(), once known (see some_valid)
+
+    def some_valid(self) -> bool:
+        """valid.any(), asked once per inputs (a kept SafeBase's inputs: once per view)."""
+        if self.some is None:
+            self.some = bool(np.logical_or.reduce(self.valid, axis=None))
+        return self.some
 
     def _fitted(self, where: np.ndarray, var: np.ndarray, spread: np.ndarray) -> np.ndarray:
         """_fitted_risk of the entries ``where`` (a Beta fits there), through the memo when there is one."""
@@ -249,6 +256,7 @@ class SafeBase:
     notes: dict[int, str] | None = None
     result: PredicateResult | None = None  # filter_overload's, when nothing is valid
     zeros: np.ndarray | None = None  # the priorities' scores when nothing is valid
+    some: bool | None = None  # valid.any()
 
 
 class SafeAgent(Agent):
@@ -296,7 +304,7 @@ class SafeAgent(Agent):
             np.minimum(np.maximum(mu, 0.0, out=mu), 1.0, out=mu)
         mu = np.where(base.valid, mu, 0.0)
         return SafeInputs(mu, base.sigma, base.valid, cap, base.source, self.u_star, slots=base.slots,
-                          memo=self.risk_memo)
+                          memo=self.risk_memo, some=base.some)
 
     def base(self, view: NodeView) -> SafeBase:
         """The SafeBase of ``view``'s columns: kept from the last call when they are the same arrays (read only:
@@ -344,6 +352,7 @@ class SafeAgent(Agent):
                 base.used, base.sigma, base.valid, base.capacity, base.source, base.slots = (
                     used, sigma, valid, cap, stats.source, slots)
                 base.notes = dict.fromkeys(np.flatnonzero(~(valid[:, 0] | valid[:, 1])).tolist(), NO_STATS_NOTE)
+                base.some = bool(valid.any())
         if base.inputs is not None:
             s = base.inputs
             _read_only(s.mu, s.sigma, s.valid, s.capacity, *(() if s.full_risk is None else (s.full_risk,)))
@@ -409,7 +418,7 @@ class SafeAgent(Agent):
     def filter_overload(self, call: Call) -> PredicateResult:
         s = self.inputs(call)
         base = self._kept(s)
-        if s.full_risk is not None and not s.valid.any():  # no statistics anywhere: every node passes unjudged
+        if s.full_risk is not None and not s.some_valid():  # no statistics anywhere: every node passes unjudged
             if base is not None and base.result is not None:  # read only, as every PredicateResult is once returned
                 return base.result
             return PredicateResult(np.ones(len(s.valid), dtype=bool), {},
@@ -500,13 +509,13 @@ class SafeAgent(Agent):
 
     def score_overload(self, call: Call) -> np.ndarray:
         s = self.inputs(call)
-        if not s.valid.any():  # what _combine makes of any scores then
+        if not s.some_valid():  # what _combine makes of any scores then
             return self._no_scores(s)
         return self._combine(overload_score(s.risk, self.eps), s.valid)
 
     def score_balance(self, call: Call) -> np.ndarray:
         s = self.inputs(call)
-        if not s.valid.any():
+        if not s.some_valid():
             return self._no_scores(s)
         return self._combine(balance_score(s.mu, s.sigma), s.valid)
 
