@@ -59,6 +59,8 @@ class PlanCache:
     def slots_for(self, pod: PodInfo, now: float | None = None) -> dict[str, int] | None:
         """Nodes with a free slot of the pod's class (the solver's plan and the re-optimisation's targets
         together), or None when no usable plan covers the pod."""
+        if self._migration is None and self._active is None:  # no plan at all: no class key to work out
+            return None
         key = class_key(pod)
         merged: dict[str, int] | None = None
         for active in (self._migration, self._active):

@@ -25,12 +25,18 @@ from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError, names_ok
 from kso.core.binder import AsyncBinder, Binder
-from kso.core.cluster import ClusterState, NodeView
+from kso.core.cluster import ClusterState, LastKept, NodeView
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
 
 log = logging.getLogger("kso.extender")
+
+# np.clip(a, lo, hi) is this ufunc behind two Python wrappers (a numpy internal: the public function where it moved)
+try:
+    from numpy._core.umath import clip as _clip
+except ImportError:
+    _clip = np.clip
 
 
 def _merge(per_predicate: list[dict[int, str]]) -> dict[int, list[str]]:
@@ -139,8 +145,10 @@ class Extender:
         if self.forecast_status is not None:
             self.metrics.watch_forecasts(lambda: self.forecast_status)
         self.plan = plan
-        # (alloc, known, _no_capacity's answer) of the last remembered view: read only, and never changed by a caller
-        self._capacity_kept: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+        # _no_capacity's answer for the last remembered view's alloc and known: never changed by a caller
+        self._capacity_kept = LastKept()
+        # weights of the priorities that answered -> (those weights, _int_combined's table of rounded quotients)
+        self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
         log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
@@ -246,13 +254,9 @@ class Extender:
     def _no_capacity(self, view: NodeView) -> list[int]:
         """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there.
         Kept for the last read-only alloc (ClusterState's remembered view: the same object is the same values)."""
-        alloc = view.alloc
-        kept = self._capacity_kept
-        if kept is not None and kept[0] is alloc and kept[1] is view.known:
-            return kept[2]
-        found = self._no_capacity_of(view)
-        if not alloc.flags.writeable and not view.known.flags.writeable:
-            self._capacity_kept = (alloc, view.known, found)
+        found = self._capacity_kept.get(view.alloc, view.known)
+        if found is None:
+            found = self._capacity_kept.keep(self._no_capacity_of(view), view.alloc, view.known)
         return found
 
     @staticmethod
@@ -364,16 +368,22 @@ class Extender:
             combined = np.where(call.view.known, combined, 0)
         return combined.astype(int), per
 
-    @staticmethod
-    def _int_combined(got: list[tuple[int, str, Any]], n: int) -> np.ndarray:
+    def _int_combined(self, got: list[tuple[int, str, Any]], n: int) -> np.ndarray:
         """_scores' floor(sum w s / sum w + 0.5) when every priority gave integers (every built-in agent does):
-        clamped to 0..MAX_PRIORITY in one array, and the weighted sum taken in integers, which is exactly the
-        float sum (integers far below 2**53, whatever the order), so the same floats are divided: ~6 numpy calls
-        instead of ~5 per priority."""
-        scores = np.array([s for _, _, s in got], dtype=np.int64)
-        np.minimum(np.maximum(scores, 0, out=scores), MAX_PRIORITY, out=scores)
-        weights = [w for w, _, _ in got]
-        return np.floor(np.dot(np.array(weights, dtype=np.int64), scores) / sum(weights) + 0.5)
+        clamped to 0..MAX_PRIORITY in one array and the weighted sum taken in integers, which is exactly the float
+        sum (integers far below 2**53, whatever the order), so the same floats would be divided; the rounded quotient
+        of each possible sum 0..MAX_PRIORITY * sum w is in a table made by those very float operations (per set of
+        weights): 4 numpy calls in all."""
+        weights = tuple(w for w, _, _ in got)
+        kept = self._combine_tables.get(weights)
+        if kept is None:
+            total = sum(weights)
+            kept = self._combine_tables[weights] = (
+                np.array(weights, dtype=np.int64),
+                np.floor(np.arange(MAX_PRIORITY * total + 1, dtype=np.int64) / total + 0.5))
+        scores = np.concatenate([s for _, _, s in got], dtype=np.int64).reshape(len(got), n)
+        _clip(scores, 0, MAX_PRIORITY, out=scores)
+        return kept[1].take(np.dot(kept[0], scores))
 
     def _plan_nodes(self, call: Call) -> np.ndarray | None:
         """Nodes of the call with a free plan slot for the pod's class; None when the plan has nothing."""
@@ -413,7 +423,8 @@ class Extender:
         """prioritize's reply already encoded (the same bytes as dumps(prioritize(args))), from the node
         cache's ready-made per-node entries."""
         view, scores = self._prioritized(args)
-        return self.state.host_scores_json(view, scores)
+        # one int per node, 0..MAX_PRIORITY: _scores' rounded mean of clamped scores (or 0), halved or MAX by the plan
+        return self.state.host_scores_json(view, scores, in_range=True)
 
     def priority(self, name: str, args: ExtenderArgs) -> list[dict[str, Any]]:
         """One agent priority, raw (kube-safe-scheduler's /scheduler/priorities/<name>)."""

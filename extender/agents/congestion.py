@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from extender.agents.base import MAX_PRIORITY, Agent, Call
+from kso.core.cluster import LastKept
 from kso.core.settings import setting
 
 
@@ -35,13 +36,13 @@ class CongestionAgent(Agent):
     def __init__(self, params: CongestionParams) -> None:
         super().__init__(params)
         self.priorities = {"congestion": self.score}
-        self._kept: tuple[np.ndarray, np.ndarray] | None = None  # (read-only congestion column, its scores)
+        self._kept = LastKept()  # the scores of the last read-only congestion column
 
     def score(self, call: Call) -> np.ndarray:
         factor = call.view.congestion
-        kept = self._kept
-        if kept is not None and kept[0] is factor:  # the same read-only column as the last call: the same scores
-            return kept[1]
+        kept = self._kept.get(factor)
+        if kept is not None:  # the same read-only column as the last call: the same scores
+            return kept
         # no node annotated (the common case): congestion_score gives each 10 (= isnan(factor).all(), without its wrapper)
         if np.logical_and.reduce(np.isnan(factor)):
             scores = np.full(len(factor), MAX_PRIORITY, dtype=int)
@@ -49,7 +50,7 @@ class CongestionAgent(Agent):
             scores = congestion_score(factor, self.params.factor_max)
         if not factor.flags.writeable:  # a remembered view's column (ClusterState.view): kept, read only
             scores.flags.writeable = False
-            self._kept = (factor, scores)
+            self._kept.keep(scores, factor)
         return scores
 
     def explain(self, call: Call) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.special import betainc
 
 from extender.agents.base import Agent, Call, PredicateResult
-from kso.core.cluster import NodeView
+from kso.core.cluster import LastKept, NodeView
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.safety import SafeBoundSettings, balance_score, held_past, least_risk, overload_score, point_mass
 from kso.core.settings import setting
@@ -179,6 +179,13 @@ class SafeInputs:
     full_risk: np.ndarray | None = None  # (n, 2) P(util > U*), 0 where not valid; see ``risk``
     slots: np.ndarray | None = None  # (n, 2) RiskMemo slot of each entry (node row * 2 + resource)
     memo: RiskMemo | None = None
+    some: bool | None = None  # valid.any(), once known (see some_valid)
+
+    def some_valid(self) -> bool:
+        """valid.any(), asked once per inputs (a kept SafeBase's inputs: once per view)."""
+        if self.some is None:
+            self.some = bool(np.logical_or.reduce(self.valid, axis=None))
+        return self.some
 
     def _fitted(self, where: np.ndarray, var: np.ndarray, spread: np.ndarray) -> np.ndarray:
         """_fitted_risk of the entries ``where`` (a Beta fits there), through the memo when there is one."""
@@ -234,18 +241,11 @@ def _read_only(*arrays: np.ndarray) -> None:
 
 @dataclass(slots=True, eq=False)
 class SafeBase:
-    """What SafeAgent's inputs take from one view's columns alone (not from the pod), for the columns it was
-    computed from (held here, compared by identity: ClusterState hands the same read-only arrays out while they
-    have not changed). ``inputs``: the whole inputs when no node has a valid statistic (they do not depend on
-    the pod then), else the parts _inputs_from computes, in its order: the used load before the pod's demand,
-    sigma, valid, capacity, sources, memo slots, and the filter's no-statistics notes."""
+    """What SafeAgent's inputs take from one view's columns alone (not from the pod), kept (SafeAgent.base) for the
+    read-only columns it was computed from. ``inputs``: the whole inputs when no node has a valid statistic (they
+    do not depend on the pod then), else the parts _inputs_from computes, in its order: the used load before the
+    pod's demand, sigma, valid, capacity, sources, memo slots, and the filter's no-statistics notes."""
 
-    mean_free: np.ndarray
-    std_free: np.ndarray
-    forecast_free: np.ndarray
-    alloc: np.ndarray
-    recent: np.ndarray
-    rows: np.ndarray | None
     inputs: SafeInputs | None = None
     used: np.ndarray | None = None
     sigma: np.ndarray | None = None
@@ -256,14 +256,7 @@ class SafeBase:
     notes: dict[int, str] | None = None
     result: PredicateResult | None = None  # filter_overload's, when nothing is valid
     zeros: np.ndarray | None = None  # the priorities' scores when nothing is valid
-
-    def fits(self, view: NodeView) -> bool:
-        """Whether ``view`` has the columns this was computed from: when nothing is valid only the means (which
-        say so, and the sources), the capacity and the rows; else the statistics and the recent binds too."""
-        if not (view.mean_free is self.mean_free and view.alloc is self.alloc and view.rows is self.rows):
-            return False
-        return self.inputs is not None or (view.std_free is self.std_free and view.forecast_free is self.forecast_free
-                                           and view.recent is self.recent)
+    some: bool | None = None  # valid.any()
 
 
 class SafeAgent(Agent):
@@ -280,7 +273,7 @@ class SafeAgent(Agent):
         self._head = f"P(util > {self.u_star:.0%}) ="
         self._eps_text = f"{self.eps:.2g}"
         self.risk_memo = RiskMemo(self.u_star)
-        self._base: SafeBase | None = None  # the last view's pod-independent inputs (see SafeBase)
+        self._base = LastKept()  # the last read-only view's pod-independent inputs (see SafeBase)
         self.clock: Callable[[], float] = time.time  # the hold's "now", epoch seconds (the replay sets its own)
         self.released_total: Any = None  # a counter (.inc()) of held pods released; extender.metrics sets it
         self.predicates = {"safe-overload": self.filter_overload}
@@ -311,24 +304,23 @@ class SafeAgent(Agent):
             np.minimum(np.maximum(mu, 0.0, out=mu), 1.0, out=mu)
         mu = np.where(base.valid, mu, 0.0)
         return SafeInputs(mu, base.sigma, base.valid, cap, base.source, self.u_star, slots=base.slots,
-                          memo=self.risk_memo)
+                          memo=self.risk_memo, some=base.some)
 
     def base(self, view: NodeView) -> SafeBase:
-        """The SafeBase of ``view``'s columns: kept from the last call when they are the same arrays."""
-        base = self._base
-        if base is not None and base.fits(view):
-            return base
-        base = self._base_of(view)
-        if not any(a.flags.writeable for a in (view.mean_free, view.alloc, view.std_free, view.forecast_free,
-                                              view.recent)) and view.rows is not None and not view.rows.flags.writeable:
-            # read only (ClusterState's remembered view): the same objects are the same values. Built whole before it
-            # is kept: another thread sees all of it or none.
-            self._base = base
+        """The SafeBase of ``view``'s columns: kept from the last call when they are the same arrays (read only:
+        ClusterState's remembered view), built whole before it is kept."""
+        base = self._base.get(view.mean_free, view.alloc, view.rows, view.std_free, view.forecast_free, view.recent)
+        if base is None:
+            base = self._base_of(view)
+            # when nothing is valid only the means (which say so, and the sources), the capacity and the rows count;
+            # else the statistics and the recent binds too
+            self._base.keep(base, view.mean_free, view.alloc, view.rows,
+                            *(() if base.inputs is not None else (view.std_free, view.forecast_free, view.recent)))
         return base
 
     def _base_of(self, view: NodeView) -> SafeBase:
         """_inputs_from's steps that do not involve the pod (or nothing is valid: all of them), in its order."""
-        base = SafeBase(view.mean_free, view.std_free, view.forecast_free, view.alloc, view.recent, view.rows)
+        base = SafeBase()
         n = len(view)
         if np.isnan(view.mean_free).all():
             base.inputs = SafeInputs(np.zeros((n, 2)), np.zeros((n, 2)), np.zeros((n, 2), dtype=bool),
@@ -360,6 +352,7 @@ class SafeAgent(Agent):
                 base.used, base.sigma, base.valid, base.capacity, base.source, base.slots = (
                     used, sigma, valid, cap, stats.source, slots)
                 base.notes = dict.fromkeys(np.flatnonzero(~(valid[:, 0] | valid[:, 1])).tolist(), NO_STATS_NOTE)
+                base.some = bool(valid.any())
         if base.inputs is not None:
             s = base.inputs
             _read_only(s.mu, s.sigma, s.valid, s.capacity, *(() if s.full_risk is None else (s.full_risk,)))
@@ -419,13 +412,13 @@ class SafeAgent(Agent):
 
     def _kept(self, s: SafeInputs) -> SafeBase | None:
         """The SafeBase ``s`` came from (its kept result, notes and zeros were made from the same inputs), or None."""
-        base = self._base
+        base = self._base.value
         return base if base is not None and (s is base.inputs or s.valid is base.valid) else None
 
     def filter_overload(self, call: Call) -> PredicateResult:
         s = self.inputs(call)
         base = self._kept(s)
-        if s.full_risk is not None and not s.valid.any():  # no statistics anywhere: every node passes unjudged
+        if s.full_risk is not None and not s.some_valid():  # no statistics anywhere: every node passes unjudged
             if base is not None and base.result is not None:  # read only, as every PredicateResult is once returned
                 return base.result
             return PredicateResult(np.ones(len(s.valid), dtype=bool), {},
@@ -516,13 +509,13 @@ class SafeAgent(Agent):
 
     def score_overload(self, call: Call) -> np.ndarray:
         s = self.inputs(call)
-        if not s.valid.any():  # what _combine makes of any scores then
+        if not s.some_valid():  # what _combine makes of any scores then
             return self._no_scores(s)
         return self._combine(overload_score(s.risk, self.eps), s.valid)
 
     def score_balance(self, call: Call) -> np.ndarray:
         s = self.inputs(call)
-        if not s.valid.any():
+        if not s.some_valid():
             return self._no_scores(s)
         return self._combine(balance_score(s.mu, s.sigma), s.valid)
 

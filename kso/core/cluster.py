@@ -15,7 +15,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
-from operator import itemgetter
+from operator import is_, itemgetter
+from typing import Any
 
 import numpy as np
 import orjson
@@ -139,6 +140,37 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
+class LastKept:
+    """The last value computed from some read-only arrays (a remembered view's columns), matched by their identity:
+    ClusterState hands the same read-only arrays out while their values have not changed, so the same objects give
+    the same value. ``get(*arrays)`` is the value kept for those very objects (a value kept for fewer arrays
+    matches on its own: the ones it was computed from come first), else None; ``keep(value, *arrays)`` keeps it
+    when every array is read-only. One attribute, set in one assignment: another thread sees all of it or none."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[tuple[np.ndarray, ...], Any] | None = None
+
+    def get(self, *arrays: np.ndarray | None) -> Any:
+        last = self.last
+        if last is not None and len(last[0]) <= len(arrays) and all(map(is_, last[0], arrays)):
+            return last[1]
+        return None
+
+    def keep(self, value: Any, *arrays: np.ndarray | None) -> Any:
+        """``value``, kept for ``arrays`` if each is a read-only array (else left as it was)."""
+        if all(a is not None and not a.flags.writeable for a in arrays):
+            self.last = (arrays, value)
+        return value
+
+    @property
+    def value(self) -> Any:
+        """The value last kept, whatever its arrays (None before any)."""
+        last = self.last
+        return None if last is None else last[1]
+
+
 @dataclass(slots=True, eq=False)
 class _Gathered:
     """What ClusterState.view remembers of one names list: its rows, and its columns as of the generations noted
@@ -180,6 +212,7 @@ class ClusterState:
         self._nodes: list[NodeInfo | None] = [None]
         # row * (MAX_SCORE + 1) + score -> that row's {"Host": ..., "Score": score} JSON (prioritize replies)
         self._host_json: list[bytes] = [b""] * (MAX_SCORE + 1)
+        self._host_keys = LastKept()  # host_scores_json's first keys of the last read-only rows
         self._layout = 0  # changes whenever a row changes hands (node added or removed)
         # Generations of the columns a view gathers, each bumped whenever those columns change (see view's
         # memo): node columns (alloc, the statistics, congestion, the column map), requested, recent.
@@ -560,20 +593,24 @@ class ClusterState:
             nodes = self._nodes
             return [nodes[r] for r in rows.tolist()]
 
-    def host_scores_json(self, view: NodeView, scores: list[int] | np.ndarray) -> bytes:
+    def host_scores_json(self, view: NodeView, scores: list[int] | np.ndarray, in_range: bool = False) -> bytes:
         """orjson.dumps([{"Host": name, "Score": score} ...]) for the view's nodes, from ready-made entries
         per row (scores 0..MAX_SCORE of nodes in the cache; anything else is encoded on the spot). ``scores``: ints,
-        or an integer array (its range checked in numpy, not element by element)."""
+        or an integer array (its range checked in numpy, not element by element; ``in_range``: the caller knows each
+        is 0..MAX_SCORE, not checked again)."""
         rows = view.rows
         if rows is not None and len(rows) > 1 and view.all_known():
             if isinstance(scores, np.ndarray):
-                ok = (scores.dtype.kind == "i" and scores.shape == rows.shape and 0 <= np.minimum.reduce(scores)
-                      and np.maximum.reduce(scores) <= MAX_SCORE)
+                ok = (scores.dtype.kind == "i" and scores.shape == rows.shape
+                      and (in_range or (0 <= np.minimum.reduce(scores) and np.maximum.reduce(scores) <= MAX_SCORE)))
                 given = scores if ok else None
             else:
                 given = np.array(scores, dtype=np.intp) if 0 <= min(scores) and max(scores) <= MAX_SCORE else None
             if given is not None:
-                keys = rows * (MAX_SCORE + 1) + given
+                base = self._host_keys.get(rows)  # rows * (MAX_SCORE + 1), kept for a remembered view's rows
+                if base is None:
+                    base = self._host_keys.keep(rows * (MAX_SCORE + 1), rows)
+                keys = base + given
                 with self.lock:
                     if view.layout == self._layout:  # no row has changed hands since the view was taken
                         return b"[" + b",".join(itemgetter(*keys.tolist())(self._host_json)) + b"]"

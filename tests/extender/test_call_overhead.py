@@ -200,3 +200,101 @@ def test_a_repeated_pod_is_parsed_once_and_a_changed_or_bad_one_afresh() -> None
             ext.filter(parse_extender_args(orjson.dumps(bad)))
     other = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder())
     assert other.parse_pod(first.pod) is not info  # another extender parses for itself
+
+
+WIDE = st.one_of(st.floats(allow_nan=False, allow_infinity=False), FLOATS)
+
+
+@SETTINGS
+@given(st.lists(WIDE, min_size=1, max_size=60))
+def test_finite_scores_equal_the_clipped_formula(values: list[float]) -> None:
+    """Session 11: _finite_scores in place and without its clip (a no-op up to CLIP_FREE_SPAN) against the formula
+    with the clip, bit for bit, over every finite double (spans past 1e300 included, where the clip stays)."""
+    from extender.agents.pigeon import EQUAL_RTOL, MAX_PRIORITY, _finite_scores
+
+    v = np.array(values, dtype=float)
+    vmax, vmin = float(v.max()), float(v.min())
+    span = vmax - vmin
+    with np.errstate(all="ignore"):
+        if span <= EQUAL_RTOL * max(1.0, abs(vmax)):
+            want = np.full(v.shape, MAX_PRIORITY, dtype=np.int64)
+        else:
+            x = np.floor(1.0 + (MAX_PRIORITY - 1) * (vmax - v) / span + 0.5)
+            want = np.minimum(np.maximum(x, 0, out=x), MAX_PRIORITY, out=x).astype(np.int64)
+        got = _finite_scores(v, vmax, vmin)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@SETTINGS
+@given(free=st.lists(st.lists(st.one_of(FLOATS, st.just(float("nan"))), min_size=3, max_size=3), max_size=20),
+       d=st.lists(FLOATS, min_size=3, max_size=3), r=st.integers(1, 3))
+def test_least_free_says_what_the_elementwise_comparison_says(free: list[list[float]], d: list[float], r: int) -> None:
+    """Session 11: pigeon's feasibility shortcut (some d_j > min_k free[k, j], NaN left out) against (d > free).any()."""
+    from operator import gt
+
+    f = np.array(free, dtype=float).reshape(len(free), 3)[:, :r]
+    dv = np.array(d[:r])
+    least = np.fmin.reduce(f, axis=0).tolist() if f.size else []
+    shortcut = not least or any(map(gt, dv.tolist(), least))
+    assert shortcut == (not f.size or bool((dv > f).any()))
+
+
+UNIT = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 1.0, 0.5, 0.25, 0.1]))
+
+
+@SETTINGS
+@given(rows=st.lists(st.lists(UNIT, min_size=5, max_size=5), min_size=1, max_size=40),
+       new=st.lists(st.lists(UNIT, min_size=5, max_size=5), min_size=40, max_size=40),
+       r=st.integers(1, 5), fortran=st.booleans(), gamma=st.sampled_from([0.0, 0.3, 1e-9]))
+def test_binpack_stacked_sums_equal_the_einsums(rows: list[list[float]], new: list[list[float]], r: int, fortran: bool,
+                                                gamma: float) -> None:
+    """Session 11: the objective with its four row sums in one einsum gives the four einsums' bits, for every R and
+    both memory layouts."""
+    from extender.agents.pigeon import binpack_prelude, binpack_values_einsums, binpack_values_from
+
+    order = "F" if fortran else "C"
+    util = np.array(np.array(rows)[:, :r], order=order)
+    util_new = np.array(np.array(new)[: len(rows), :r], order=order)
+    pre = binpack_prelude(util)
+    got, want = binpack_values_from(pre, util_new, gamma), binpack_values_einsums(pre, util_new, gamma)
+    assert got.tobytes() == want.tobytes()
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.integers(0, 10), min_size=4, max_size=4), min_size=1, max_size=4), st.booleans())
+def test_host_scores_json_of_a_remembered_view_equals_orjson(rounds: list[list[int]], churn: bool) -> None:
+    """Session 11: host_scores_json with its keys kept for a remembered view's rows (and prioritize's in_range) gives
+    orjson's bytes, round after round, a row changing hands in between or not."""
+    state = ClusterState()
+    names = [f"n{i}" for i in range(4)]
+    for name in names:
+        state.upsert_node(node_from_k8s(make_node(name)))
+    for j, scores in enumerate(rounds):
+        if churn and j:
+            state.remove_node(names[j % 4])
+            state.upsert_node(node_from_k8s(make_node(names[j % 4])))
+        view = state.view(names, stable=True)
+        expected = orjson.dumps([{"Host": h, "Score": s} for h, s in zip(names, scores, strict=True)])
+        arr = np.array(scores, dtype=np.int64)
+        assert state.host_scores_json(view, arr, in_range=True) == expected
+        assert state.host_scores_json(view, arr) == expected
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 30), k=st.integers(1, 5), floats=st.booleans(),
+       hit=st.sampled_from([None, "some", "all"]))
+def test_prioritize_scores_are_in_range(seed: int, n: int, k: int, floats: bool, hit: str | None) -> None:
+    """Session 11: what prioritize_json hands host_scores_json as in range is one int per node, 0..MAX_PRIORITY,
+    whatever the priorities give (out of range, floats) and whatever the plan does to it."""
+    rng = random.Random(seed)
+    arrays = [np.array([rng.choice([-3, 0, 1, 5, 9, 10, 11, 10**12, rng.randint(0, 10)]) for _ in range(n + 1)])
+              for _ in range(k)]
+    if floats:
+        arrays[0] = arrays[0] + rng.choice([0.5, float("nan"), float("inf"), -float("inf")])
+    priorities = {f"p{j}": (lambda call, a=a: a.copy()) for j, a in enumerate(arrays)}
+    ext, call = extender_with(priorities, {f"p{j}": rng.randint(1, 20) for j in range(k)}, n)
+    combined, _ = ext._scores(call, "prioritize", per_agent=False)
+    plan = None if hit is None else np.array([hit == "all" or rng.random() < 0.5 for _ in range(n + 1)])
+    scores = ext._apply_plan(combined, plan)
+    assert scores.dtype.kind == "i" and scores.shape == (n + 1,)
+    assert 0 <= scores.min() and scores.max() <= 10

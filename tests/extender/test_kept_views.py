@@ -17,7 +17,7 @@ from extender.config import load_config
 from extender.protocol import DEFAULT_LIMITS, KnownPods, parse_extender_args
 from extender.service import Extender
 from kso.core.binder import RecordingBinder
-from kso.core.cluster import ClusterState, NodeView
+from kso.core.cluster import ClusterState, LastKept, NodeView
 from kso.core.objects import node_from_k8s, pod_from_k8s
 from tests.support.fixtures import make_node, make_pod
 
@@ -135,6 +135,26 @@ def test_replies_with_remembered_views_equal_fresh_ones(seed: int, window: float
         for _ in range(2):  # the second call of a body meets everything kept by the first
             assert kept.filter(parse_extender_args(body)) == fresh.filter(parse_extender_args(body))
             assert kept.prioritize_json(parse_extender_args(body)) == fresh.prioritize_json(parse_extender_args(body))
+
+
+def test_last_kept_matches_the_very_arrays_it_was_kept_for() -> None:
+    a, b, c = np.zeros(3), np.ones(3), np.zeros(3)
+    for x in (a, b, c):
+        x.flags.writeable = False
+    kept = LastKept()
+    assert kept.get(a) is None and kept.value is None
+    value = object()
+    assert kept.keep(value, a, b) is value
+    assert kept.get(a, b) is value and kept.value is value
+    assert kept.get(c, b) is None and kept.get(a, c) is None  # equal values are not the same arrays
+    assert kept.get(a) is None  # fewer arrays than it was kept for
+    assert kept.get(a, b, c) is value  # kept for the first two: the third does not count
+    writable = np.zeros(3)
+    assert kept.keep(object(), a, writable) is not value and kept.get(a, b) is value  # not read only: not kept
+    assert kept.keep(object(), a, None) is not value and kept.get(a, b) is value
+    other = object()
+    kept.keep(other, c)
+    assert kept.get(c) is other and kept.get(a, b) is None
 
 
 def test_a_kept_names_list_is_the_same_object_for_the_same_bytes() -> None:
