@@ -140,10 +140,21 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(t.ppf(0.975, n - 1) * v.std(ddof=1) / math.sqrt(n)), n
 
 
+ROW_KEYS = frozenset({"scenario", "nodes", "hours", "seed", "policy", "mode", "scenario_name", "extra", "error"})
+
+
 def aggregate(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, tuple[float, float, int]]]:
-    """(scenario, policy) -> metric -> (mean, 95% half-width, seeds)."""
+    """(scenario, policy) -> metric -> (mean, 95% half-width, seeds), for every numeric metric of the rows
+    (``SCALAR_METRICS`` and any a newer engine wrote). A metric only some seeds' rows have is averaged over
+    those (its n says how many); one no row has is (NaN, NaN, 0): the report shows it as n/a."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         if "error" not in r:
             groups.setdefault((r["scenario"], r["policy"]), []).append(r)
-    return {key: {m: mean_ci([r[m] for r in rs]) for m in SCALAR_METRICS} for key, rs in groups.items()}
+    out = {}
+    for key, rs in groups.items():
+        names = list(SCALAR_METRICS) + sorted({k for r in rs for k, v in r.items() if k not in ROW_KEYS
+                                               and k not in SCALAR_METRICS and isinstance(v, int | float)
+                                               and not isinstance(v, bool)})
+        out[key] = {m: mean_ci([float(r[m]) for r in rs if isinstance(r.get(m), int | float)]) for m in names}
+    return out
