@@ -239,8 +239,9 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
                                 capsize=3, label=f"oracle{values}: knows next-hour usage; a reference, not a scheduler")
             else:
                 kso = fam.startswith("kso")
+                label = fam if values == fam else f"{fam} ({values})"
                 h = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o" if kso else "s", capsize=3, color=colors[fam],
-                                linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=f"{fam} ({values})")
+                                linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=label)
             handles.setdefault(fam, h)
             ax_markers += list(zip(xs, ys, strict=True))
             extent += [(x - dx, y - dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
@@ -320,12 +321,13 @@ def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_ho
 
 def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, list[str]], sources: Sequence[str],
                        autoscaler: str, command: str, policies: Sequence[str], with_plots: bool = True,
-                       bounds: dict[str, list[float]] | None = None, preamble: Sequence[str] = ()) -> Path:
+                       bounds: dict[str, list[float]] | None = None, appendix: Sequence[str] = (),
+                       title: str = "kso bench: trace replay, cost against harm") -> Path:
     """``bounds``: scenario -> the fluid lower bound's node-hours per seed (benchmarks/sim/bound.py), scored over the
-    same steps as the cells. ``preamble``: Markdown put after the header (``kso demo``'s steps 1-3)."""
+    same steps as the cells. ``appendix``: Markdown put after the scenarios (``kso demo``'s steps 1-3)."""
     agg = aggregate(rows)
     scenarios = sorted({r["scenario"] for r in rows})
-    parts = ["# kso bench: trace replay, cost against harm", "", f"- machine: {machine_line()}", f"- command: `{command}`",
+    parts = [f"# {title}", "", f"- machine: {machine_line()}", f"- command: `{command}`",
              f"- engine: {autoscaler}; overloaded node-hours = node-time whose cpu or memory demand exceeds U* = 90% of "
              "allocatable; cost = provisioned (billed) node-hours, core-hours and memory TiB-hours",
              f"- columns: {BETTER_NOTE}", ""]
@@ -335,7 +337,6 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
                         "the bound too)"]
     if any(is_oracle(r["policy"]) for r in rows):
         parts[-1:-1] = [f"- {ORACLE_NOTE}"]
-    parts += list(preamble)
     errors = [r for r in rows if "error" in r]
     if errors:
         parts += ["**Failed cells:**", "",
@@ -365,7 +366,7 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
                   f"### Cost per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, COST), "",
                   f"### Other counters ({interval_note(n)})", "", table(agg, s, policies, OTHER), "",
                   "Rules (every one stated):", "", *(f"- {n_}" for n_ in notes.get(s, [])), ""]
-    parts += ["## Data sources", "", *(f"- {src}" for src in sources), ""]
+    parts += [*appendix, "## Data sources", "", *(f"- {src}" for src in sources), ""]
     path = out / "report.md"
     path.write_text("\n".join(parts))
     return path

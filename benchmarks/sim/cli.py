@@ -309,7 +309,8 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     command = "kso bench " + " ".join(shlex.quote(a) for a in (given[1:] if given[:1] == ["bench"] else given))
     bounds = fluid_bounds(kinds, seeds, args, rows)
     path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots,
-                              bounds=bounds, preamble=getattr(args, "preamble", ()))
+                              bounds=bounds, appendix=getattr(args, "appendix", ()),
+                              **({"title": args.report_title} if getattr(args, "report_title", "") else {}))
     print(path.read_text().split("### Harm per policy")[0])
     print(f"report: {path}")
     if failed := sum("error" in r for r in rows):
