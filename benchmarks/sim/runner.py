@@ -26,7 +26,6 @@ import numpy as np
 SCALAR_METRICS = ("overload_episodes", "overload_node_steps", "unmet_cpu_core_min", "oom_kills", "provisioned_node_hours",
                   "pending_mean", "pending_p95_min", "pods_moved", "ca_evictions", "scheduled", "pods_total", "failed",
                   "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s")
-EXECUTORS = ("local", "ray")  # where cells run: worker processes here, or Ray tasks (the optional ``ray`` extra)
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,9 @@ def _worker(cell: Cell) -> dict[str, Any]:
         return {"scenario": cell.scenario, "seed": cell.seed, "policy": cell.policy, "error": f"{type(exc).__name__}: {exc}",
                 "wall_s": time.perf_counter() - t0}
     return row
+
+
+EXECUTORS = ("local", "ray")  # where cells run: worker processes here, or Ray tasks (the optional ``ray`` extra)
 
 
 def _local_rows(cells: Sequence[Cell], jobs: int) -> Iterator[dict[str, Any]]:
