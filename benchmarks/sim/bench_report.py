@@ -246,8 +246,7 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
             ax_markers += list(zip(xs, ys, strict=True))
             extent += [(x - dx, y - dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
             extent += [(x + dx, y + dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
-            if len(fpts) > 1 or fam == "oracle":
-                ax_labels += [(p.cost, p.harm, knob(p.label)) for p in fpts]
+            ax_labels += [(p.cost, p.harm, knob(p.label)) for p in fpts]
         if math.isfinite(bound_node_hours):
             h = ax.axvline(bound_node_hours, color="grey", linestyle="-.", linewidth=1.2,
                            label=f"fluid lower bound on node-h with no node above U* ({bound_node_hours:.1f})")
