@@ -125,6 +125,6 @@ def test_bench_scenario_mode_writes_the_tradeoff_report(tmp_path, capsys) -> Non
     assert rc == 0
     report = (tmp_path / "report.md").read_text()
     assert "| default-most | 1 |" in report and "trimaran-tlp:target=80" in report and "units:" in report
-    assert "Aims, as measured" in report and "real join" in report
-    assert (tmp_path / "tradeoff-google-embedded.png").stat().st_size > 1000
+    assert "The frontier: cost against harm" in report and "real join" in report
+    assert (tmp_path / "frontier-google-embedded.png").stat().st_size > 1000
     assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == 3
