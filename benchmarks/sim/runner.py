@@ -24,7 +24,10 @@ import numpy as np
 
 SCALAR_METRICS = ("overload_episodes", "overload_node_steps", "unmet_cpu_core_min", "oom_kills", "provisioned_node_hours",
                   "pending_mean", "pending_p95_min", "pods_moved", "ca_evictions", "scheduled", "pods_total", "failed",
-                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s")
+                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s", "overloaded_node_hours",
+                  "unmet_cpu_core_hours", "memory_overcommit_tib_hours", "pods_oom_killed", "pod_hours_lost_to_kills",
+                  "pending_pod_hours", "pods_never_served", "pod_time_served_pct", "provisioned_core_hours",
+                  "provisioned_memory_tib_hours", "mem_pressure_node_hours", "warmup_steps")
 
 
 @dataclass(frozen=True)
@@ -146,4 +149,5 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
     for r in rows:
         if "error" not in r:
             groups.setdefault((r["scenario"], r["policy"]), []).append(r)
-    return {key: {m: mean_ci([r[m] for r in rs]) for m in SCALAR_METRICS} for key, rs in groups.items()}
+    return {key: {m: mean_ci([r[m] for r in rs]) for m in SCALAR_METRICS if all(m in r for r in rs)}  # older rows: fewer
+            for key, rs in groups.items()}

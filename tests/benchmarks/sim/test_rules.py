@@ -128,10 +128,13 @@ def test_autoscaler_removes_empty_nodes_after_ten_minutes_and_bills_provisioned_
     # three 1-core nodes, one 600m pod (60% requested: stays); the two empty nodes are below 50% at the end of
     # steps 0 and 1 -> removed at the end of step 1 (billed for steps 0 and 1)
     s = scenario([1000, 1000, 1000], [(600, GIB, 0, 9, [0.5] * 4, [0.5] * 4)], 4)
-    res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler(), rules=EngineRules(warmup_s=0))
     m = compute(res)
     assert res.provisioned.sum(axis=0).tolist() == [3, 3, 1, 1]
     assert m.provisioned_node_hours == 8 * 5 / 60
+    # the default warm-up (an hour, at most a quarter of the replay: 1 step of 4) scores steps 1-3 only
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
+    assert res.warmup_steps == 1 and compute(res).provisioned_node_hours == pytest.approx(5 * 5 / 60)
     assert m.scale_downs == 2 and m.ca_evictions == 0 and m.scale_ups == 0
 
 
