@@ -8,24 +8,42 @@ Step k (time ``k * step_s`` from the replay start), in this order:
 2. nodes whose provisioning ends at k become ready (schedulable);
 3. pods arriving at step k join the queue (ordered by (step queued, index));
 4. ``policy.observe(view)``: the policy sees what monitoring knows by now: every node's measured usage up
-   to the end of step k-1, requests, the recent bindings, the queue; then ``policy.evictions(view)`` may
-   name bound pods to move (re-optimisation): each is evicted and re-queued (a *move*, counted);
+   to the end of step k-1, requests, the recent bindings, the queue, every node's taints (``view.taints``: its
+   own plus the memory-pressure taint while it carries it, ``view.memory_pressure``); then
+   ``policy.evictions(view)`` may name bound pods to move (re-optimisation): each is evicted and re-queued (a
+   *move*, counted);
 5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
-   engine checks the node is ready and the requests fit (a policy cannot overcommit requests), binds, and
-   calls ``policy.bound``; unplaced pods stay queued;
+   engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint) and
+   the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``; unplaced pods
+   stay queued;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
    trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
-   allocatable, the pod using the most memory above its request is OOM-killed (counted) and re-queued for
-   step k+1. Cpu is compressible: a node's cpu demand above allocatable is throttled; the excess is
-   counted as unmet cpu (core-minutes). Monitoring records what ran (throttled cpu, memory after kills);
-   overload episodes are judged on demand;
-7. the autoscaler (``Autoscaler``, when given): pods the scheduler could not place this step and that no
-   ready or provisioning node could hold by requests (a first-fit with the scheduler's resource
-   predicates, as the cluster-autoscaler simulates) start the provisioning of the next nodes of the pool,
-   ready ``provision_steps`` later; a ready node whose requested cpu and memory have both been below
-   ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is removed if empty, or (at
-   most ``max_nonempty_per_step`` per step) if its pods fit elsewhere by requests; its pods are evicted and
-   re-queued for step k+1. Every step a node is provisioning or ready is billed (node-hours).
+   allocatable, the node is under memory pressure and the pod using the most memory above its request is
+   killed (the kubelet's eviction or the kernel's OOM kill; counted) and re-queued for step k+1 as a new
+   pod of its Deployment. The node then carries ``node.kubernetes.io/memory-pressure:NoSchedule`` (the
+   kubelet's MemoryPressure condition as TaintNodesByCondition shows it) from step k+1 until the pressure has
+   been gone for ``EngineRules.pressure_transition_s`` (the kubelet's ``evictionPressureTransitionPeriod``,
+   5 min: the taint is on for the scheduling of steps k+1 .. k+ceil(period / step)): no scheduler model and
+   no autoscaler simulation puts a pod there meanwhile. Cpu is compressible: a node's cpu demand above
+   allocatable is throttled; the excess is counted as unmet cpu (core-minutes). Monitoring records what ran
+   (throttled cpu, memory after kills); overload is judged on demand;
+7. the autoscaler (``Autoscaler``, when given): every pod in the queue now (the ones this step could not
+   place and the ones killed in it, which are pending at once in a real cluster) that no ready or
+   provisioning node without the memory-pressure taint could hold by requests (a first-fit with the
+   scheduler's resource predicates, as the cluster-autoscaler simulates) starts the provisioning of the next
+   nodes of the pool, ready ``provision_steps`` later; a ready node whose requested cpu and memory have both
+   been below ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is removed if empty,
+   or (at most ``max_nonempty_per_step`` per step) if its pods fit elsewhere by requests (untainted nodes);
+   its pods are evicted and re-queued for step k+1. Every step a node is provisioning or ready is billed
+   (node-hours).
+
+Cold start and warm-up: at step 0 no policy has any usage history (the pods alive at the replay's start arrive
+then and are placed by requests, which the scenarios derive from each job's history third); the metrics score
+the steps after ``EngineRules.warmup_s`` (one hour, at most a quarter of the replay; ``RunResult.warmup_steps``),
+by when every policy has the statistics it reads (load-watcher's 15-minute window, kso's hour of per-pod usage).
+The warm-up's placements stay the policy's own and what they cause later is scored. History fed before step 0
+was not chosen: node-level history needs a placement before step 0, which is either each policy's own (a
+warm-up under another name) or a common one (then the cluster at step 0 is not the policy's doing).
 
 The engine, the trace and the seed are the same for every policy; only ``place`` (and ``evictions``) differ.
 """
