@@ -346,7 +346,7 @@ class RunResult:
     pending_per_step: np.ndarray | None = None  # (T,) pods in the queue after scheduling
     waits_steps: list[int] = field(default_factory=list)  # per queue entry: steps until bound (or until it ended)
     autoscaler: str = "none (fixed pool)"
-    ran: np.ndarray | None = None  # (P, T) bool: the pod was running during step k (a pod killed in step k ran in it)
+    ran: np.ndarray | None = None  # (P, T) bool: the pod ran through step k (a pod killed in step k did not)
     memory_pressure: np.ndarray | None = None  # (N, T) bool: the node had the MemoryPressure condition during step k
     served: np.ndarray | None = None  # (P,) bool: the pod was running when its life ended (departure or replay end)
     warmup_steps: int = 0  # the metrics score steps warmup_steps..T-1
@@ -529,6 +529,7 @@ class _Replay:
                     alive[j] = False
                     mem[node] -= use[on[j], 1]
                     victim = int(idx[on[j]])
+                    self.ran[victim, k] = False  # killed in step k: monitoring has the node without it, not served
                     self.oom.append((k, victim, node))
                     self.evict(victim, k + 1)
             view._usage[:, k, 1] = mem

@@ -11,9 +11,11 @@ Harm (what users pay for; h = step length in hours, demand = what the node's pod
 - ``unmet_cpu_core_hours``: sum over node-steps of (cpu demand - allocatable)+ in cores, x h (throttled cpu);
 - ``memory_overcommit_tib_hours``: sum over node-steps of (memory demand - allocatable)+ in TiB, x h;
 - ``oom_kills``: pods killed or evicted for memory (events); ``pods_oom_killed``: distinct pods among them;
-- ``pod_hours_lost_to_kills``: per kill at step k, the pod-steps from k+1 until the pod runs again, or until its
-  departure or the replay's end (a killed pod ran in step k), x h;
-- ``pending_pod_hours``: pod-steps in which a pod was alive (arrived, not departed) and not running, x h;
+- ``pod_hours_lost_to_kills``: per kill in step k, the pod-steps from k until the pod runs again, or until its
+  departure or the replay's end, x h (the step of the kill counts: the engine's monitoring has the node without
+  the victim in it, so the victim did not serve it);
+- ``pending_pod_hours``: pod-steps in which a pod was alive (arrived, not departed) and not running through the
+  step (in the queue, or killed in it), x h;
 - ``pods_never_served``: pods alive after the warm-up that were not running when their life ended (at their
   departure or the replay's end): never placed, or killed / evicted / drained and not placed again;
 - ``pod_time_served_pct``: 100 x pod-steps running / pod-steps alive (what the trace asked for);
@@ -120,7 +122,7 @@ def episodes(above: np.ndarray) -> int:
 TIB = 1024.0**4
 
 
-# Pod-time lost to kills: per kill (k, p), the steps j in [max(k + 1, W), min(next run of p after k, departure, T)).
+# Pod-time lost to kills: per kill (k, p), the steps j in [max(k, W), min(next run of p after k, departure, T)).
 def lost_to_kills(kills: list[tuple[int, int, int]], ran: np.ndarray, departure: np.ndarray, warmup: int) -> int:
     """Pod-steps from each kill until the pod ran again (or departed, or the replay ended), from step ``warmup``."""
     T = ran.shape[1]
@@ -129,7 +131,7 @@ def lost_to_kills(kills: list[tuple[int, int, int]], ran: np.ndarray, departure:
         after = ran[p, k + 1:]
         back = k + 1 + int(np.argmax(after)) if after.any() else T
         end = min(back, int(departure[p]), T)
-        lost += max(0, end - max(k + 1, warmup))
+        lost += max(0, end - max(k, warmup))
     return lost
 
 

@@ -60,11 +60,11 @@ def test_harm_and_cost_by_hand() -> None:
     assert m.unmet_cpu_core_hours == pytest.approx(1 * H)
     assert m.memory_overcommit_tib_hours == pytest.approx(2 * GIB / TIB * H)
     assert m.oom_kills == 2 and m.pods_oom_killed == 2
-    # B: lost step 3 (back at 4); F: lost step 3 (departs at 4)
-    assert m.pod_hours_lost_to_kills == pytest.approx(2 * H)
-    # alive pod-steps A 6, B 6, C 3, D 2, E 1, F 4 = 22; running A 6, B 5, D 2, F 3 = 16
-    assert m.pending_pod_hours == pytest.approx(6 * H)
-    assert m.pod_time_served_pct == pytest.approx(100 * 16 / 22)
+    # B: lost steps 2 (killed in it) and 3 (back at 4); F: lost 2 and 3 (departs at 4)
+    assert m.pod_hours_lost_to_kills == pytest.approx(4 * H)
+    # alive pod-steps A 6, B 6, C 3, D 2, E 1, F 4 = 22; running through the step A 6, B 4, D 2, F 2 = 14
+    assert m.pending_pod_hours == pytest.approx(8 * H)
+    assert m.pod_time_served_pct == pytest.approx(100 * 14 / 22)
     assert m.pods_never_served == 3  # C and E never placed, F killed and not placed again
     # MemoryPressure: both nodes at step 2 (pressure) and 3 (the taint)
     assert m.mem_pressure_node_hours == pytest.approx(4 * H)
@@ -78,8 +78,9 @@ def test_the_warm_up_leaves_its_steps_out_of_every_harm_and_cost_figure() -> Non
     m = compute(res)
     assert m.warmup_steps == res.warmup_steps == 1
     assert m.overloaded_node_hours == pytest.approx(3 * H) and m.oom_kills == 2
-    # alive from step 1: A 5, B 5, C 3, D 2, E 1, F 3 = 19; running A 5, B 4, D 2, F 2 = 13
-    assert m.pending_pod_hours == pytest.approx(6 * H) and m.pod_time_served_pct == pytest.approx(100 * 13 / 19)
+    # alive from step 1: A 5, B 5, C 3, D 2, E 1, F 3 = 19; running A 5, B 3, D 2, F 1 = 11
+    assert m.pending_pod_hours == pytest.approx(8 * H) and m.pod_time_served_pct == pytest.approx(100 * 11 / 19)
+    assert m.pod_hours_lost_to_kills == pytest.approx(4 * H)
     assert m.provisioned_node_hours == pytest.approx(10 * H)
     assert m.provisioned_core_hours == pytest.approx(6 * 5 * H)
     # the default: an hour, at most a quarter of the replay
@@ -89,13 +90,13 @@ def test_the_warm_up_leaves_its_steps_out_of_every_harm_and_cost_figure() -> Non
 def test_lost_to_kills_counts_until_the_pod_runs_again_or_leaves() -> None:
     import numpy as np
 
-    ran = np.array([[True, True, False, False, True, True], [True, False, False, False, False, False]])
+    ran = np.array([[True, False, False, False, True, False], [False, False, False, False, False, False]])
     departure = np.array([99, 3])
-    # pod 0 killed at 1: lost 2, 3 (back at 4); pod 1 killed at 0: lost 1, 2 (departs at 3)
-    assert lost_to_kills([(1, 0, 0), (0, 1, 0)], ran, departure, 0) == 4
+    # pod 0 killed in step 1: lost 1, 2, 3 (back at 4); pod 1 killed in step 0: lost 0, 1, 2 (departs at 3)
+    assert lost_to_kills([(1, 0, 0), (0, 1, 0)], ran, departure, 0) == 6
     assert lost_to_kills([(1, 0, 0), (0, 1, 0)], ran, departure, 3) == 1  # from step 3: pod 0's step 3
-    # killed at the last step: nothing left to lose
-    assert lost_to_kills([(5, 0, 0)], ran, departure, 0) == 0
+    # killed in the last step: that step
+    assert lost_to_kills([(5, 0, 0)], ran, departure, 0) == 1
 
 
 def test_every_metric_is_a_runner_column() -> None:

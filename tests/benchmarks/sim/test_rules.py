@@ -121,7 +121,7 @@ def test_with_no_node_to_add_a_victim_returns_only_after_the_transition_period()
     pods = [(100, 4 * GIB, 0, 99, [0.1] * 24, [1.0] * 24), (100, 4 * GIB, 0, 99, [0.1] * 24, [1.5] * 24)]
     res = run(scenario([4000], pods, 24), make_policy("default", 0))
     assert [k for k, _, _ in res.oom_kills] == list(range(0, 24, 2))
-    assert res.ran[1].tolist() == [True, False] * 12
+    assert not res.ran[1].any()  # killed in every step it is placed in: it never runs through one
 
 
 def test_autoscaler_removes_empty_nodes_after_ten_minutes_and_bills_provisioned_steps() -> None:
