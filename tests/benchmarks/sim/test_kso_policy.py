@@ -329,3 +329,25 @@ def test_a_pod_the_statistics_window_has_not_fully_seen_counts_at_its_request() 
     assert policy.free[4] == (str(6 * mib), "0") and policy.free[5] == (str(6 * mib), "0")
     assert policy.free[6] == (str(9 * mib), "0")
     assert policy.free[3] == (str(12 * mib), "0")  # before B: A alone, fully seen
+
+
+def test_kso_node_cache_carries_the_memory_pressure_taint_while_the_node_does() -> None:
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    view = SimView(two_nodes())
+    kso = KsoInprocPolicy(seed=0, stats="window")
+    kso.setup(view)
+    try:
+        def taints(name: str) -> list[tuple[str, str]]:
+            return [(t.key, t.effect) for t in kso.state.node(name).taints]
+
+        kso.observe(view)
+        assert taints("hot") == [] and taints("cool") == []
+        view.memory_pressure[0] = True
+        kso.observe(view)
+        assert taints("hot") == [("node.kubernetes.io/memory-pressure", "NoSchedule")] and taints("cool") == []
+        view.memory_pressure[0] = False
+        kso.observe(view)
+        assert taints("hot") == []
+    finally:
+        kso.close()
