@@ -13,7 +13,8 @@ Harm (what users pay for; h = step length in hours, demand = what the node's pod
 - ``oom_kills``: pods killed or evicted for memory (events); ``pods_oom_killed``: distinct pods among them;
 - ``pod_hours_lost_to_kills``: per kill in step k, the pod-steps from k until the pod runs again, or until its
   departure or the replay's end, x h (the step of the kill counts: the engine's monitoring has the node without
-  the victim in it, so the victim did not serve it);
+  the victim in it, so the victim did not serve it; a pod killed again before it ran through a step is one
+  stretch, counted once; a part of ``pending_pod_hours``);
 - ``pending_pod_hours``: pod-steps in which a pod was alive (arrived, not departed) and not running through the
   step (in the queue, or killed in it), x h;
 - ``pods_never_served``: pods alive after the warm-up that were not running when their life ended (at their
@@ -122,16 +123,19 @@ def episodes(above: np.ndarray) -> int:
 TIB = 1024.0**4
 
 
-# Pod-time lost to kills: per kill (k, p), the steps j in [max(k, W), min(next run of p after k, departure, T)).
+# Pod-time lost to kills: per pod p, the union over its kills k of the steps [max(k, W), min(next run of p after k,
+# departure, T)) (a pod killed again before it ran through a step is in one stretch, counted once).
 def lost_to_kills(kills: list[tuple[int, int, int]], ran: np.ndarray, departure: np.ndarray, warmup: int) -> int:
     """Pod-steps from each kill until the pod ran again (or departed, or the replay ended), from step ``warmup``."""
     T = ran.shape[1]
     lost = 0
-    for k, p, _ in kills:
+    covered: dict[int, int] = {}  # pod -> the end of its stretch counted so far
+    for k, p, _ in sorted(kills):
         after = ran[p, k + 1:]
         back = k + 1 + int(np.argmax(after)) if after.any() else T
         end = min(back, int(departure[p]), T)
-        lost += max(0, end - max(k, warmup))
+        lost += max(0, end - max(k, warmup, covered.get(p, 0)))
+        covered[p] = max(covered.get(p, 0), end)
     return lost
 
 

@@ -68,6 +68,7 @@ def test_harm_and_cost_by_hand() -> None:
     assert m.pods_never_served == 3  # C and E never placed, F killed and not placed again
     # MemoryPressure: both nodes at step 2 (pressure) and 3 (the taint)
     assert m.mem_pressure_node_hours == pytest.approx(4 * H)
+    assert m.pod_hours_lost_to_kills <= m.pending_pod_hours
     assert m.provisioned_node_hours == pytest.approx(12 * H)
     assert m.provisioned_core_hours == pytest.approx((4 + 2) * 6 * H)
     assert m.provisioned_memory_tib_hours == pytest.approx((8 + 4) * GIB / TIB * 6 * H)
@@ -97,6 +98,8 @@ def test_lost_to_kills_counts_until_the_pod_runs_again_or_leaves() -> None:
     assert lost_to_kills([(1, 0, 0), (0, 1, 0)], ran, departure, 3) == 1  # from step 3: pod 0's step 3
     # killed in the last step: that step
     assert lost_to_kills([(5, 0, 0)], ran, departure, 0) == 1
+    # killed in steps 1, 2 and 3 (placed again each time, killed in it), runs through 4: one stretch, 1-3
+    assert lost_to_kills([(3, 0, 0), (1, 0, 0), (2, 0, 0)], ran, departure, 0) == 3
 
 
 def test_every_metric_is_a_runner_column() -> None:
