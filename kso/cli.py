@@ -1,16 +1,32 @@
-"""The ``kso`` command. Subcommands import their layer lazily, so ``kso --help`` stays fast and the
-lower layers never import this one."""
+"""The ``kso`` command. Only the module of the subcommand being run is imported (``COMMANDS``), so
+``kso --help`` and ``kso --version`` stay fast, and the lower layers never import this one."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.util
-import logging
 import os
 import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
-COMMAND_MODULES = ("forecasting.cli", "optimizer.cli", "optimizer.reoptimize", "benchmarks.sim.cli", "scheduler.cli")
+PACKAGE = "kube-safe-optimizer"
+# Each subcommand, in `kso --help` order: the module whose ``add_commands(subparsers)`` adds it (None = this
+# module) and its line in `kso --help` (the same text as the module's add_parser help; tests/kso/test_cli.py
+# checks that the two agree). A module that is not installed (the benchmarks) drops its commands.
+COMMANDS: dict[str, tuple[str | None, str]] = {
+    "extender": (None, "serve the kube-scheduler extender (filter/prioritize/bind/preempt)"),
+    "demo": (None, "the main job on embedded data: forecasts, a CP-SAT plan, the extender over HTTP, and a trace "
+                   "replay against the default scheduler (no cluster, no Prometheus)"),
+    "forecast": ("forecasting.cli", "forecast node utilisation from Prometheus or a trace"),
+    "annotate": ("forecasting.cli", "write kube-safe-scheduler node annotations from forecasts"),
+    "plan": ("optimizer.cli", "solve a placement plan once (CP-SAT) and write the plan file"),
+    "reoptimize": ("optimizer.reoptimize", "re-optimise the running placement with a move budget (dry-run unless --execute)"),
+    "bench": ("benchmarks.sim.cli", "replay a trace through the default scheduler, the peers and kso, and write a "
+                                    "comparison report"),
+    "scheduler": ("scheduler.cli", "run kso as a standalone scheduler for pods whose spec.schedulerName names it"),
+}
 # The modules of the `bench` extra (pyproject.toml): the commands that run the benchmarks need them, kso itself does not.
 BENCH_MODULES = ("matplotlib", "psutil")
 BENCH_COMMANDS = ("demo", "bench")
@@ -18,7 +34,79 @@ BENCH_COMMANDS = ("demo", "bench")
 
 def missing_modules(names: tuple[str, ...]) -> list[str]:
     """The names among ``names`` that cannot be imported here (looked up, not imported: stays fast)."""
-    return [name for name in names if importlib.util.find_spec(name) is None]
+    return [name for name in names if not _installed(name)]
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def version() -> str:
+    """The installed package's version (its metadata), or a note that it is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version(PACKAGE)
+    except PackageNotFoundError:
+        return "(not installed: run from a checkout)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the package metadata is read only when asked for (argparse's own action wants the
+    string when the parser is built)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> NoReturn:
+        print(f"kso {version()}")
+        parser.exit()
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is reported with its own usage (argparse hands
+    unknown arguments back to the top-level parser, whose usage does not show the subcommand's flags)."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+def add_common_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """Options every subcommand takes as well as ``kso`` itself (``kso plan ... --debug``): on a subcommand
+    they default to nothing, so that one given before the subcommand is kept."""
+    default: Any = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
+
+
+def add_commands(sub: Any) -> None:
+    """The subcommands of this module: ``extender`` and ``demo``."""
+    p = sub.add_parser("extender", help=COMMANDS["extender"][1])
+    p.add_argument("--port", type=int, help="listen port (default HTTP_PORT or 80)")
+    p.add_argument("--host", help="listen address (default KSO_HOST or 127.0.0.1)")
+    p.add_argument("--admin-port", type=int, help="port of /metrics, /healthz, /readyz (default KSO_ADMIN_PORT; "
+                                                  "0 = on the main port)")
+    p.add_argument("--admin-host", help="listen address of the admin port (default KSO_ADMIN_HOST or 127.0.0.1)")
+    p.add_argument("--snapshot", help="serve a cluster snapshot file (nodes and pods, YAML/JSON) instead of the API")
+    p.add_argument("--demo", action="store_true", help="serve the embedded demo cluster")
+    p.add_argument("--agents", help="comma-separated agents to enable (default KSO_AGENTS)")
+    p.add_argument("--config", help="settings file (YAML/JSON mapping of setting names; env wins)")
+    p.set_defaults(func=_extender)
+
+    p = sub.add_parser("demo", help=COMMANDS["demo"][1])
+    p.add_argument("--port", type=int, default=0, help="extender port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--out", default="kso-demo-report", help="folder for the report, plots and plan")
+    p.add_argument("--hours", type=float, default=4.0, help="hours of trace to replay")
+    p.add_argument("--verbose", action="store_true", help="print the whole extender walk-through")
+    p.set_defaults(func=_demo)
 
 
 def _extender(args: argparse.Namespace) -> int:
@@ -54,46 +142,47 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(out=args.out, port=args.port, hours=args.hours, verbose=args.verbose)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser(load: Iterable[str] = ()) -> argparse.ArgumentParser:
+    """The ``kso`` parser with the full arguments of the commands in ``load`` (their modules imported) and
+    only the name and help line of the others."""
     parser = argparse.ArgumentParser(prog="kso", description="kube-safe-optimizer: safe, forecast-driven placement")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("extender", help="serve the kube-scheduler extender (filter/prioritize/bind/preempt)")
-    p.add_argument("--port", type=int, help="listen port (default HTTP_PORT or 80)")
-    p.add_argument("--host", help="listen address (default KSO_HOST or 127.0.0.1)")
-    p.add_argument("--admin-port", type=int, help="port of /metrics, /healthz, /readyz (default KSO_ADMIN_PORT; "
-                                                  "0 = on the main port)")
-    p.add_argument("--admin-host", help="listen address of the admin port (default KSO_ADMIN_HOST or 127.0.0.1)")
-    p.add_argument("--snapshot", help="serve a cluster snapshot file (nodes and pods, YAML/JSON) instead of the API")
-    p.add_argument("--demo", action="store_true", help="serve the embedded demo cluster")
-    p.add_argument("--agents", help="comma-separated agents to enable (default KSO_AGENTS)")
-    p.add_argument("--config", help="settings file (YAML/JSON mapping of setting names; env wins)")
-    p.set_defaults(func=_extender)
-
-    p = sub.add_parser("demo", help="the main job on embedded data: forecasts, a CP-SAT plan, the extender over HTTP, "
-                                    "and a trace replay against the default scheduler (no cluster, no Prometheus)")
-    p.add_argument("--port", type=int, default=0, help="extender port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--out", default="kso-demo-report", help="folder for the report, plots and plan")
-    p.add_argument("--hours", type=float, default=4.0, help="hours of trace to replay")
-    p.add_argument("--verbose", action="store_true", help="print the whole extender walk-through")
-    p.set_defaults(func=_demo)
-
-    # Each layer adds its own subcommands; a layer that is not installed is skipped.
-    for module in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise
+    parser.add_argument("--version", action=_VersionAction, help="print the installed version and exit")
+    add_common_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=SubcommandParser)
+    wanted = {COMMANDS[name][0] for name in load if name in COMMANDS}
+    loaded: set[str | None] = set()
+    for name, (module, help_line) in COMMANDS.items():
+        if name in sub.choices:  # added with an earlier command of the same module
             continue
-        mod.add_commands(sub)
+        if module is not None and not _installed(module):
+            continue
+        if module not in wanted:
+            sub.add_parser(name, help=help_line)
+            continue
+        if module not in loaded:
+            loaded.add(module)
+            add = add_commands if module is None else importlib.import_module(module).add_commands
+            add(sub)
+    for name in load:
+        if name in sub.choices:
+            add_common_options(sub.choices[name], top=False)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``, importing only the module of the subcommand it names."""
+    command = next((a for a in argv if a in COMMANDS), None)
+    return build_parser([command] if command else []).parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
     if args.command in BENCH_COMMANDS and (missing := missing_modules(BENCH_MODULES)):
         print(f"kso {args.command}: needs {', '.join(missing)} (the bench extra): pip install -e '.[bench]' in a checkout, "
               "or pip install 'kube-safe-optimizer[bench]'", file=sys.stderr)
         return 2
+    import logging
+
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,0 +1,81 @@
+"""The ``kso`` command itself (kso/cli.py): what loads for ``--help``, ``--version``, options after the
+subcommand, and errors that show the subcommand's usage."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from kso.cli import COMMANDS, build_parser, main
+from kso.core.inputs import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ("forecasting", "optimizer", "extender", "scheduler", "benchmarks")
+# What `kso --help` must not import: the heavy libraries the layers pull (scipy.signal alone took seconds on a
+# loaded 2-core machine) and any module of the layers but the packages that hold the subcommands' modules
+# (looking a module up imports its parent packages, which are empty).
+HEAVY = ("numpy", "scipy", "pandas", "fastapi", "uvicorn", "kubernetes", "ortools", "yaml", "orjson")
+PARENTS = {module.rsplit(".", i)[0] for module, _ in COMMANDS.values() if module for i in range(1, module.count(".") + 1)}
+
+
+def _imported_by(*argv: str) -> set[str]:
+    """Top-level packages imported by ``python3 -m kso.cli *argv`` in a fresh interpreter (-X importtime)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "kso.cli", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return names
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_and_version_import_no_layer_and_no_heavy_library(argv: list[str]) -> None:
+    heavy = sorted(name for name in _imported_by(*argv) - PARENTS if name.split(".")[0] in HEAVY + LAYERS)
+    assert not heavy, f"kso {' '.join(argv)} imports {heavy}"
+
+
+def test_version_is_the_installed_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"kso {version('kube-safe-optimizer')}\n"
+
+
+def test_the_lazy_help_lists_what_the_modules_add() -> None:
+    """`kso --help` is built from COMMANDS without importing the modules; with every module loaded it reads the
+    same, so a command added, renamed or moved to another module fails here until COMMANDS says so."""
+    assert build_parser([]).format_help() == build_parser(list(COMMANDS)).format_help()
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_each_command_parses_its_own_options(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: kso {command} ")
+    assert "--debug" in out and out.count("  --") >= 3, out  # the module's options, not a placeholder's
+
+
+@pytest.mark.parametrize("argv", [["plan", "--snapshot", "nope.json", "--debug"], ["--debug", "plan", "--snapshot", "nope.json"]])
+def test_debug_before_or_after_the_subcommand_shows_the_traceback(argv: list[str]) -> None:
+    with pytest.raises(InputError, match="nope.json"):
+        main(argv)
+
+
+def test_without_debug_the_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--snapshot", "nope.json"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "nope.json" in err
+
+
+def test_a_mistyped_flag_shows_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--snapshto", "x.json"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kso plan ") and "--snapshot PATH" in err
+    assert "kso plan: error: unrecognized arguments: --snapshto" in err
