@@ -3,6 +3,7 @@ subcommand, and errors that show the subcommand's usage."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from importlib.metadata import version
@@ -12,6 +13,7 @@ import pytest
 
 from kso.cli import COMMANDS, build_parser, main
 from kso.core.inputs import InputError
+from kso.core.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("forecasting", "optimizer", "extender", "scheduler", "benchmarks")
@@ -79,3 +81,28 @@ def test_a_mistyped_flag_shows_the_subcommands_usage(capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert err.startswith("usage: kso plan ") and "--snapshot PATH" in err
     assert "kso plan: error: unrecognized arguments: --snapshto" in err
+
+
+def _extender_fails(*argv: str) -> str:
+    """``kso extender --demo *argv`` that must stop at once: its stderr, checked to be one line, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "kso.cli", "extender", "--demo", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("taken", ["--port", "--admin-port"])
+def test_a_taken_port_is_one_line_naming_the_option(taken: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        other = free_port()
+        ports = {"--port": port, "--admin-port": other} if taken == "--port" else {"--port": other, "--admin-port": port}
+        line = _extender_fails(*(f"{flag}={p}" for flag, p in ports.items()))
+    assert f"127.0.0.1:{port}" in line and taken in line and "address already in use" in line, line
+
+
+def test_the_admin_port_equal_to_the_main_port_is_one_line() -> None:
+    port = free_port()
+    line = _extender_fails("--port", str(port), "--admin-port", str(port))
+    assert "--admin-port" in line and "--port" in line and str(port) in line, line
