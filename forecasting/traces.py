@@ -1,6 +1,6 @@
 """Utilisation history from the real cluster traces, as ``dict[node, dict[resource, UtilisationSeries]]``.
 
-Traces (see /work/shared/data/README.md):
+Traces (in KSO_TRACE_DIR, else ../shared/data beside the checkout: forecasting.trace_dir; see its README.md):
 
 - ``bitbrains``: GWA-T-12 Bitbrains Rnd, August 2013 (Shen et al., CCGrid 2015); key = VM id, cpu =
   usage MHz / provisioned MHz, memory = usage KB / provisioned KB, capacity = cores x 1000 millicores and
@@ -19,18 +19,18 @@ from __future__ import annotations
 import gzip
 import io
 import math
-import os
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from forecasting.trace_dir import missing, trace_dir
 from forecasting.types import UtilisationSeries
 
 SeriesByNode = dict[str, dict[str, UtilisationSeries]]
 
-DATA_DIR = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
+DATA_DIR = trace_dir()  # KSO_TRACE_DIR, else ../shared/data beside the checkout (forecasting.trace_dir)
 TRACE_FILES = {"bitbrains": "bitbrains-rnd-2013-08.csv.gz", "alibaba": "alibaba2018-machine-usage.csv.gz"}
 EMBEDDED = "history-excerpt.csv.gz"
 ALIBABA_CPU_MILLI = 96_000.0  # every machine of the excerpt has 96 cores (README)
@@ -123,7 +123,7 @@ class TraceSource:
         else:
             self.path = Path(trace)
         if not self.path.exists():
-            raise TraceError(f"trace {trace}: {self.path} does not exist")
+            raise TraceError(f"trace {trace}: {missing(self.path) if trace in TRACE_FILES else f'{self.path} does not exist'}")
         self.layout, self._skip = _layout(self.path)
         self.name = f"trace:{trace}"
         self.n_series = n_series

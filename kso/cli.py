@@ -7,8 +7,9 @@ import argparse
 import importlib
 import importlib.util
 import os
+import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 PACKAGE = "kube-safe-optimizer"
@@ -19,6 +20,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "extender": (None, "serve the kube-scheduler extender (filter/prioritize/bind/preempt)"),
     "demo": (None, "the main job on embedded data: forecasts, a CP-SAT plan, the extender over HTTP, and a trace "
                    "replay against the default scheduler (no cluster, no Prometheus)"),
+    "settings": (None, "print every setting kso reads: its default, the values it accepts and what it does "
+                       "(README.md's configuration table)"),
     "forecast": ("forecasting.cli", "forecast node utilisation from Prometheus or a trace"),
     "annotate": ("forecasting.cli", "write kube-safe-scheduler node annotations from forecasts"),
     "plan": ("optimizer.cli", "solve a placement plan once (CP-SAT) and write the plan file"),
@@ -27,6 +30,15 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
                                     "comparison report"),
     "scheduler": ("scheduler.cli", "run kso as a standalone scheduler for pods whose spec.schedulerName names it"),
 }
+# KSO_* variables read by the benchmarks and the tests, not by kso: known, so that the environment check
+# (check_configuration) lets them through.
+DEVELOPMENT_VARIABLES = frozenset({
+    "KSO_SHARED", "KSO_REQUIRE_K8S", "KSO_K8S_DIST", "KSO_K8S_CACHE", "KSO_K8S_BIN_DIR", "KSO_ETCD", "KSO_CACHE_DIR",
+    "KSO_BENCH_TREE", "KSO_BENCH_CONFIGS", "KSO_BENCH_CACHE"})
+# Kubernetes puts a variable per Service of the pod's namespace into its environment (a Service "kso-metrics"
+# gives KSO_METRICS_SERVICE_HOST, KSO_METRICS_PORT=tcp://..., ...): those are not settings.
+SERVICE_LINK = re.compile(r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")
+SERVICE_LINK_URL = re.compile(r"(tcp|udp|sctp)://")
 # The modules of the `bench` extra (pyproject.toml): the commands that run the benchmarks need them, kso itself does not.
 BENCH_MODULES = ("matplotlib", "psutil")
 BENCH_COMMANDS = ("demo", "bench")
@@ -88,7 +100,7 @@ def add_common_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    """The subcommands of this module: ``extender`` and ``demo``."""
+    """The subcommands of this module: ``extender``, ``demo`` and ``settings``."""
     p = sub.add_parser("extender", help=COMMANDS["extender"][1])
     p.add_argument("--port", type=int, help="listen port (default HTTP_PORT or 80)")
     p.add_argument("--host", help="listen address (default KSO_HOST or 127.0.0.1)")
@@ -107,6 +119,64 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--hours", type=float, default=4.0, help="hours of trace to replay")
     p.add_argument("--verbose", action="store_true", help="print the whole extender walk-through")
     p.set_defaults(func=_demo)
+
+    p = sub.add_parser("settings", help=COMMANDS["settings"][1])
+    p.set_defaults(func=_settings)
+
+
+def settings_sections() -> list[tuple[str, list[type]]]:
+    """Every settings class of kso, by section of the configuration table (``kso settings``)."""
+    from extender.agents import AGENTS
+    from extender.config import ExtenderSettings
+    from forecasting.prometheus import PrometheusSettings
+    from forecasting.store import StoreSettings
+    from forecasting.trace_dir import TraceSettings
+    from kso.core.settings import ConfigFileSettings
+    from optimizer.settings import PlanSettings
+    from scheduler.core import SchedulerSettings
+
+    return [("Every command", [ConfigFileSettings]),
+            ("The extender (kso extender)", [ExtenderSettings]),
+            ("Agents", [agent.Params for agent in AGENTS.values()]),
+            ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
+            ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),
+            ("The standalone scheduler (kso scheduler)", [SchedulerSettings])]
+
+
+def _kso_variables(env: Mapping[str, str]) -> list[str]:
+    """The KSO_* names of ``env`` that claim to be settings (not Kubernetes' Service variables)."""
+    return [name for name, value in env.items() if name.startswith("KSO_") and not SERVICE_LINK.fullmatch(name)
+            and not (name.endswith("_PORT") and SERVICE_LINK_URL.match(value))]
+
+
+def check_configuration(config_file: str | None, env: Mapping[str, str] | None = None) -> None:
+    """The whole configuration, whichever command runs: the config file (``config_file``, else KSO_CONFIG) exists
+    and is a mapping of setting names, the environment's KSO_* names are settings, and every value is one its
+    setting accepts. ConfigError (one line, with the closest name for a typo) otherwise."""
+    from kso.core.settings import ConfigError, check_names, load_settings, read_config_file, settings_fields
+
+    env = os.environ if env is None else env
+    path = config_file or env.get("KSO_CONFIG")
+    file_values = read_config_file(path)
+    classes = [cls for _, section in settings_sections() for cls in section]
+    known = {f.metadata["env"] for _, f in settings_fields(classes)}
+    check_names(_kso_variables(env), known | DEVELOPMENT_VARIABLES, "the environment")
+    check_names(file_values, known, f"config file {path}")
+    problems: dict[str, None] = {}  # each bad value once, though several classes read it (U*, eps)
+    for cls in classes:
+        try:
+            load_settings(cls, env, file_values)
+        except ConfigError as exc:
+            problems.update(dict.fromkeys(str(exc).split("; ")))
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from kso.core.settings import markdown_table
+
+    print(markdown_table(settings_sections()), end="")
+    return 0
 
 
 def _extender(args: argparse.Namespace) -> int:
@@ -185,10 +255,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from kso.core.settings import ConfigError
+
     try:
+        if args.command != "settings":
+            check_configuration(getattr(args, "config", None))
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except ConfigError as exc:  # the user's configuration, not kso: no traceback to offer
+        if args.debug:
+            raise
+        print(f"kso {args.command}: configuration error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - bad input ends in one line, not a traceback (--debug shows it)
         if args.debug:
             raise

@@ -218,7 +218,7 @@ def status(running: RunningScheduler, identity: str) -> dict[str, Any]:
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from extender.server import configure_logging
 
-    config = load_scheduler_config(config_file=args.config)  # a bad file or value: logged, defaults kept
+    config = load_scheduler_config(config_file=args.config)  # a bad file or value: ConfigError (kso.cli prints it)
     # As `kso extender`: LOG_LEVEL (environment or --config) sets kso's own loggers, not the libraries'.
     configure_logging(parse_log_level(config.extender.settings.log_level))
     names = args.name or config.scheduler.names or [DEFAULT_NAME]
