@@ -113,3 +113,15 @@ def test_the_admin_port_equal_to_the_main_port_is_one_line() -> None:
     port = free_port()
     line = _extender_fails("--port", str(port), "--admin-port", str(port))
     assert "--admin-port" in line and "--port" in line and str(port) in line, line
+
+
+def test_without_a_cluster_only_the_commands_that_read_snapshots_suggest_one(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """kso scheduler binds pods through an API server and has no --snapshot: its error must not suggest one."""
+    nowhere = str(tmp_path / "no-kubeconfig")
+    assert main(["scheduler", "--kubeconfig", nowhere]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and nowhere in err and "snapshot" not in err, err
+    assert main(["plan", "--kubeconfig", nowhere]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "use --snapshot PATH or --demo" in err, err
