@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from extender.agents import AGENTS
+from kso.core.logs import LogSettings
 from kso.core.settings import ConfigError, load_settings, read_config_file, setting
 from optimizer.settings import PlanSettings
 
@@ -77,8 +78,6 @@ class ExtenderSettings:
                                      help="a bind still waiting for a bind slot this long is answered with an error, not posted"
                                           " (kube-scheduler then binds the pod itself); keep it under the extender's "
                                           "httpTimeout, seconds")
-    log_level: str = setting("LOG_LEVEL", "INFO", kind="choice:TRACE,DEBUG,INFO,WARNING,ERROR,ALERT",
-                             help="level of kso's own log lines (other libraries log warnings and above)")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list",
                                 help="the agents enabled (safe, pigeon, congestion, image, cost, foo)")
@@ -130,6 +129,7 @@ class Config:
     settings: ExtenderSettings
     agent_params: dict[str, Any] = field(default_factory=dict)
     plan: PlanSettings = field(default_factory=PlanSettings)
+    logs: LogSettings = field(default_factory=LogSettings)  # LOG_LEVEL, KSO_LOG_FORMAT
     # Prometheus is in use when KSO_PROMETHEUS_URL is set (environment or file) or KSO_FORECAST_SOURCE is
     # PROMETHEUS (then at its default URL): its settings, else None. The plan's re-solve then counts new pods
     # at their siblings' measured usage.
@@ -170,6 +170,7 @@ def load_config(env: Mapping[str, str] | None = None, config_file: str | None = 
     config.settings = load(ExtenderSettings)
     config.agent_params = {name: load(cls.Params) for name, cls in AGENTS.items()}
     config.plan = load(PlanSettings)
+    config.logs = load(LogSettings)
     source = config.settings.forecast_source.upper()  # the default is not normalised by a parser
     if config.env.get("KSO_PROMETHEUS_URL", config.file_values.get("KSO_PROMETHEUS_URL")) or source == "PROMETHEUS":
         from forecasting.prometheus import PrometheusSettings

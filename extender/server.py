@@ -19,8 +19,8 @@ from extender.config import Config
 from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
 from extender.service import Extender
 from kso.core.cluster import ClusterState
+from kso.core.logs import configure_logging, uvicorn_level
 from kso.core.objects import PodMemo
-from kso.core.settings import parse_log_level
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
 
@@ -182,22 +182,6 @@ def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: f
              cache.settings.plan_file or "(memory only)", cache.settings.interval_s)
 
 
-def uvicorn_level(level: int) -> str:
-    for limit, name in ((logging.DEBUG, "debug"), (logging.INFO, "info"), (logging.WARNING, "warning"),
-                        (logging.ERROR, "error")):
-        if level <= limit:
-            return name
-    return "critical"
-
-
-def configure_logging(level: int) -> None:
-    """LOG_LEVEL sets kso's own loggers ("kso.*"); other libraries log at WARNING and above (or at LOG_LEVEL
-    when it is higher). force=True: the CLI may have installed a handler already."""
-    logging.basicConfig(level=max(level, logging.WARNING), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        force=True)
-    logging.getLogger("kso").setLevel(level)
-
-
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one request
 HELD_HEAD_BYTES = 4096  # a response head held back to leave in one write with its body
 
@@ -329,7 +313,8 @@ def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tupl
     import uvicorn
 
     s = config.settings
-    common = {"log_level": uvicorn_level(level), "access_log": False, "loop": "uvloop",
+    # log_config None: uvicorn's records go to kso's handler (kso.core.logs), in kso's format.
+    common = {"log_level": uvicorn_level(level), "log_config": None, "access_log": False, "loop": "uvloop",
               "http": timed_protocol(s.header_timeout_s, s.body_timeout_s), "limit_concurrency": s.max_connections,
               "timeout_keep_alive": 5, "server_header": False,
               # No X-Forwarded-For rewriting: the scheduler calls kso directly, and the per-request header
@@ -406,8 +391,8 @@ def serve(config: Config) -> None:
 
     from extender.app import create_admin_app, create_app, outermost_hot_routes
 
-    level = parse_log_level(config.settings.log_level)
-    configure_logging(level)
+    level = config.logs.level_number
+    configure_logging(level, config.logs.format)
     s = config.settings
     if bool(s.tls_cert_file) != bool(s.tls_key_file) or (s.tls_client_ca_file and not s.tls_cert_file):
         raise SystemExit("kso: TLS needs both KSO_TLS_CERT_FILE and KSO_TLS_KEY_FILE (and KSO_TLS_CLIENT_CA_FILE needs them)")

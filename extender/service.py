@@ -26,6 +26,7 @@ from extender.plan_cache import PlanCache
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError, names_ok
 from kso.core.binder import AsyncBinder, Binder, BindError
 from kso.core.cluster import ClusterState, LastKept, NodeView
+from kso.core.logs import fields
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
@@ -151,7 +152,7 @@ class Extender:
         self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
-        log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
+        log.info("%s", fields({"agents": list(self.agents), "filters": self.filters, "weights": self.weights}))
 
     # ---- inputs ------------------------------------------------------------------------------
     def parse_pod(self, pod: dict[str, Any]) -> PodInfo:

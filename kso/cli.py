@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -95,8 +96,10 @@ class SubcommandParser(argparse.ArgumentParser):
 def add_common_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """Options every subcommand takes as well as ``kso`` itself (``kso plan ... --debug``): on a subcommand
     they default to nothing, so that one given before the subcommand is kept."""
-    default: Any = False if top else argparse.SUPPRESS
-    parser.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
+    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    parser.add_argument("--log-format", type=str.upper, choices=("TEXT", "JSON"), default=None if top else argparse.SUPPRESS,
+                        help="log lines as text or one JSON object per line (default KSO_LOG_FORMAT or text)")
 
 
 def add_commands(sub: Any) -> None:
@@ -131,11 +134,12 @@ def settings_sections() -> list[tuple[str, list[type]]]:
     from forecasting.prometheus import PrometheusSettings
     from forecasting.store import StoreSettings
     from forecasting.trace_dir import TraceSettings
+    from kso.core.logs import LogSettings
     from kso.core.settings import ConfigFileSettings
     from optimizer.settings import PlanSettings
     from scheduler.core import SchedulerSettings
 
-    return [("Every command", [ConfigFileSettings]),
+    return [("Every command", [ConfigFileSettings, LogSettings]),
             ("The extender (kso extender)", [ExtenderSettings]),
             ("Agents", [agent.Params for agent in AGENTS.values()]),
             ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
@@ -198,6 +202,8 @@ def _extender(args: argparse.Namespace) -> int:
         env["KSO_CLUSTER_SOURCE"] = "DEMO"
     if args.agents:
         env["KSO_AGENTS"] = args.agents
+    if args.log_format:
+        env["KSO_LOG_FORMAT"] = args.log_format
     serve(load_config(env, args.config))
     return 0
 
@@ -251,12 +257,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kso {args.command}: needs {', '.join(missing)} (the bench extra): pip install -e '.[bench]' in a checkout, "
               "or pip install 'kube-safe-optimizer[bench]'", file=sys.stderr)
         return 2
-    import logging
-
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from kso.core.logs import configure_logging, logging_is_hosted
     from kso.core.settings import ConfigError
 
+    # The format of every line from here on (kso extender and kso scheduler set their LOG_LEVEL later); a bad
+    # KSO_LOG_FORMAT is reported by the check below, in text. Logging a host configured (tests) is its own.
+    log_format = args.log_format or os.environ.get("KSO_LOG_FORMAT", "").strip().upper()
+    if not logging_is_hosted():
+        configure_logging(logging.WARNING, log_format if log_format in ("TEXT", "JSON") else "TEXT")
     try:
         if args.command != "settings":
             check_configuration(getattr(args, "config", None))
@@ -266,13 +274,24 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # the user's configuration, not kso: no traceback to offer
         if args.debug:
             raise
-        print(f"kso {args.command}: configuration error: {' '.join(str(exc).split())}", file=sys.stderr)
+        fail(f"kso {args.command}: configuration error: {' '.join(str(exc).split())}")
         return 2
     except Exception as exc:  # noqa: BLE001 - bad input ends in one line, not a traceback (--debug shows it)
         if args.debug:
             raise
-        print(error_line(args.command, exc), file=sys.stderr)
+        fail(error_line(args.command, exc))
         return 1
+
+
+def fail(line: str) -> None:
+    """The error that ends a command: a line on stderr, or an ERROR record when the logs are JSON (a cluster
+    that ships JSON logs then gets it as one)."""
+    from kso.core.logs import current_format
+
+    if current_format() == "JSON":
+        logging.getLogger("kso").error(line)
+    else:
+        print(line, file=sys.stderr)
 
 
 def error_line(command: str, exc: BaseException) -> str:
