@@ -27,6 +27,17 @@ def trace_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(raw).expanduser() if raw else BESIDE_CHECKOUT
 
 
+class TraceFileMissing(FileNotFoundError):
+    """A trace file that is not where KSO_TRACE_DIR (or its default) says; the message names the setting."""
+
+
+def require(path: Path) -> Path:
+    """``path`` when it exists, else TraceFileMissing saying where it was looked for and which setting moves it."""
+    if not path.exists():
+        raise TraceFileMissing(missing(path))
+    return path
+
+
 def missing(path: Path) -> str:
     """Why ``path`` (a file in the trace folder) cannot be read, naming the setting that locates it."""
     where = (f"KSO_TRACE_DIR={os.environ['KSO_TRACE_DIR']}" if os.environ.get("KSO_TRACE_DIR", "").strip()
