@@ -39,7 +39,9 @@ def require(path: Path) -> Path:
 
 
 def missing(path: Path) -> str:
-    """Why ``path`` (a file in the trace folder) cannot be read, naming the setting that locates it."""
+    """Why ``path`` cannot be read: for a file of the trace folder, naming the setting that locates it."""
+    if path.parent != trace_dir():  # a folder the caller chose
+        return f"{path} does not exist"
     where = (f"KSO_TRACE_DIR={os.environ['KSO_TRACE_DIR']}" if os.environ.get("KSO_TRACE_DIR", "").strip()
              else f"KSO_TRACE_DIR is not set, so ../shared/data beside the checkout ({BESIDE_CHECKOUT}) is used")
     return f"{path} does not exist ({where}; set KSO_TRACE_DIR to the folder holding the trace files)"
