@@ -89,7 +89,13 @@ class SubcommandParser(argparse.ArgumentParser):
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            import difflib
+
+            options = [o for action in self._actions for o in action.option_strings]
+            close = [m[0] for e in extras if e.startswith("--")
+                     for m in [difflib.get_close_matches(e.partition("=")[0], options, n=1)] if m]
+            hint = f" (did you mean {' / '.join(close)}?)" if close else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed, extras
 
 
@@ -98,7 +104,8 @@ def add_common_options(parser: argparse.ArgumentParser, top: bool) -> None:
     they default to nothing, so that one given before the subcommand is kept."""
     parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
                         help="show the traceback of an error")
-    parser.add_argument("--log-format", type=str.upper, choices=("TEXT", "JSON"), default=None if top else argparse.SUPPRESS,
+    parser.add_argument("--log-format", type=str.upper, choices=("TEXT", "JSON"), metavar="{text,json}",
+                        default=None if top else argparse.SUPPRESS,
                         help="log lines as text or one JSON object per line (default KSO_LOG_FORMAT or text)")
 
 

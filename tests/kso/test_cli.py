@@ -87,7 +87,7 @@ def test_a_mistyped_flag_shows_the_subcommands_usage(capsys: pytest.CaptureFixtu
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: kso plan ") and "--snapshot PATH" in err
-    assert "kso plan: error: unrecognized arguments: --snapshto" in err
+    assert "kso plan: error: unrecognized arguments: --snapshto x.json (did you mean --snapshot?)" in err
 
 
 def _extender_fails(*argv: str) -> str:
