@@ -262,9 +262,8 @@ class PlanSolver:
             self.solve()
 
     def solve(self) -> PlacementPlan | None:
-        from optimizer.compiled import compile_problem
         from optimizer.inputs import problem_from_state
-        from optimizer.plan import plan_from_result
+        from optimizer.pipeline import plan_cluster
 
         if not self._busy.acquire(blocking=False):
             return None
@@ -286,9 +285,7 @@ class PlanSolver:
                 self.on_solved("no-statistics", time.perf_counter() - t0)
                 return None
             self._said_no_statistics = False
-            options = s.solver_options()
-            comp = compile_problem(problem)
-            plan = plan_from_result(problem, comp, self.solver.solve_plan(problem, options, comp), options.policy)
+            plan = plan_cluster(problem, s.solver_options(), self.solver).plan
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
             if self.closed:  # the server is stopping and close() ended the solver under this solve
                 log.info("plan solve stopped: the extender is shutting down")

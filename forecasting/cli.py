@@ -17,11 +17,13 @@ from typing import Any
 
 import orjson
 
-from forecasting.inputs import DEFAULT_SERIES, add_forecast_args, refresh_once, synthetic_join
+from forecasting.cli_flags import add_forecast_args, forecast_request
+from forecasting.forecast_source import DEFAULT_SERIES, refresh_once, synthetic_join
 from forecasting.store import ForecastStore
 from forecasting.types import RESOURCES, NodeForecast
+from kso.core.cli_flags import add_cluster_args, cluster_source
 from kso.core.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
-from kso.core.inputs import add_cluster_args, load_nodes
+from kso.core.cluster_source import load_nodes
 from kso.core.objects import NodeInfo
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.settings import load_settings
@@ -54,7 +56,7 @@ def add_commands(subparsers: Any) -> None:
 
 def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float]:
     """Build the source and forecaster, refresh a store once; returns (store, source, now)."""
-    store, source, _ = refresh_once(args, args.nodes or DEFAULT_SERIES)
+    store, source, _ = refresh_once(forecast_request(args), args.nodes or DEFAULT_SERIES)
     return store, source, time.time()
 
 
@@ -130,8 +132,10 @@ def annotations_for(node: NodeInfo, forecasts: dict[str, NodeForecast], source: 
 
 
 def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
-    """The nodes (kso.core.inputs) and a CoreV1Api to patch them with (None for a snapshot)."""
-    nodes, api_client = load_nodes(args, "kso annotate")
+    """The nodes (kso.core.cluster_source) and a CoreV1Api to patch them with (None for a snapshot)."""
+    nodes, api_client, skipped = load_nodes(cluster_source(args))
+    for line in skipped:
+        print(f"kso annotate: {line}", file=sys.stderr)
     if api_client is None:
         return nodes, None
     from kubernetes import client

@@ -1,6 +1,6 @@
 """Which bound pods ``kso reoptimize`` may move: pure rules on the pod as the API sends it (the
 descheduler's ``defaultevictor``), with their arguments, defaults and validation. No API calls: the
-owner's replica count comes in as a function (kso.core.inputs.RawCluster.replicas).
+owner's replica count comes in as a function (kso.core.cluster_source.RawCluster.replicas).
 
 Never moved: mirror (static) pods, DaemonSet pods, system-critical pods (priorityClassName
 system-cluster-critical / system-node-critical or priority >= 2000000000), pods with local storage
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kso.core.inputs import REPLICATED_KINDS, RawCluster, controller_owner
+from kso.core.cluster_source import REPLICATED_KINDS, RawCluster, controller_owner
 from kso.core.objects import PodInfo
 
 OPT_OUT_ANNOTATION = "kso.io/evict"

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from kso.core.inputs import REQUEST_TIMEOUT_S, RawCluster, response_body
+from kso.core.cluster_source import REQUEST_TIMEOUT_S, RawCluster, response_body
 
 EVENT_COMPONENT = "kso-reoptimize"
 REASON_EVICTED = "KsoReoptimizeEvicted"

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 from optimizer.compiled import Compiled, SolveResult, SolverOptions, compile_problem
 from optimizer.heuristics import first_fit_decreasing
 from optimizer.model import finish, solve
-from optimizer.plan import PlacementPlan, plan_from_result
 from optimizer.problem import PlacementProblem
 
 log = logging.getLogger("kso.optimizer")
@@ -42,12 +41,6 @@ TIMEOUT_FACTOR, TIMEOUT_SLACK_S = 2.0, 60.0
 class Seeded(Protocol):
     seed: int
     time_limit_s: float
-
-
-def make_plan(problem: PlacementProblem, options: SolverOptions) -> PlacementPlan:
-    """Solve in this process (for callers that are themselves a worker, e.g. the trace simulator)."""
-    comp = compile_problem(problem)
-    return plan_from_result(problem, comp, solve(problem, options, comp), options.policy)
 
 
 class SolverDied(RuntimeError):

@@ -12,8 +12,8 @@ pods, nor opted-out or excluded-namespace ones).
 
 Exit codes: 0 done, 1 configuration error (message on stderr), 2 some evictions failed.
 
-This module is the command (flags, options, output); the cluster and forecasts are read by kso.core.inputs
-and forecasting.inputs.
+This module is the command (flags, options, output); the cluster and forecasts are read by
+kso.core.cluster_source and forecasting.forecast_source.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from typing import Any
 
 import orjson
 
-from forecasting.inputs import node_forecasts
-from kso.core.inputs import InputError, RawCluster, add_cluster_args, load_cluster
+from forecasting.cli_flags import add_forecast_args, forecast_request
+from forecasting.forecast_source import node_forecasts
+from kso.core.cli_flags import add_cluster_args, cluster_source
+from kso.core.cluster_source import InputError, RawCluster, load_cluster
 from kso.core.settings import load_settings, read_config_file
 from optimizer.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
 from optimizer.eviction import Execution, execute, plan_namespace, publish
@@ -37,7 +39,6 @@ EXIT_OK, EXIT_CONFIG, EXIT_EVICTIONS_FAILED = 0, 1, 2
 
 
 def add_commands(subparsers: Any) -> None:
-    from forecasting.inputs import add_forecast_args
     from optimizer.migration import MIGRATION_POLICIES
 
     p = subparsers.add_parser(
@@ -174,7 +175,10 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
 def _load_cluster(args: argparse.Namespace) -> RawCluster:
     if (args.snapshot or args.demo) and args.execute:
         raise InputError("--execute needs the API server: a snapshot or the demo cluster can only be dry-run")
-    return load_cluster(args, "kso reoptimize")
+    cluster = load_cluster(cluster_source(args))
+    for line in cluster.skipped:
+        print(f"kso reoptimize: {line}", file=sys.stderr)
+    return cluster
 
 
 def cmd_reoptimize(args: argparse.Namespace) -> int:
@@ -184,7 +188,7 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
     try:
         settings, options = _options(args)
         cluster = _load_cluster(args)
-        forecasts, now, load_from = node_forecasts(args, cluster.state.node_names())
+        forecasts, now, load_from = node_forecasts(forecast_request(args), cluster.state.node_names())
     except InputError as exc:
         print(f"kso reoptimize: {exc}", file=sys.stderr)
         return EXIT_CONFIG

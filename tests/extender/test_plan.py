@@ -22,8 +22,8 @@ from kso.core.objects import node_from_k8s
 from kso.core.settings import load_settings
 from optimizer.inputs import problem_from_state
 from optimizer.model import SolverOptions
+from optimizer.pipeline import plan_cluster
 from optimizer.plan import PlacementPlan, write_plan
-from optimizer.planner import make_plan
 from optimizer.settings import PlanSettings
 from tests.support.fixtures import make_node, make_pod, make_state
 
@@ -45,7 +45,7 @@ def plan_extender(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator
 
 def solved_plan(ext: Extender, policy: str = "binpack") -> PlacementPlan:
     problem = problem_from_state(ext.state, None, 0.9, 0.3)
-    return make_plan(problem, SolverOptions(policy=policy, time_limit_s=5))
+    return plan_cluster(problem, SolverOptions(policy=policy, time_limit_s=5)).plan
 
 
 def scores(client: Client, pod: dict[str, Any]) -> dict[str, int]:

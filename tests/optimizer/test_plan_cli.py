@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -147,3 +148,28 @@ def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
     assert all(c.detail["usage"]["source"] == "history" and c.detail["usage"]["mean"]["cpu"] == 50.0
                for c in plan.classes.values())
     assert prometheus_usage(None)(state) == {}  # Prometheus not in use: classes at their requests
+def test_kso_plan_reads_the_real_api_server(control_plane: Any, kube_namespace: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """kso plan's cluster comes from kso.core.cluster_source.load_cluster (one raw list): a pending pod of our
+    namespace is planned onto one of our nodes."""
+    from kubernetes import client
+
+    from benchmarks.e2e import create_nodes, delete_nodes, node_manifest
+
+    api = control_plane.api_client()
+    names = [f"inputs-{kube_namespace[-6:]}-{i}" for i in range(2)]
+    create_nodes(api, [node_manifest(n, "4", "16Gi", labels={"kso-test/group": kube_namespace}) for n in names])
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": kube_namespace},
+           "spec": {"nodeSelector": {"kso-test/group": kube_namespace}, "containers": [container]}}
+    client.CoreV1Api(api).create_namespaced_pod(kube_namespace, pod)
+    out = tmp_path / "plan.json"
+    try:
+        assert main(["plan", "--kubeconfig", str(control_plane.kubeconfig), "--time-limit", "5",
+                         "--out", str(out), "--json"]) == 0
+    finally:
+        delete_nodes(api, names)
+    capsys.readouterr()
+    ours = [c for c in load_plan(str(out)).classes.values() if any(kube_namespace in p for p in c.detail.get("pods", []))]
+    assert len(ours) == 1 and sum(ours[0].slots.values()) == 1 and set(ours[0].slots) <= set(names), ours

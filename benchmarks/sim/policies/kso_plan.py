@@ -183,7 +183,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
             return
         from optimizer.inputs import problem_from_state
         from optimizer.model import SolverOptions
-        from optimizer.planner import make_plan
+        from optimizer.pipeline import plan_cluster
 
         t0 = time.perf_counter()
         wall = time.time()
@@ -203,7 +203,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
         if not problem.classes:
             return
         # lp_bound=False: the plan's LP bound and gap are reporting only (never read here; the placement is the same)
-        plan = make_plan(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01, lp_bound=False))
+        plan = plan_cluster(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01, lp_bound=False)).plan
         self.cache.install(plan, f"sim step {sim.step}")
         summary = plan.summary()
         self.extra["solves"] += 1

@@ -1,18 +1,18 @@
-"""The cluster a command reads: the API server (kso.core.kube.load_api_client), a snapshot file or the embedded
-demo, read once as raw JSON (no client models: see kso/core/watcher.py) into a ClusterState, with the raw pods and
-their owners' replica counts that ``kso reoptimize``'s eligibility rules need.
+"""The cluster a command reads (a ClusterSource): the API server (kso.core.kube.load_api_client), a snapshot
+file or the embedded demo, read once as raw JSON (no client models: see kso/core/watcher.py) into a
+ClusterState, with the raw pods and their owners' replica counts that ``kso reoptimize``'s eligibility rules
+need. Objects that cannot be read are skipped and said in ``skipped`` (the command prints them); an unusable
+source raises InputError.
 
-Used by ``kso plan``, ``kso reoptimize`` and ``kso annotate``; their forecast inputs (--prometheus /
---trace) are forecasting.inputs.
+Used by ``kso plan``, ``kso reoptimize`` and ``kso annotate`` (their flags: kso.core.cli_flags); their
+forecast inputs (--prometheus / --trace) are forecasting.forecast_source.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -28,6 +28,17 @@ class InputError(ValueError):
     """A command-line input (cluster, forecast source, flag) that cannot be used; the message says what."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterSource:
+    """Where a command reads the cluster: a snapshot file, the embedded demo, else the API server (the
+    kubeconfig and context to reach it with; in-cluster, then ~/.kube/config by default)."""
+
+    snapshot: str | None = None
+    demo: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
+
+
 @dataclass
 class RawCluster:
     state: ClusterState
@@ -35,6 +46,7 @@ class RawCluster:
     replicas: Callable[[str, str, str], tuple[int | None, str]]  # (ns, kind, name) -> (spec.replicas, why unknown)
     source: str
     api_client: Any = None
+    skipped: list[str] = field(default_factory=list)  # objects that could not be read, one line each
 
 
 def controller_owner(raw: dict[str, Any]) -> tuple[str, str]:
@@ -56,30 +68,31 @@ def _count_owners(raw_pods: dict[tuple[str, str], dict[str, Any]]) -> Counter[tu
     return count
 
 
-def _fill_state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], where: str,
-                prog: str) -> tuple[ClusterState, dict]:
+def _fill_state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+                where: str) -> tuple[ClusterState, dict, list[str]]:
     state = ClusterState()
     raw_pods: dict[tuple[str, str], dict[str, Any]] = {}
+    skipped: list[str] = []
     for obj in nodes:
         try:
             state.upsert_node(node_from_k8s(obj))
         except ObjectError as exc:
-            print(f"{prog}: {where}: node skipped: {exc}", file=sys.stderr)
+            skipped.append(f"{where}: node skipped: {exc}")
     for obj in pods:
         try:
             pod = pod_from_k8s(obj)
         except ObjectError as exc:
-            print(f"{prog}: {where}: pod skipped (never moved): {exc}", file=sys.stderr)
+            skipped.append(f"{where}: pod skipped (never moved): {exc}")
             continue
         if not pod.uid:
             # ClusterState keys pods by uid; hand-written snapshots often have none.
             pod.uid = f"no-uid:{pod.namespace}/{pod.name}"
         state.upsert_pod(pod)
         raw_pods[(pod.namespace, pod.name)] = obj
-    return state, raw_pods
+    return state, raw_pods, skipped
 
 
-def read_snapshot_cluster(path: str | None, prog: str = "kso reoptimize") -> RawCluster:
+def read_snapshot_cluster(path: str | None) -> RawCluster:
     """Nodes, pods and (when the file has them) ReplicaSets / StatefulSets from a snapshot file or the
     embedded demo (``path`` None). Without the owner object, an owner's replica count is its pods in the
     snapshot."""
@@ -110,7 +123,7 @@ def read_snapshot_cluster(path: str | None, prog: str = "kso reoptimize") -> Raw
                     owners[(meta.get("namespace") or "default", kind, meta.get("name") or "")] = replicas
     except SnapshotError as exc:
         raise InputError(str(exc)) from None
-    state, raw_pods = _fill_state(nodes, pods, where, prog)
+    state, raw_pods, skipped = _fill_state(nodes, pods, where)
     state.mark_synced(f"snapshot:{where}")
     counts = _count_owners(raw_pods)
 
@@ -120,7 +133,7 @@ def read_snapshot_cluster(path: str | None, prog: str = "kso reoptimize") -> Raw
             return (value, "") if isinstance(value, int) else (None, f"{kind} {name} has no usable spec.replicas")
         return counts.get((ns, kind, name), 0), ""
 
-    return RawCluster(state, raw_pods, replicas, where)
+    return RawCluster(state, raw_pods, replicas, where, skipped=skipped)
 
 
 def response_body(resp: Any) -> bytes:
@@ -145,7 +158,7 @@ def list_raw(list_fn: Callable[..., Any], **kw: Any) -> list[dict[str, Any]]:
         kwargs["_continue"] = token
 
 
-def read_api_cluster(api_client: Any, prog: str = "kso reoptimize") -> RawCluster:
+def read_api_cluster(api_client: Any) -> RawCluster:
     """One consistent read of nodes and non-terminal pods; owners' replica counts on demand (apps/v1)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -163,7 +176,7 @@ def read_api_cluster(api_client: Any, prog: str = "kso reoptimize") -> RawCluste
     except Exception as exc:  # noqa: BLE001 - connection refused, TLS, DNS...: all say the same to the user
         raise InputError(f"cannot list nodes and pods: {type(exc).__name__}: {exc}") from None
     where = api_client.configuration.host
-    state, raw_pods = _fill_state(nodes, pods, where, prog)
+    state, raw_pods, skipped = _fill_state(nodes, pods, where)
     state.mark_synced("api")
     cache: dict[tuple[str, str, str], tuple[int | None, str]] = {}
     readers = {"ReplicaSet": apps.read_namespaced_replica_set, "StatefulSet": apps.read_namespaced_stateful_set}
@@ -182,48 +195,35 @@ def read_api_cluster(api_client: Any, prog: str = "kso reoptimize") -> RawCluste
                 cache[key] = (None, f"owner {kind} {name} unreadable ({type(exc).__name__})")
         return cache[key]
 
-    return RawCluster(state, raw_pods, replicas, f"API server {where}", api_client)
+    return RawCluster(state, raw_pods, replicas, f"API server {where}", api_client, skipped)
 
 
-# ---- the command-line flags ----------------------------------------------------------------------
-def add_cluster_args(p: argparse.ArgumentParser, *, demo: bool = True,
-                     snapshot_help: str = "cluster from a snapshot file instead of the API server",
-                     demo_help: str = "the embedded demo cluster") -> Any:
-    """--snapshot (and --demo), --kubeconfig and --context. Returns the group of cluster sources (the
-    alternatives), so that a command can add one of its own (``kso plan --openb``)."""
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--snapshot", metavar="PATH", help=snapshot_help)
-    if demo:
-        where.add_argument("--demo", action="store_true", help=demo_help)
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
-    return where
-
-
-def api_client_for(args: argparse.Namespace) -> Any:
-    """kso.core.kube.load_api_client for --kubeconfig / --context; InputError saying what was tried."""
+# ---- reading what a ClusterSource names --------------------------------------------------------------
+def api_client_for(source: ClusterSource) -> Any:
+    """kso.core.kube.load_api_client for the source's kubeconfig and context; InputError saying what was tried."""
     from kso.core.kube import KubeConfigError, load_api_client
 
     try:
-        return load_api_client(args.kubeconfig, getattr(args, "context", None))
+        return load_api_client(source.kubeconfig, source.context)
     except KubeConfigError as exc:
         raise InputError(str(exc)) from None
 
 
-def load_cluster(args: argparse.Namespace, prog: str) -> RawCluster:
-    """The cluster the flags name: --snapshot PATH, --demo, else the API server."""
-    if args.snapshot or getattr(args, "demo", False):
-        return read_snapshot_cluster(args.snapshot or None, prog)
-    return read_api_cluster(api_client_for(args), prog)
+def load_cluster(source: ClusterSource) -> RawCluster:
+    """The cluster the source names: its snapshot file, the demo, else the API server."""
+    if source.snapshot or source.demo:
+        return read_snapshot_cluster(source.snapshot or None)
+    return read_api_cluster(api_client_for(source))
 
 
-def load_nodes(args: argparse.Namespace, prog: str) -> tuple[list[NodeInfo], Any]:
-    """Only the nodes (--snapshot PATH, else the API server), and the ApiClient (None for a snapshot)."""
-    if args.snapshot:
+def load_nodes(source: ClusterSource) -> tuple[list[NodeInfo], Any, list[str]]:
+    """Only the nodes (the snapshot file, else the API server), the ApiClient (None for a snapshot) and the
+    nodes that could not be read (one line each)."""
+    if source.snapshot:
         from kso.core.snapshot import SnapshotError, parse_snapshot, read_snapshot
 
         try:
-            return parse_snapshot(*read_snapshot(args.snapshot))[0], None
+            return parse_snapshot(*read_snapshot(source.snapshot))[0], None, []
         except SnapshotError as exc:
             raise InputError(str(exc)) from None
     from kubernetes import client
@@ -231,17 +231,17 @@ def load_nodes(args: argparse.Namespace, prog: str) -> tuple[list[NodeInfo], Any
 
     from kso.core.kube import api_message
 
-    api_client = api_client_for(args)
+    api_client = api_client_for(source)
     try:
         raw = list_raw(client.CoreV1Api(api_client).list_node)
     except ApiException as exc:
         raise InputError(f"cannot list nodes: HTTP {exc.status}: {api_message(exc)}") from None
     except Exception as exc:  # noqa: BLE001 - connection refused, TLS, DNS...: all say the same to the user
         raise InputError(f"cannot list nodes: {type(exc).__name__}: {exc}") from None
-    nodes = []
+    nodes, skipped = [], []
     for obj in raw:
         try:
             nodes.append(node_from_k8s(obj))
         except ObjectError as exc:
-            print(f"{prog}: {api_client.configuration.host}: node skipped: {exc}", file=sys.stderr)
-    return nodes, api_client
+            skipped.append(f"{api_client.configuration.host}: node skipped: {exc}")
+    return nodes, api_client, skipped
