@@ -48,7 +48,7 @@ def run_demo(out: str = "kso-demo-report", port: int = 0, hours: float = 4.0, ve
     print(f"({time.perf_counter() - t:.1f} s)")
 
     t = _step("2. a plan for the demo cluster's pending pods (kso plan --demo --trace embedded)")
-    from optimizer.cli import add_commands as plan_commands
+    from optimizer.plan.cli import add_commands as plan_commands
 
     parser = argparse.ArgumentParser(prog="kso")
     plan_commands(parser.add_subparsers())

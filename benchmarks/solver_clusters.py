@@ -24,10 +24,10 @@ import orjson
 
 from benchmarks.clusters import cluster_state, generate
 from benchmarks.plan_checker import check_plan
-from optimizer.compiled import T_MAX, SolverOptions, compile_problem, load_index
-from optimizer.heuristics import first_fit_decreasing, lp_bound_nodes
-from optimizer.inputs import problem_from_state
-from optimizer.pipeline import plan_cluster
+from optimizer.plan.cluster_problem import problem_from_state
+from optimizer.plan.compiled import T_MAX, SolverOptions, compile_problem, load_index
+from optimizer.plan.heuristics import first_fit_decreasing, lp_bound_nodes
+from optimizer.plan.pipeline import plan_cluster
 
 CELLS = {(300, 2000): 30.0, (1500, 8000): 60.0}  # nodes x pods -> seconds the aim allows
 AIM_LP = 0.03

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-COMMAND_MODULES = ("forecasting.cli", "optimizer.cli", "optimizer.reoptimize", "benchmarks.sim.cli", "scheduler.cli")
+COMMAND_MODULES = ("forecasting.cli", "optimizer.plan.cli", "optimizer.reoptimize.cli", "benchmarks.sim.cli", "scheduler.cli")
 # The modules of the `bench` extra (pyproject.toml): the commands that run the benchmarks need them, kso itself does not.
 BENCH_MODULES = ("matplotlib", "psutil")
 BENCH_COMMANDS = ("demo", "bench")

@@ -258,8 +258,8 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
     """kso plan --prometheus: a workload class's usage is its running pods' measured usage over the last hour
     (pooled samples: mean and spread), read from the real server."""
     from kso.core.objects import pod_from_k8s
-    from optimizer.inputs import MIN_USAGE_SAMPLES, class_usage_from_history, pod_usage_samples
-    from optimizer.problem import class_key
+    from optimizer.plan.cluster_problem import MIN_USAGE_SAMPLES, class_usage_from_history, pod_usage_samples
+    from optimizer.plan.problem import class_key
     from tests.support.fixtures import make_pod
 
     raw = make_pod(ps.POD[1], cpu="2", memory="4Gi", namespace=ps.POD[0], node="worker-0")

@@ -1,4 +1,4 @@
-"""optimizer.problem.class_key: memoised by what the key is made of, the same keys as computing them."""
+"""optimizer.plan.problem.class_key: memoised by what the key is made of, the same keys as computing them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kso.core.objects import PodInfo, Toleration
-from optimizer import problem
-from optimizer.problem import class_key
+from optimizer.plan import problem
+from optimizer.plan.problem import class_key
 
 TEXT = st.sampled_from(["", "a", "b", "ns-1", "web", "zone", "x=y"])
 VALUES = st.sampled_from([0.0, -0.0, 1.0, 1, 100.0, 128 * 2**20, 0.5, 1e-9, 3e12, float("nan")])

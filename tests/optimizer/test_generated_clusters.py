@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from benchmarks.clusters import cluster_state, generate
 from benchmarks.plan_checker import check_plan
 from kso.core.resources import CPU, MEMORY, PODS
-from optimizer.compiled import POLICIES, SolverOptions, a_binpack_miss, compile_problem, load_index
-from optimizer.exact import hold_to_exact, plan_score
-from optimizer.heuristics import first_fit_decreasing
-from optimizer.inputs import problem_from_state
-from optimizer.model import solve
-from optimizer.plan import PlacementPlan, plan_from_result
-from optimizer.problem import BEST_EFFORT_PRIOR, NodeLoad, PlacementProblem, PlanNode, UsageModel, WorkloadClass
+from optimizer.plan.cluster_problem import problem_from_state
+from optimizer.plan.compiled import POLICIES, SolverOptions, a_binpack_miss, compile_problem, load_index
+from optimizer.plan.exact import hold_to_exact, plan_score
+from optimizer.plan.heuristics import first_fit_decreasing
+from optimizer.plan.model import solve
+from optimizer.plan.placement_plan import PlacementPlan, plan_from_result
+from optimizer.plan.problem import BEST_EFFORT_PRIOR, NodeLoad, PlacementProblem, PlanNode, UsageModel, WorkloadClass
 
 QUICK = dict(time_limit_s=1.5, workers=2)
 DECOMPOSED = dict(time_limit_s=2.0, workers=2, full_model_limit=0, lns_nodes=6, lns_step_s=0.3)

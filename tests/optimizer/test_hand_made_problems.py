@@ -18,11 +18,11 @@ from forecasting.traces import DATA_DIR
 from kso.core.objects import NodeInfo, PodInfo, Taint, Toleration
 from kso.core.placement import rule_violation
 from kso.core.resources import CPU, MEMORY, MIB, PODS
-from optimizer.chance import plan_risk
-from optimizer.heuristics import first_fit_decreasing
-from optimizer.model import POLICIES, SolveResult, SolverOptions, compile_problem, solve
-from optimizer.openb import openb_problem
-from optimizer.problem import (
+from optimizer.plan.chance import plan_risk
+from optimizer.plan.heuristics import first_fit_decreasing
+from optimizer.plan.model import POLICIES, SolveResult, SolverOptions, compile_problem, solve
+from optimizer.plan.openb import openb_problem
+from optimizer.plan.problem import (
     LOAD_RESOURCES,
     NodeLoad,
     PlacementProblem,

@@ -1,4 +1,4 @@
-"""optimizer.pipeline: plan_cluster, the one problem -> compiled -> solve -> plan pipeline every caller uses,
+"""optimizer.plan.pipeline: plan_cluster, the one problem -> compiled -> solve -> plan pipeline every caller uses,
 and plan_once, what ``kso plan`` does with it (typed request in, report out, nothing printed)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from forecasting.forecast_source import ForecastRequest
 from kso.core.cluster_source import ClusterSource, InputError
 from kso.core.snapshot import load_snapshot
-from optimizer.compiled import SolverOptions
-from optimizer.inputs import problem_from_state
-from optimizer.pipeline import PlanRequest, plan_cluster, plan_once
-from optimizer.plan import load_plan
-from optimizer.planner import ProtectedSolver
+from optimizer.plan.cluster_problem import problem_from_state
+from optimizer.plan.compiled import SolverOptions
+from optimizer.plan.pipeline import PlanRequest, plan_cluster, plan_once
+from optimizer.plan.placement_plan import load_plan
+from optimizer.plan.protected_solver import ProtectedSolver
 
 OPTIONS = SolverOptions(time_limit_s=5, workers=1)
 

@@ -1,5 +1,5 @@
 """``kso plan`` end to end on the embedded demo cluster, and the protected solve it shares with the
-extender and ``kso reoptimize`` (optimizer.planner.ProtectedSolver): the solve runs in a child process; a
+extender and ``kso reoptimize`` (optimizer.plan.protected_solver.ProtectedSolver): the solve runs in a child process; a
 child that dies (for real: the ``abort_attempts`` test parameter makes the first N children call
 os.abort(), as google/or-tools#5288 does) is retried with another seed, a child past its wall-clock
 limit is stopped, and when no attempt returns the plan is first-fit-decreasing's held to the exact bound."""
@@ -18,10 +18,11 @@ import orjson
 import pytest
 
 from kso.cli import main
-from optimizer.cli import cmd_plan, parse_plan_args
-from optimizer.plan import PlacementPlan, load_plan
-from optimizer.planner import FFD_STATUS, ORTOOLS_ABORT, ProtectedSolver
+from optimizer.plan.cli import cmd_plan, parse_plan_args
+from optimizer.plan.placement_plan import PlacementPlan, load_plan
+from optimizer.plan.protected_solver import FFD_STATUS, ORTOOLS_ABORT, ProtectedSolver
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout under test, also for a child in another folder
 ARGS = ["--demo", "--time-limit", "5", "--workers", "1"]
 
 
@@ -66,10 +67,10 @@ def test_a_dead_solver_process_is_retried_with_another_seed(tmp_path: Path, caps
 def test_every_attempt_dead_falls_back_to_ffd(tmp_path: Path) -> None:
     # A separate process, so that the terminal's stderr (fd 2, the children's included) is what is checked.
     out = tmp_path / "plan.json"
-    script = ("import sys; from optimizer.cli import cmd_plan, parse_plan_args; "
+    script = ("import sys; from optimizer.plan.cli import cmd_plan, parse_plan_args; "
               "sys.exit(cmd_plan(parse_plan_args(sys.argv[1:]), abort_attempts=2))")
     proc = subprocess.run([sys.executable, "-c", script, *ARGS, "--out", str(out), "--json"], cwd=tmp_path,
-                          env=dict(os.environ), capture_output=True, text=True, timeout=300)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr.splitlines()
     assert err == [
@@ -93,8 +94,8 @@ def test_every_attempt_dead_falls_back_to_ffd(tmp_path: Path) -> None:
 
 def test_an_exception_in_the_child_is_raised_not_retried() -> None:
     from kso.core.snapshot import load_snapshot
-    from optimizer.inputs import problem_from_state
-    from optimizer.model import SolverOptions
+    from optimizer.plan.cluster_problem import problem_from_state
+    from optimizer.plan.model import SolverOptions
 
     problem = problem_from_state(load_snapshot(None), None, 0.9, 0.3)
     crashes: list[str] = []
@@ -104,8 +105,8 @@ def test_an_exception_in_the_child_is_raised_not_retried() -> None:
 
 
 def test_a_solve_past_its_wall_clock_limit_is_stopped_and_ffd_used() -> None:
-    from optimizer.compiled import SolverOptions
-    from optimizer.openb import openb_problem
+    from optimizer.plan.compiled import SolverOptions
+    from optimizer.plan.openb import openb_problem
 
     problem = openb_problem(60, 400, seed=0)
     # Decomposed search runs until its own time limit (120 s); the wall-clock limit stops it first.
@@ -125,7 +126,7 @@ def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
     from benchmarks.clusters import cluster_state, generate
     from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
     from kso.core.settings import load_settings
-    from optimizer.problem import UsageModel, class_key
+    from optimizer.plan.problem import UsageModel, class_key
     from optimizer.settings import PlanSettings
 
     state = cluster_state(generate(8, 12, seed=0, best_effort_share=0.0, daemonset_pods=0))

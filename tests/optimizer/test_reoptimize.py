@@ -23,7 +23,7 @@ import pytest
 from kso.cli import main
 from kso.core.objects import pod_from_k8s
 from kso.core.safety import safe_overload_risk
-from optimizer import eligibility, eviction
+from optimizer.reoptimize import eligibility, eviction
 from tests.support.kube_standin import NODES, PODS, StandinApiServer, make_node
 
 U_STAR, EPS = 0.9, 0.3
@@ -243,7 +243,7 @@ def _spread_cluster() -> Any:
 
 
 def test_move_cost_is_weighed_against_the_policy_gain() -> None:
-    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+    from optimizer.reoptimize.migration import MigrationOptions, MoveLimits, plan_migration
 
     state = _spread_cluster()
     movable = state.bound_pods()
@@ -267,8 +267,8 @@ def test_move_cost_is_weighed_against_the_policy_gain() -> None:
 def test_exact_rule_safety_net(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the linear bound let too much onto a node, the exact (Beta) check must catch it: the budgets of
     the idle nodes are inflated here, so the solver believes anything fits."""
-    from optimizer import migration
-    from optimizer.migration import MigrationOptions, plan_migration
+    from optimizer.reoptimize import migration
+    from optimizer.reoptimize.migration import MigrationOptions, plan_migration
 
     real = migration.compile_problem
 
@@ -298,7 +298,7 @@ def test_exact_rule_safety_net(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ownerless_classes_in_two_namespaces_keep_their_limits() -> None:
-    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+    from optimizer.reoptimize.migration import MigrationOptions, MoveLimits, plan_migration
 
     nodes = [node("n1", load_cpu=7900), node("n2", load_cpu=300), node("n3", load_cpu=300)]
     pods = [pod(f"a-{i}", "n1", namespace="ns-a", owner=None) for i in range(3)]
@@ -329,8 +329,8 @@ def test_trace_forecasts_are_used_not_dropped_as_old(capsys: pytest.CaptureFixtu
 def test_the_solve_runs_in_the_protected_child_with_seed_retry() -> None:
     """kso reoptimize solves through the same protected child as kso plan: a child that dies (the test
     hook aborts the first one) is retried with another seed and the moves are those of an in-process solve."""
-    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
-    from optimizer.planner import ORTOOLS_ABORT, ProtectedSolver
+    from optimizer.plan.protected_solver import ORTOOLS_ABORT, ProtectedSolver
+    from optimizer.reoptimize.migration import MigrationOptions, MoveLimits, plan_migration
 
     state = _spread_cluster()
     movable = state.bound_pods()
@@ -351,7 +351,7 @@ def test_the_solve_runs_in_the_protected_child_with_seed_retry() -> None:
 def test_large_model_moves_pods_only_off_nodes_over_their_bound_or_small_enough_to_empty() -> None:
     """Above ``full_model_limit`` class x node pairs only a neighbourhood moves: pods leave nodes over their
     safe bound (n1) and nodes the move budget could empty (n3, one pod); n2's three pods stay."""
-    from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+    from optimizer.reoptimize.migration import MigrationOptions, MoveLimits, plan_migration
 
     nodes = [node("n1", load_cpu=7900), node("n2", load_cpu=3300), node("n3", load_cpu=1200), node("n4", load_cpu=300)]
     pods = [pod(f"web-{i}", "n1", cpu="1500m") for i in range(4)]

@@ -28,8 +28,8 @@ import pytest
 from benchmarks.e2e import create_nodes, node_manifest
 from kso.cli import main
 from kso.core.safety import safe_overload_risk
-from optimizer import eviction
-from optimizer.plan import PlacementPlan, load_plan
+from optimizer.plan.placement_plan import PlacementPlan, load_plan
+from optimizer.reoptimize import eviction
 from tests.optimizer import test_reoptimize
 from tests.optimizer.test_reoptimize import CPU_M, EPS, MOVABLE, U_STAR, pod
 from tests.support.fixtures import make_running, started_control_plane, until

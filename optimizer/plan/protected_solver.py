@@ -22,10 +22,10 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
-from optimizer.compiled import Compiled, SolveResult, SolverOptions, compile_problem
-from optimizer.heuristics import first_fit_decreasing
-from optimizer.model import finish, solve
-from optimizer.problem import PlacementProblem
+from optimizer.plan.compiled import Compiled, SolveResult, SolverOptions, compile_problem
+from optimizer.plan.heuristics import first_fit_decreasing
+from optimizer.plan.model import finish, solve
+from optimizer.plan.problem import PlacementProblem
 
 log = logging.getLogger("kso.optimizer")
 
@@ -135,7 +135,7 @@ class ProtectedSolver:
         raise SolverDied(notes)
 
     def solve_plan(self, problem: PlacementProblem, options: SolverOptions, comp: Compiled | None = None) -> SolveResult:
-        """``optimizer.model.solve`` protected; when no attempt returns, the FFD placement held to the exact
+        """``optimizer.plan.model.solve`` protected; when no attempt returns, the FFD placement held to the exact
         bound, with every attempt's note and the fallback said in the result's notes."""
         comp = comp if comp is not None else compile_problem(problem)
         try:
@@ -215,7 +215,7 @@ def _context() -> multiprocessing.context.BaseContext:
     extender's): a clean process started once with the solver modules imported, so each solve starts in
     milliseconds instead of re-importing OR-Tools, numpy and scipy (seconds on a busy 2-core machine)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["optimizer.model", "optimizer.migration"])
+    ctx.set_forkserver_preload(["optimizer.plan.model", "optimizer.reoptimize.migration"])
     return ctx
 
 

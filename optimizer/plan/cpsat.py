@@ -1,13 +1,13 @@
-"""The one CP-SAT model builder both solves use (``optimizer.model`` for new pods, ``optimizer.migration``
+"""The one CP-SAT model builder both solves use (``optimizer.plan.model`` for new pods, ``optimizer.reoptimize.migration``
 for moves): integer counts x[c, n] of each class on each node, and the rows every placement model has.
 
     x[c, n] in lb[c, n]..ub[c, n]                       only where ub > 0 (rules allow it, a pod fits); lb is 0
                                                         unless the caller fixes part of a placement
     fit     sum_c req[c, r] x[c, n] <= cap[n, r] * y[n]  every resource r (cpu, memory, pods, extended)
     safe    sum_c a[r, c, n] x[c, n] <= budget[r, n] * y[n]   r in (cpu, memory): the linearised chance
-                                                        constraint of optimizer.chance
+                                                        constraint of optimizer.plan.chance
     index   T_MAX * sum_c a[r, c, n] x[c, n] + const[r, n] <= cap[r, n] * t     the load index of
-                                                        optimizer.compiled.load_index, bounded by t
+                                                        optimizer.plan.compiled.load_index, bounded by t
 The caller adds its own rows (unplaced pods, moves) and the objective, then calls ``solve``.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.compiled import Compiled, index_terms
+from optimizer.plan.compiled import Compiled, index_terms
 
 LARGE_MODEL_PAIRS = 20_000
 

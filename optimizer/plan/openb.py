@@ -17,7 +17,7 @@ import pandas as pd
 from forecasting.traces import DATA_DIR, TraceSource
 from kso.core.objects import NodeInfo, PodInfo
 from kso.core.resources import CPU, MEMORY, MIB, PODS
-from optimizer.problem import NodeLoad, PlacementProblem, PlanNode, UsageModel, WorkloadClass, class_key
+from optimizer.plan.problem import NodeLoad, PlacementProblem, PlanNode, UsageModel, WorkloadClass, class_key
 
 USAGE_LABEL = "usage: synthetic join (openb requests x Bitbrains VM utilisation)"
 SOURCES = ("openb: Alibaba cluster-trace-gpu-v2023 (Weng et al., USENIX ATC 2023); "

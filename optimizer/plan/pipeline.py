@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from forecasting.forecast_source import ForecastRequest, node_forecasts
 from kso.core.cluster_source import ClusterSource, InputError, load_cluster
 from kso.core.settings import load_settings, read_config_file
-from optimizer.compiled import Compiled, SolveResult, SolverOptions, compile_problem
-from optimizer.plan import PlacementPlan, plan_from_result, write_plan
-from optimizer.problem import PlacementProblem
+from optimizer.plan.compiled import Compiled, SolveResult, SolverOptions, compile_problem
+from optimizer.plan.placement_plan import PlacementPlan, plan_from_result, write_plan
+from optimizer.plan.problem import PlacementProblem
 
 if TYPE_CHECKING:
     from kso.core.cluster import ClusterState
-    from optimizer.planner import ProtectedSolver
+    from optimizer.plan.protected_solver import ProtectedSolver
 
 DEFAULT_PLAN_FILE = "kso-plan.json"
 
@@ -42,7 +42,7 @@ class PlannedCluster:
 
 def plan_cluster(problem: PlacementProblem, options: SolverOptions, solver: ProtectedSolver | None = None) -> PlannedCluster:
     """Compile ``problem``, solve it (in ``solver``'s child process, else in this process) and make the plan."""
-    from optimizer.model import solve
+    from optimizer.plan.model import solve
 
     comp = compile_problem(problem)
     result = solver.solve_plan(problem, options, comp) if solver is not None else solve(problem, options, comp)
@@ -88,7 +88,7 @@ def plan_once(request: PlanRequest, say: Callable[[str], None], abort_attempts: 
     """Read the inputs, plan through the protected solve, write the plan file. ``say`` gets what the user
     should know on the way (a failed source, a solver process that died); an unusable input raises
     InputError. ``abort_attempts``: the ProtectedSolver test hook (the first N solver processes die)."""
-    from optimizer.planner import ProtectedSolver
+    from optimizer.plan.protected_solver import ProtectedSolver
     from optimizer.settings import PlanSettings
 
     settings = load_settings(PlanSettings, None, read_config_file(request.config))
@@ -102,7 +102,7 @@ def plan_once(request: PlanRequest, say: Callable[[str], None], abort_attempts: 
     if request.workers:
         options.workers = request.workers
     if request.openb is not None:
-        from optimizer.openb import SOURCES, USAGE_LABEL, openb_problem
+        from optimizer.plan.openb import SOURCES, USAGE_LABEL, openb_problem
 
         n_nodes, n_pods = request.openb
         problem = openb_problem(n_nodes, n_pods, seed=request.seed, u_star=settings.u_star, eps=settings.eps)
@@ -120,7 +120,7 @@ def plan_once(request: PlanRequest, say: Callable[[str], None], abort_attempts: 
 
 def _cluster_problem(request: PlanRequest, settings: Any, say: Callable[[str], None]) -> tuple[PlacementProblem, str]:
     """The problem of the cluster's pending pods with its nodes' load, and where the load comes from."""
-    from optimizer.inputs import problem_from_state
+    from optimizer.plan.cluster_problem import problem_from_state
 
     cluster = load_cluster(request.cluster)
     for line in cluster.skipped:
@@ -145,11 +145,11 @@ def _cluster_problem(request: PlanRequest, settings: Any, say: Callable[[str], N
 
 
 def _class_usage(request: PlanRequest, state: ClusterState, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
-    """Each workload class's usage from its running pods' series in Prometheus (optimizer.inputs)."""
+    """Each workload class's usage from its running pods' series in Prometheus (optimizer.plan.cluster_problem)."""
     if not request.forecast.prometheus:
         return {}, ""
     from forecasting.prometheus import PrometheusSettings
-    from optimizer.inputs import class_usage_from_prometheus
+    from optimizer.plan.cluster_problem import class_usage_from_prometheus
 
     # timeouts and queries: env over the settings file
     settings = load_settings(PrometheusSettings, None, read_config_file(request.config))

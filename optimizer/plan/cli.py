@@ -18,7 +18,7 @@ from forecasting.cli_flags import add_forecast_args, forecast_request
 from kso.core.cli_flags import add_cluster_args, cluster_source
 
 if TYPE_CHECKING:
-    from optimizer.pipeline import PlanReport
+    from optimizer.plan.pipeline import PlanReport
 
 
 def add_commands(subparsers: Any) -> None:
@@ -44,10 +44,10 @@ def parse_plan_args(argv: list[str]) -> argparse.Namespace:
 
 
 def cmd_plan(args: argparse.Namespace, abort_attempts: int = 0) -> int:
-    """``abort_attempts``: test hook of optimizer.planner.ProtectedSolver (the first N solver processes die).
+    """``abort_attempts``: test hook of optimizer.plan.protected_solver.ProtectedSolver (the first N solver processes die).
     An unusable input raises InputError: kso/cli.py prints it on one line (exit 1)."""
-    from optimizer.compiled import POLICIES
-    from optimizer.pipeline import PlanRequest, plan_once
+    from optimizer.plan.compiled import POLICIES
+    from optimizer.plan.pipeline import PlanRequest, plan_once
 
     if args.policy and args.policy not in POLICIES:
         print(f"kso plan: unknown policy {args.policy!r} (known: {', '.join(POLICIES)})", file=sys.stderr)

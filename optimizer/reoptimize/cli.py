@@ -2,12 +2,12 @@
 
 Reads the cluster (API server, a snapshot file or the embedded demo) and the load (Prometheus, a trace,
 or kube-safe-scheduler's node annotations), solves the placement with a budget of moves and a cost per
-move (optimizer.migration), and prints the moves (pod, from, to, why) and the expected result per
+move (optimizer.reoptimize.migration), and prints the moves (pod, from, to, why) and the expected result per
 node, before and after. Dry-run by default: it prints where every evicted pod would land.
 
 With ``--execute`` it evicts through the Eviction API (PodDisruptionBudgets hold), records Events and
-publishes the evicted pods' target slots for the extender (optimizer.eviction). Which pods may move at
-all: optimizer.eligibility (never mirror, DaemonSet, system-critical, local-storage or single-replica
+publishes the evicted pods' target slots for the extender (optimizer.reoptimize.eviction). Which pods may move at
+all: optimizer.reoptimize.eligibility (never mirror, DaemonSet, system-critical, local-storage or single-replica
 pods, nor opted-out or excluded-namespace ones).
 
 Exit codes: 0 done, 1 configuration error (message on stderr), 2 some evictions failed.
@@ -32,14 +32,14 @@ from forecasting.forecast_source import node_forecasts
 from kso.core.cli_flags import add_cluster_args, cluster_source
 from kso.core.cluster_source import InputError, RawCluster, load_cluster
 from kso.core.settings import load_settings, read_config_file
-from optimizer.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
-from optimizer.eviction import Execution, execute, plan_namespace, publish
+from optimizer.reoptimize.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
+from optimizer.reoptimize.eviction import Execution, execute, plan_namespace, publish
 
 EXIT_OK, EXIT_CONFIG, EXIT_EVICTIONS_FAILED = 0, 1, 2
 
 
 def add_commands(subparsers: Any) -> None:
-    from optimizer.migration import MIGRATION_POLICIES
+    from optimizer.reoptimize.migration import MIGRATION_POLICIES
 
     p = subparsers.add_parser(
         "reoptimize", help="re-optimise the running placement with a move budget (dry-run unless --execute)",
@@ -151,7 +151,7 @@ def _json(result: Any, skipped: Counter[str], load_from: str, source: str, execu
 
 # ---- the command ---------------------------------------------------------------------------------
 def _options(args: argparse.Namespace) -> tuple[Any, Any]:
-    from optimizer.migration import MigrationOptions, MoveLimits
+    from optimizer.reoptimize.migration import MigrationOptions, MoveLimits
     from optimizer.settings import PlanSettings
 
     if args.config and not Path(args.config).is_file():
@@ -182,8 +182,8 @@ def _load_cluster(args: argparse.Namespace) -> RawCluster:
 
 
 def cmd_reoptimize(args: argparse.Namespace) -> int:
-    from optimizer.migration import plan_migration
-    from optimizer.planner import ProtectedSolver
+    from optimizer.plan.protected_solver import ProtectedSolver
+    from optimizer.reoptimize.migration import plan_migration
 
     try:
         settings, options = _options(args)

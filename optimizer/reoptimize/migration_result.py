@@ -1,4 +1,4 @@
-"""What a re-optimisation returns (optimizer.migration solves it): the moves, each node's outcome, and the
+"""What a re-optimisation returns (optimizer.reoptimize.migration solves it): the moves, each node's outcome, and the
 target plan the extender follows while the evicted pods are re-created."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import orjson
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
-from optimizer.compiled import POLICIES, Compiled
-from optimizer.plan import PlacementPlan, PlanClass, PlanNodeInfo
-from optimizer.problem import LOAD_RESOURCES, PlacementProblem
+from optimizer.plan.compiled import POLICIES, Compiled
+from optimizer.plan.placement_plan import PlacementPlan, PlanClass, PlanNodeInfo
+from optimizer.plan.problem import LOAD_RESOURCES, PlacementProblem
 
 RISK, POLICY = "risk", "policy"
 

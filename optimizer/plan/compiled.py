@@ -1,8 +1,8 @@
 """The placement problem as integer arrays (what CP-SAT, the heuristics and the LP bound all read), the
 solver's options and result types, and the exact evaluation of a placement.
 
-The bottom of the optimizer's solver stack: optimizer.heuristics, optimizer.exact, optimizer.cpsat and
-optimizer.model import from here, never the other way round.
+The bottom of the optimizer's solver stack: optimizer.plan.heuristics, optimizer.plan.exact, optimizer.plan.cpsat and
+optimizer.plan.model import from here, never the other way round.
 Units in the model are integers: cpu millicores, memory MiB (requests rounded up, capacities down).
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 
 from kso.core.placement import rule_violation
 from kso.core.resources import CPU, MEMORY, MIB, PODS
-from optimizer.chance import beta_max_mean, linear_safe_bound, plan_risk, z_value
-from optimizer.problem import LOAD_RESOURCES, PlacementProblem
+from optimizer.plan.chance import beta_max_mean, linear_safe_bound, plan_risk, z_value
+from optimizer.plan.problem import LOAD_RESOURCES, PlacementProblem
 
 POLICIES = ("binpack", "load-balance", "consolidate", "a-binpack", "cost")
 SCALE = {MEMORY: 1.0 / MIB}  # canonical unit -> model unit; everything else 1:1

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from optimizer.chance import beta_max_mean, plan_risk
-from optimizer.compiled import SCALE, Compiled, a_binpack_miss, evaluate, load_index, node_weights
-from optimizer.problem import LOAD_RESOURCES
+from optimizer.plan.chance import beta_max_mean, plan_risk
+from optimizer.plan.compiled import SCALE, Compiled, a_binpack_miss, evaluate, load_index, node_weights
+from optimizer.plan.problem import LOAD_RESOURCES
 
 RISK_TOLERANCE = 1e-9
 

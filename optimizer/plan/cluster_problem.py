@@ -17,7 +17,7 @@ from kso.core.cluster import STAT_SCALE, ClusterState
 from kso.core.node_costs import DEFAULT_COST_KEY
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
-from optimizer.problem import (
+from optimizer.plan.problem import (
     LOAD_RESOURCES,
     NodeLoad,
     PlacementProblem,
@@ -65,7 +65,7 @@ def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, An
     e.g. ``PrometheusSource.pod_series``). Samples of all the class's pods are pooled, so the spread covers
     both how one pod varies over time and how its replicas differ (total variance): what a new pod of the
     class may use. Classes with fewer than MIN_USAGE_SAMPLES finite samples per resource are left out
-    (they count at their requests). Samples are also pooled per owner (optimizer.problem.owner_key)."""
+    (they count at their requests). Samples are also pooled per owner (optimizer.plan.problem.owner_key)."""
     samples: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for pod in bound:
         u = usage.get(pod.key)

@@ -26,8 +26,8 @@ import orjson
 
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
-from optimizer.compiled import POLICIES, Compiled, SolveResult, evaluate
-from optimizer.problem import PlacementProblem
+from optimizer.plan.compiled import POLICIES, Compiled, SolveResult, evaluate
+from optimizer.plan.problem import PlacementProblem
 
 PLAN_FORMAT = "kso.io/placement-plan/v1"
 

@@ -5,7 +5,7 @@
     y[n]    in {0, 1}      node n in use (fixed to 1 when it already hosts pods)
     fit     sum_c req[c, r] x[c, n] <= free[n, r] * y[n]     every resource r (cpu, memory, pods, extended)
     safe    sum_c a[c, n, r] x[c, n] <= budget[n, r] * y[n] r in (cpu, memory): the linearised chance
-                                                            constraint of optimizer.chance
+                                                            constraint of optimizer.plan.chance
     T       >= 1000 * load_after[n, r] / (U* cap[n, r])     the worst node's load against its bound
 Objective (minimise), lexicographic through weights, policy first, then overload risk (T):
     binpack       nodes in use
@@ -16,8 +16,8 @@ Objective (minimise), lexicographic through weights, policy first, then overload
                   L1 form), then nodes in use
 and always, above everything: unplaced pods.
 Search never returns a plan worse than first-fit-decreasing's (held to the exact rule like every plan), and
-a repair re-solve or a neighbourhood step is kept only when it is no worse (optimizer.exact.plan_score).
-The compiled arrays are optimizer.compiled's; the CP-SAT rows are optimizer.cpsat's.
+a repair re-solve or a neighbourhood step is kept only when it is no worse (optimizer.plan.exact.plan_score).
+The compiled arrays are optimizer.plan.compiled's; the CP-SAT rows are optimizer.plan.cpsat's.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.compiled import (
+from optimizer.plan.compiled import (
     POLICIES,
     SCALE,
     T_CEIL,
@@ -44,12 +44,12 @@ from optimizer.compiled import (
     load_index,
     node_weights,
 )
-from optimizer.cpsat import PlacementModel
-from optimizer.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
-from optimizer.heuristics import close_nodes, first_fit_decreasing, least_loaded_decreasing, lp_bound_nodes
-from optimizer.problem import PlacementProblem
+from optimizer.plan.cpsat import PlacementModel
+from optimizer.plan.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
+from optimizer.plan.heuristics import close_nodes, first_fit_decreasing, least_loaded_decreasing, lp_bound_nodes
+from optimizer.plan.problem import PlacementProblem
 
-# The types and the compiler live in optimizer.compiled; they are named here too because this is where
+# The types and the compiler live in optimizer.plan.compiled; they are named here too because this is where
 # callers solve.
 __all__ = ["POLICIES", "SCALE", "T_CEIL", "T_MAX", "Compiled", "SolveResult", "SolverOptions", "compile_problem",
            "evaluate", "finish", "solve"]

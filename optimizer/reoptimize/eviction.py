@@ -5,7 +5,7 @@ each at most once: a refusal (429), a pod that is gone (404), a conflict (409) o
 reported and skipped, never retried. Each eviction and each skipped move is recorded as a Kubernetes
 Event on the pod; the target plan (the evicted pods' landing slots) is published to KSO_PLAN_FILE and
 to ConfigMap ``kso-plan`` (key ``plan.json``) so the extender places the replacement pods where the plan
-says. Which pods may be moved at all is optimizer.eligibility.
+says. Which pods may be moved at all is optimizer.reoptimize.eligibility.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ CONFIGMAP_LIMIT = 1024 * 1024  # bytes of data a ConfigMap may hold
 
 @dataclass
 class Outcome:
-    move: Any  # optimizer.migration_result.Move
+    move: Any  # optimizer.reoptimize.migration_result.Move
     evicted: bool
     detail: str  # "evicted" or why not
     status: int | None = None  # HTTP status of a failed eviction
@@ -177,7 +177,7 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
     from kubernetes.client.exceptions import ApiException
 
     from kso.core.kube import api_message
-    from optimizer.plan import write_plan
+    from optimizer.plan.placement_plan import write_plan
 
     execution.plan_id = plan.plan_id
     if plan_file:

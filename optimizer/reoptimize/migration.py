@@ -10,7 +10,7 @@ CP-SAT then chooses the new count of each class on each node:
     budget       sum moved <= max_moves;  per source node <= max_per_node;  per namespace <= max_per_namespace
     fit          sum_c req[c, r] x[c, n] <= max(free[n, r], what is there now)   (a node never has to shed
                  pods to fit: kubelet already admitted them)
-    safe         the linearised chance constraint of optimizer.chance (sum_c a[c, n] x[c, n] <= budget[n]),
+    safe         the linearised chance constraint of optimizer.plan.chance (sum_c a[c, n] x[c, n] <= budget[n]),
                  hard on nodes under their safe bound now, soft on nodes over it: excess e[r, n] >= 0,
                  never more than now, and o[n] = 1 while a node is still over.
 Objective (minimise), lexicographic through weights:
@@ -27,7 +27,7 @@ Approximations (said here once):
   spread. The source node's load after the move is its forecast load minus that estimate, so a pod
   that uses less than it requests is credited with more relief than it gives (loads are never shown
   below 0); the destination gets the estimate added, which is then pessimistic.
-* The safe bound in the solver is the linear (tangent) form of optimizer.chance; every result is
+* The safe bound in the solver is the linear (tangent) form of optimizer.plan.chance; every result is
   checked with the exact Beta rule afterwards, budgets are tightened and the model re-solved, and as a
   last resort moves into a node that the exact rule rejects are undone.
 * Counts, not pods: which pod of a class leaves a node is a free choice (lowest priority, then name),
@@ -53,8 +53,9 @@ from forecasting.types import NodeForecast
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.core.placement import rule_violation
-from optimizer.chance import beta_max_mean
-from optimizer.compiled import (
+from optimizer.plan.chance import beta_max_mean
+from optimizer.plan.cluster_problem import DEFAULT_COST_KEY, problem_from_state
+from optimizer.plan.compiled import (
     POLICIES,
     SCALE,
     T_CEIL,
@@ -65,14 +66,13 @@ from optimizer.compiled import (
     load_index,
     node_weights,
 )
-from optimizer.cpsat import PlacementModel
-from optimizer.inputs import DEFAULT_COST_KEY, problem_from_state
-from optimizer.migration_result import MigrationContext, MigrationResult, Move, NodeOutcome, moves_of, outcomes
-from optimizer.plan import PlacementPlan
-from optimizer.planner import ProtectedSolver, SolverDied
-from optimizer.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key, request_usage
+from optimizer.plan.cpsat import PlacementModel
+from optimizer.plan.placement_plan import PlacementPlan
+from optimizer.plan.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key, request_usage
+from optimizer.plan.protected_solver import ProtectedSolver, SolverDied
+from optimizer.reoptimize.migration_result import MigrationContext, MigrationResult, Move, NodeOutcome, moves_of, outcomes
 
-log = logging.getLogger("kso.optimizer.migration")
+log = logging.getLogger("kso.optimizer.reoptimize.migration")
 __all__ = ["MIGRATION_POLICIES", "MigrationOptions", "MigrationResult", "Move", "MoveLimits", "NodeOutcome", "plan_migration"]
 
 MIGRATION_POLICIES = (*POLICIES, "none")
@@ -96,7 +96,7 @@ class MoveLimits:
 
 @dataclass(slots=True)
 class MigrationOptions:
-    policy: str = "binpack"  # optimizer.model.POLICIES or "none" (risk moves only)
+    policy: str = "binpack"  # optimizer.plan.model.POLICIES or "none" (risk moves only)
     move_cost: float = 0.2  # cost of one eviction, as a share of the policy's unit (one node)
     limits: MoveLimits = field(default_factory=MoveLimits)
     time_limit_s: float = 30.0
@@ -347,7 +347,7 @@ def _policy_unit(policy: str) -> int:
 def _solve_once(ctx: MigrationContext, rules: np.ndarray, over_rn: np.ndarray, options: MigrationOptions,
                 time_limit_s: float) -> tuple[np.ndarray | None, str, float, float]:
     """One CP-SAT model, its rows in the order the module docstring lists them: variables (the shared
-    builder, optimizer.cpsat), moves and limits, fit and safe rows, policy term, objective, hint."""
+    builder, optimizer.plan.cpsat), moves and limits, fit and safe rows, policy term, objective, hint."""
     comp, x_cur = ctx.comp, ctx.x_cur
     policy = "binpack" if options.policy == "a-binpack" else options.policy  # a-binpack: nodes in use, see below
     cap_fit = np.maximum(comp.free, np.einsum("cr,cn->nr", comp.req, x_cur))
