@@ -282,7 +282,7 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
 
 
 def test_lagging_node_is_not_read_as_busy(prom: ps.PromServer) -> None:
-    """Issue 15, finding 5: an idle node whose newest scrapes are 2-3 minutes older than the query end read
+    """An idle node whose newest scrapes are 2-3 minutes older than the query end read
     30-70 % busy (rate() over a partial window, extrapolated). Steps whose newest raw sample is more than one
     scrape interval old are dropped, and the node's series and forecast are marked."""
     now = float(prom.scrapes[-1]) + ps.STEP + 1.0  # query end: one minute after the healthy nodes' last scrape

@@ -1,7 +1,6 @@
-"""Issue 15, findings 1-4: the spread the safe agent reads, corrupt samples, and bad input.
-
-Each test states the failure it guards against; each was run against the code before the fix and failed.
-(Finding 5, partial Prometheus windows, is tested against the real Prometheus in tests/forecasting/test_prometheus.py.)
+"""forecasting.quality and the forecasts built on it: the spread the safe agent reads, corrupt samples, timestamps
+in other units, values out of range, short or gappy history, and input that cannot be used. Each test states the
+failure it guards against. (Partial Prometheus windows: tests/forecasting/test_prometheus.py, on the real Prometheus.)
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ def rejects(fc: NodeForecast, u_star: float = 0.9, eps: float = 0.3) -> bool:
     return bool(overload_score(safe_overload_risk(mu, sigma, u_star), eps)[0] == 0)
 
 
-# ---- finding 1: std ------------------------------------------------------------------------------------
+# ---- the spread (std) ------------------------------------------------------------------------------------------------
 def test_std_is_the_spread_of_the_calibrated_band() -> None:
     """A week of zeros then an hour at 0.8 gave std 1.17e4 (score std x a volatility from the calm week), so
     the safe agent rejected the node outright; std is now the Gaussian spread of the calibrated p95."""
@@ -87,7 +86,7 @@ def test_std_on_real_bitbrains_vms_is_bounded_by_the_band() -> None:
     assert rejected <= p95_over + 0.02, (rejected, p95_over)  # rejections only where the band reaches U*
 
 
-# ---- findings 2 and 3: one corrupt sample -----------------------------------------------------------------
+# ---- one corrupt sample ----------------------------------------------------------------------------------------------
 def test_corrupt_newest_sample_is_not_copied_into_the_band() -> None:
     """y[-1] *= 1000 gave mean 22.75 and p95 225.7 with no note: the newest-value floor copied it."""
     y = level_series()
@@ -133,7 +132,7 @@ def test_real_bursts_are_kept() -> None:
     assert fc.p95 >= 0.8 - 1e-9
 
 
-# ---- finding 4: input validation -------------------------------------------------------------------------
+# ---- input validation ------------------------------------------------------------------------------------------------
 def test_millisecond_timestamps_are_converted_with_a_note() -> None:
     """Timestamps in ms left 1,998 of 2,001 bins empty and still gave a confident, non-stale forecast."""
     y = level_series()[:2001]

@@ -1,10 +1,8 @@
-"""benchmarks.e2e's trivial extender answers both node modes as the protocol requires."""
+"""benchmarks.trivial_extender (the e2e benchmark's trivial extender, in its own process) answers both node
+modes as the protocol requires."""
 
 from __future__ import annotations
 
-import http.client
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,31 +10,24 @@ from typing import Any
 import orjson
 import pytest
 
-from benchmarks.e2e import TrivialHandler, run_target
+from benchmarks.e2e import trivial_process
+from benchmarks.trivial_extender import TrivialHandler
+from extender.client import ExtenderClient
 from tests.support.fixtures import fixtures_dir  # noqa: F401 - the fixture
 
 
-@pytest.fixture
-def trivial() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TrivialHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+@pytest.fixture(scope="module")
+def trivial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """``python -m benchmarks.trivial_extender PORT`` as the e2e benchmark starts it."""
+    with trivial_process(tmp_path_factory.mktemp("trivial") / "trivial.log") as ext:
+        yield ext.port
 
 
 def post(port: int, path: str, body: bytes) -> Any:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("POST", path, body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200
-        return orjson.loads(resp.read())
-    finally:
-        conn.close()
+    with ExtenderClient(port) as client:
+        status, reply = client.post(path, body)
+    assert status == 200
+    return reply
 
 
 def test_trivial_extender_answers_full_nodes_with_the_nodes_it_was_sent(trivial: int, fixtures_dir: Path) -> None:  # noqa: F811
@@ -70,10 +61,11 @@ def test_trivial_extender_answers_node_names(trivial: int) -> None:
     assert post(trivial, "/prioritize", body) == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
 
 
-def test_trivial_full_runs_the_trivial_extender_without_the_node_cache() -> None:
-    assert run_target("trivial-full") == ("trivial", False, False)
-    assert run_target("trivial") == ("trivial", False, True)
-    assert run_target("kso-full") == ("kso", False, False)
-    assert run_target("kso-bind[KSO_BENCH_TREE=x;KSO_BENCH_CONFIGS=kso-bind]") == \
-        ("kso[KSO_BENCH_TREE=x;KSO_BENCH_CONFIGS=kso-bind]", True, True)
-    assert run_target("alone") == (None, False, True)
+def test_captured_full_nodes_requests_are_in_the_layout_answered_without_decoding(fixtures_dir: Path) -> None:  # noqa: F811
+    """kube-scheduler's own full-Nodes bodies take the trivial extender's byte path (the protocol's least cost)."""
+    paths = [p for verb in ("filter", "prioritize") for p in sorted((fixtures_dir / "full-nodes").glob(f"*-{verb}.request.json"))]
+    assert paths
+    for path in paths:
+        data = path.read_bytes().strip()
+        assert data.startswith(TrivialHandler.FULL_HEAD) and data.endswith(TrivialHandler.FULL_TAIL), path.name
+        assert TrivialHandler.FULL_NODES in data

@@ -1,8 +1,8 @@
-"""The optimizer on generated clusters of the kind users run (benchmarks.clusters: node shapes, a tainted
+"""optimizer.plan.model (the solve) on generated clusters of the kind users run (benchmarks.clusters: node shapes, a tainted
 GPU node, zones, a cordoned and a NotReady node, bound pods with load annotations, ReplicaSets, Jobs, a
 DaemonSet, BestEffort pods, required affinity), every plan file checked by the independent checker
-(benchmarks.plan_checker: its own rule reading, quantity parsing and scipy Beta risk), and one test per
-finding of issue 13."""
+(benchmarks.plan_checker: its own rule reading, quantity parsing and scipy Beta risk), and the cases those
+clusters once got wrong."""
 
 from __future__ import annotations
 

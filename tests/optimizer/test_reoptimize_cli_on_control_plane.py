@@ -6,11 +6,11 @@ pods are created already bound (``spec.nodeName``) and their status is written a
 The module has its own control plane because ``kso reoptimize`` reads every node of the cluster (nodes are
 not namespaced): the shared one carries other tests' nodes. Every test starts from an empty cluster.
 
-The cluster of most tests (the same as tests/optimizer/test_reoptimize.py's): node n1 is over its safe bound
+The cluster of most tests (tests/optimizer/reoptimize_cluster.py): node n1 is over its safe bound
 (kube-safe-scheduler annotations say 98.75 % cpu in use, U* = 90 %), hosting three movable web pods
 (ReplicaSet web, 4 replicas) and one pod of every kind that must never be evicted; n2 and n3 are nearly
 idle; n5 is idle but tainted. The faults the real server cannot produce on demand (an eviction answered
-404, 409 or 500 for a chosen pod) stay on the stand-in in test_reoptimize.py.
+404, 409 or 500 for a chosen pod) stay on the stand-in in test_eviction.py.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from kso.cli import main
 from kso.core.safety import safe_overload_risk
 from optimizer.plan.placement_plan import PlacementPlan, load_plan
 from optimizer.reoptimize import eviction
-from tests.optimizer import test_reoptimize
-from tests.optimizer.test_reoptimize import CPU_M, EPS, MOVABLE, U_STAR, pod
+from tests.optimizer import reoptimize_cluster
+from tests.optimizer.reoptimize_cluster import CPU_M, EPS, MOVABLE, U_STAR, pod
 from tests.support.fixtures import make_running, started_control_plane, until
 
 NAMESPACES = ("team-a", "team-b", "kso-system", "kso-test", "kso-ns")
-# One of every kind that must never be evicted, all on the overloaded node: test_reoptimize.NEVER but for
+# One of every kind that must never be evicted, all on the overloaded node: reoptimize_cluster.NEVER but for
 # "critical-priority" (spec.priority without a class): kube-apiserver's Priority admission refuses a pod
 # that sets the integer itself, so such a pod cannot exist; the eligibility rule is tested without a server.
-NEVER = {name: raw for name, raw in test_reoptimize.NEVER.items() if name != "critical-priority"}
+NEVER = {name: raw for name, raw in reoptimize_cluster.NEVER.items() if name != "critical-priority"}
 
 
 class Cluster:

@@ -1,4 +1,4 @@
-"""The optimizer on hand-made problems whose right answer can be counted, and on generated ones.
+"""optimizer.plan.model (the solve) on hand-made problems whose right answer can be counted, and on generated ones.
 
 Every plan is checked against the problem itself (canonical units, placement rules, the exact Beta rule
 recomputed here from the classes' usage), not against the compiled model the solver saw.

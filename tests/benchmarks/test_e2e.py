@@ -1,4 +1,5 @@
-"""benchmarks.e2e reads the API server's own time for Bindings off kube-apiserver's /metrics."""
+"""benchmarks.e2e: the API server's own time for Bindings read off kube-apiserver's /metrics, and which extender
+process and scheduler configuration each run uses."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
-from benchmarks.e2e import api_binding_latency, apiserver_metrics, create_pods, node_manifest, pod_manifest
+from benchmarks.e2e import api_binding_latency, apiserver_metrics, create_pods, node_manifest, pod_manifest, run_target
 from kso.core.binder import ApiBinder
 
 
@@ -35,3 +36,12 @@ def test_api_binding_latency_counts_the_bindings_posted_between_two_scrapes(cont
         assert all(p.spec.node_name == node for p in core.list_namespaced_pod(kube_namespace).items)
     finally:
         core.delete_node(node)
+
+
+def test_each_configuration_names_its_extender_process_bind_and_node_cache() -> None:
+    assert run_target("trivial-full") == ("trivial", False, False)
+    assert run_target("trivial") == ("trivial", False, True)
+    assert run_target("kso-full") == ("kso", False, False)
+    assert run_target("kso-bind[KSO_BENCH_TREE=x;KSO_BENCH_CONFIGS=kso-bind]") == \
+        ("kso[KSO_BENCH_TREE=x;KSO_BENCH_CONFIGS=kso-bind]", True, True)
+    assert run_target("alone") == (None, False, True)

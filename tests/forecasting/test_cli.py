@@ -1,5 +1,6 @@
-"""``kso annotate --cost``: prices from a user's file by node name or instance type, --random only on request,
-the same dry-run / apply convention as the rest of ``kso annotate``; applied on the real control plane."""
+"""forecasting.cli: ``kso forecast`` (a table or JSON per node), ``kso annotate`` (kube-safe-scheduler's annotations
+from forecasts, dry-run from a snapshot), and ``kso annotate --cost`` (prices from a user's file by node name or
+instance type, --random only on request, the same dry-run / apply convention; applied on the real control plane)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from kubernetes import client
 
+from forecasting.cli import main as cli_main
 from kso.cli import main as kso_main
 from kso.core.node_costs import SEED_PRICES, PriceFileError, load_prices
 from tests.support.fixtures import make_node
@@ -96,3 +99,31 @@ def test_applied_on_the_real_api_server(control_plane: Any, tmp_path: Path, caps
     finally:
         for name in names:
             core.delete_node(name)
+
+
+def test_cli_forecast_from_embedded_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["forecast", "--trace", "embedded", "--nodes", "3", "--model", "last-value", "--json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["source"] == "trace:embedded" and doc["error"] is None
+    assert [n["node"] for n in doc["nodes"]] == ["vm-001", "vm-002", "vm-003"]
+    cpu = doc["nodes"][0]["cpu"]
+    assert cpu["model"] == "last-value" and 0 <= cpu["mean"] <= cpu["p95"] and cpu["age_s"] < 3600
+    assert cli_main(["forecast", "--trace", "embedded", "--nodes", "2", "--model", "last-value"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[:3] == ["NODE", "CPU", "MEAN"] and table[2].startswith("vm-001")
+
+
+def test_cli_annotate_dry_run_from_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = tmp_path / "cluster.json"
+    snap.write_bytes(orjson.dumps({"nodes": [make_node("node-a", cpu="2", memory="8Gi"),
+                                             make_node("node-b", cpu="4", memory="16Gi")]}))
+    rc = cli_main(["annotate", "--trace", "embedded", "--nodes", "2", "--model", "last-value", "--snapshot",
+                   str(snap), "--assign-traces", "--dry-run"])
+    assert rc == 0
+    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["node"] for x in lines] == ["node-a", "node-b"]
+    ann = lines[0]["patch"]["metadata"]["annotations"]
+    assert set(ann) >= {"mean-free-cpu", "std-free-cpu", "mean-free-memory", "std-free-memory",
+                        "forcasted-free-cpu", "forcasted-free-memory"}
+    assert ann["kso.io/forecast-source"] == "synthetic:trace:embedded:vm-001"
+    assert 0 <= float(ann["mean-free-cpu"]) <= 2000 and 0 <= float(ann["mean-free-memory"]) <= 8192
