@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from forecasting.cli_flags import add_forecast_args, forecast_request
-from forecasting.forecast_source import DEFAULT_SERIES, refresh_once, synthetic_join
+from forecasting.forecast_source import DEFAULT_SERIES, refresh_once, source_failure, synthetic_join
 from forecasting.store import ForecastStore
 from forecasting.types import RESOURCES, NodeForecast
 from kso.core.cli_flags import add_cluster_args, cluster_source
@@ -54,10 +54,11 @@ def add_commands(subparsers: Any) -> None:
     an.set_defaults(func=cmd_annotate)
 
 
-def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float]:
-    """Build the source and forecaster, refresh a store once; returns (store, source, now)."""
-    store, source, _ = refresh_once(forecast_request(args), args.nodes or DEFAULT_SERIES)
-    return store, source, time.time()
+def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float, str | None]:
+    """Build the source and forecaster, refresh a store once; returns (store, source, now, why it failed)."""
+    request = forecast_request(args)
+    store, source, _ = refresh_once(request, args.nodes or DEFAULT_SERIES)
+    return store, source, time.time(), source_failure(request, store)
 
 
 def _rows(store: ForecastStore, now: float, limit: int | None) -> list[dict[str, Any]]:
@@ -80,7 +81,7 @@ def _pct(v: float | None) -> str:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    store, source, now = _compute(args)
+    store, source, now, failure = _compute(args)
     rows = _rows(store, now, args.nodes)
     status = store.describe(now)
     if args.json:
@@ -88,8 +89,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
                "error": status["last_error"], "notes": status["notes"], "nodes": rows}
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
         return 0 if status["last_error"] is None else 1
-    if status["last_error"]:
-        print(f"error: {status['last_error']}", file=sys.stderr)
+    if failure:
+        print(f"kso forecast: {failure}", file=sys.stderr)
         return 1
     head = f"{'NODE':<24} {'CPU MEAN':>8} {'CPU P95':>8} {'CPU STD':>8} {'MEM MEAN':>8} {'MEM P95':>8} " \
            f"{'MEM STD':>8}  {'MODEL':<24} {'AGE':>7}"
@@ -189,9 +190,9 @@ def cmd_annotate(args: argparse.Namespace) -> int:
         print("error: --assign-traces needs --trace", file=sys.stderr)
         return 2
     nodes, api = _cluster_nodes(args)
-    store, source, now = _compute(args)
-    if store.last_error:
-        print(f"error: {store.last_error}", file=sys.stderr)
+    store, source, now, failure = _compute(args)
+    if failure:
+        print(f"kso annotate: {failure}", file=sys.stderr)
         return 1
     snap = store.snapshot(now)
     label = getattr(source, "name", "?")

@@ -8,9 +8,13 @@ Reading the cluster itself is kso.core.cluster_source (the layer below).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from forecasting.store import ForecastStore
 from forecasting.types import NodeForecast
@@ -63,13 +67,55 @@ def refresh_once(request: ForecastRequest, n_series: int) -> tuple[ForecastStore
     else:
         from forecasting.prometheus import PrometheusSource
 
+        if request.prometheus:
+            check_prometheus_url(request.prometheus)
         try:
             source = PrometheusSource(url=request.prometheus)
         except Exception as exc:  # noqa: BLE001 - bad URL or settings
             raise InputError(f"prometheus {request.prometheus}: {exc}") from None
     store = ForecastStore()
-    store.refresh(source, forecaster, request.horizon_s, now=now)
+    with _said_by_the_command():
+        store.refresh(source, forecaster, request.horizon_s, now=now)
     return store, source, now
+
+
+def check_prometheus_url(url: str) -> None:
+    """InputError unless ``url`` is an http(s) URL with a host; for ``host:port`` it suggests ``http://host:port``."""
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return
+    guess = "http://" + (url.split("://", 1)[1] if "://" in url else url)
+    raise InputError(f"Prometheus URL {url!r} is not an http:// or https:// URL; did you mean {guess}?")
+
+
+@contextmanager
+def _said_by_the_command() -> Iterator[None]:
+    """A command reports a failed refresh itself, in one line (source_failure); the store's warning and
+    urllib3's retry warning, there for the extender's log, would say the same again on the terminal."""
+    loggers = [logging.getLogger(name) for name in ("kso.forecasting.store", "urllib3.connectionpool")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def source_failure(request: ForecastRequest, store: ForecastStore) -> str | None:
+    """One line saying why the refresh of ``store`` failed (the source and the cause; for a connection that
+    failed, the operating system's words), or None when it did not."""
+    error = store.last_error
+    if error is None:
+        return None
+    where = f"trace {request.trace}" if request.trace else f"Prometheus {request.prometheus or 'KSO_PROMETHEUS_URL'}"
+    refused = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", error)
+    if refused and not request.trace:
+        return f"{where}: cannot connect ({refused.group(1).strip()})"
+    if "timed out" in error.lower() and not request.trace:
+        return f"{where}: no answer within KSO_PROMETHEUS_TIMEOUT"
+    return f"{where}: {error}"
 
 
 def synthetic_join(node_names: Iterable[str], series_keys: Iterable[str]) -> dict[str, str]:
@@ -88,10 +134,10 @@ def node_forecasts(request: ForecastRequest, node_names: Iterable[str]) -> tuple
         return None, None, "node annotations (kube-safe-scheduler) where present, else the pods' requests"
     names = sorted(node_names)
     store, _, now = refresh_once(request, request.nodes or len(names))
-    if store.last_error:
-        where = f"trace {request.trace}" if request.trace else f"Prometheus {request.prometheus}"
-        hint = "" if request.trace else " (run without --prometheus to use the node annotations)"
-        raise InputError(f"forecasts from {where} failed: {store.last_error}{hint}")
+    failure = source_failure(request, store)
+    if failure:
+        hint = "" if request.trace else "; without --prometheus the nodes are judged on their annotations"
+        raise InputError(f"forecasts failed: {failure}{hint}")
     snap = store.snapshot(now)
     if request.trace:
         joined = synthetic_join(names, snap)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from forecasting.forecast_source import ForecastRequest, node_forecasts
-from kso.core.cluster_source import ClusterSource, InputError, load_cluster
+from kso.core.cluster_source import ClusterSource, load_cluster
 from kso.core.settings import load_settings, read_config_file
 from optimizer.plan.compiled import Compiled, SolveResult, SolverOptions, compile_problem
 from optimizer.plan.placement_plan import PlacementPlan, plan_from_result, write_plan
@@ -86,8 +86,9 @@ class PlanReport:
 
 def plan_once(request: PlanRequest, say: Callable[[str], None], abort_attempts: int = 0) -> PlanReport:
     """Read the inputs, plan through the protected solve, write the plan file. ``say`` gets what the user
-    should know on the way (a failed source, a solver process that died); an unusable input raises
-    InputError. ``abort_attempts``: the ProtectedSolver test hook (the first N solver processes die)."""
+    should know on the way (objects skipped, a solver process that died); an unusable input, a forecast
+    source that fails included, raises InputError. ``abort_attempts``: the ProtectedSolver test hook (the
+    first N solver processes die)."""
     from optimizer.plan.protected_solver import ProtectedSolver
     from optimizer.settings import PlanSettings
 
@@ -126,16 +127,9 @@ def _cluster_problem(request: PlanRequest, settings: Any, say: Callable[[str], N
     for line in cluster.skipped:
         say(line)
     state = cluster.state
-    try:
-        forecasts, now, load_from = node_forecasts(request.forecast, state.node_names())
-    except InputError as exc:
-        if not request.forecast.prometheus:
-            raise
-        # A failed Prometheus is not fatal here: the plan judges nodes on their annotations.
-        say(f"{exc}; planning on the node annotations instead")
-        forecasts, now, load_from = None, None, "node annotations (Prometheus failed)"
-    # (a Prometheus that just failed is not asked again)
-    class_usage, usage_from = _class_usage(request, state, say) if forecasts is not None else ({}, "")
+    # A source the user named that fails is an error (InputError), never a silent fall back to the annotations.
+    forecasts, now, load_from = node_forecasts(request.forecast, state.node_names())
+    class_usage, usage_from = _class_usage(request, state, say)
     load_from += usage_from
     problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key, now=now,
                                  scheduler_names=settings.scheduler_names, class_usage=class_usage)

@@ -5,6 +5,8 @@ instance type, --random only on request, the same dry-run / apply convention; ap
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,14 @@ import pytest
 from kubernetes import client
 
 from forecasting.cli import main as cli_main
+from forecasting.forecast_source import check_prometheus_url
 from kso.cli import main as kso_main
+from kso.core.cluster_source import InputError
+from kso.core.net import free_port
 from kso.core.node_costs import SEED_PRICES, PriceFileError, load_prices
 from tests.support.fixtures import make_node
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout under test (cwd first on sys.path)
 
 
 def _snapshot(tmp_path: Path, nodes: list[dict[str, Any]]) -> str:
@@ -127,3 +134,24 @@ def test_cli_annotate_dry_run_from_snapshot(tmp_path: Path, capsys: pytest.Captu
                         "forcasted-free-cpu", "forcasted-free-memory"}
     assert ann["kso.io/forecast-source"] == "synthetic:trace:embedded:vm-001"
     assert 0 <= float(ann["mean-free-cpu"]) <= 2000 and 0 <= float(ann["mean-free-memory"]) <= 8192
+
+
+def kso(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kso.cli ARGV`` of this checkout in its own process: what a terminal sees, logging included."""
+    return subprocess.run([sys.executable, "-m", "kso.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_forecast_from_a_prometheus_that_fails_says_so_once() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # a real closed port
+    proc = kso("forecast", "--prometheus", url)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"kso forecast: Prometheus {url}: cannot connect (Connection refused)"]
+
+
+def test_a_prometheus_url_without_its_scheme_gets_a_hint() -> None:
+    proc = kso("forecast", "--prometheus", "localhost:9090")
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "'localhost:9090' is not an http:// or https:// URL; did you mean http://localhost:9090?" in proc.stderr
+    with pytest.raises(InputError, match="did you mean http://prometheus.monitoring:9090"):
+        check_prometheus_url("prometheus.monitoring:9090")
+    check_prometheus_url("https://prometheus.example/prom")  # a path prefix is fine

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from kso.cli import main
+from kso.core.net import free_port
 from optimizer.plan.cli import cmd_plan, parse_plan_args
 from optimizer.plan.placement_plan import PlacementPlan, load_plan
 from optimizer.plan.protected_solver import FFD_STATUS, ORTOOLS_ABORT
@@ -115,3 +116,37 @@ def test_kso_plan_reads_the_real_api_server(control_plane: Any, kube_namespace: 
     capsys.readouterr()
     ours = [c for c in load_plan(str(out)).classes.values() if any(kube_namespace in p for p in c.detail.get("pods", []))]
     assert len(ours) == 1 and sum(ours[0].slots.values()) == 1 and set(ours[0].slots) <= set(names), ours
+
+
+def kso(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m kso.cli ARGV`` of this checkout in its own process: what a terminal or a CronJob sees."""
+    return subprocess.run([sys.executable, "-m", "kso.cli", *argv], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_prometheus_that_fails_is_an_error_in_one_line_not_a_fall_back(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # a real closed port: nothing listens there
+    out = tmp_path / "plan.json"
+    proc = kso("plan", *ARGS, "--prometheus", url, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("kso plan: ") and f"Prometheus {url}: cannot connect (Connection refused)" in proc.stderr
+    assert not out.exists()
+
+
+def test_a_url_without_its_scheme_gets_a_hint(tmp_path: Path) -> None:
+    proc = kso("plan", *ARGS, "--prometheus", "localhost:9090", "--out", str(tmp_path / "plan.json"), cwd=tmp_path)
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "did you mean http://localhost:9090?" in proc.stderr
+
+
+def test_plan_with_the_real_prometheus(prom: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same flag with a Prometheus that answers plans (the demo's nodes have no series there: their annotations
+    count, as for any node without a fresh forecast)."""
+    out = tmp_path / "plan.json"
+    assert main(["plan", *ARGS, "--prometheus", prom.url, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    load_from = next(line for line in printed.out.splitlines() if line.startswith("load from: "))
+    assert load_from.startswith(f"load from: prometheus {prom.url} ("), load_from
+    assert "classes at their pods' measured usage" in load_from, load_from  # the pods' series were read too
+    assert load_plan(out).status in ("OPTIMAL", "FEASIBLE")
