@@ -68,7 +68,7 @@ def run_demo(out: str = "kso-demo-report", port: int = 0, hours: float = 4.0, ve
     steps = [("1. Forecasts (kso forecast --trace embedded --nodes 20)", buf.getvalue(), time.perf_counter() - t)]
 
     t = _step("2. a plan for the demo cluster's pending pods (kso plan --demo --trace embedded)")
-    from optimizer.cli import add_commands as plan_commands
+    from optimizer.plan.cli import add_commands as plan_commands
 
     parser = argparse.ArgumentParser(prog="kso")
     plan_commands(parser.add_subparsers())

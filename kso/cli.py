@@ -25,17 +25,17 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
                        "(README.md's configuration table)"),
     "forecast": ("forecasting.cli", "forecast node utilisation from Prometheus or a trace"),
     "annotate": ("forecasting.cli", "write kube-safe-scheduler node annotations from forecasts"),
-    "plan": ("optimizer.cli", "solve a placement plan once (CP-SAT) and write the plan file"),
-    "reoptimize": ("optimizer.reoptimize", "re-optimise the running placement with a move budget (dry-run unless --execute)"),
-    "bench": ("benchmarks.sim.cli", "replay a trace through the default scheduler, the peers and kso, and write a "
-                                    "comparison report"),
+    "plan": ("optimizer.plan.cli", "solve a placement plan once (CP-SAT) and write the plan file"),
+    "reoptimize": ("optimizer.reoptimize.cli", "re-optimise the running placement with a move budget (dry-run unless --execute)"),
+    "bench": ("benchmarks.sim.cli", "replay a trace through the default scheduler, the peers, kso and the oracle "
+                                    "reference, and write the cost-harm report"),
     "scheduler": ("scheduler.cli", "run kso as a standalone scheduler for pods whose spec.schedulerName names it"),
 }
 # KSO_* variables read by the benchmarks and the tests, not by kso: known, so that the environment check
 # (check_configuration) lets them through.
 DEVELOPMENT_VARIABLES = frozenset({
     "KSO_SHARED", "KSO_REQUIRE_K8S", "KSO_K8S_DIST", "KSO_K8S_CACHE", "KSO_K8S_BIN_DIR", "KSO_ETCD", "KSO_CACHE_DIR",
-    "KSO_BENCH_TREE", "KSO_BENCH_CONFIGS", "KSO_BENCH_CACHE"})
+    "KSO_REQUIRE_RAY", "KSO_BENCH_TREE", "KSO_BENCH_CONFIGS", "KSO_BENCH_CACHE"})
 # Kubernetes puts a variable per Service of the pod's namespace into its environment (a Service "kso-metrics"
 # gives KSO_METRICS_SERVICE_HOST, KSO_METRICS_PORT=tcp://..., ...): those are not settings.
 SERVICE_LINK = re.compile(r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kso.core.node_costs import CostKeySettings
 from kso.core.safety import SafeBoundSettings
 from kso.core.settings import setting
-from optimizer.compiled import SolverOptions
+from optimizer.plan.compiled import SolverOptions
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from forecasting.trace_dir import TraceFileMissing
 from forecasting.traces import DATA_DIR
-from optimizer.openb import read_openb
+from optimizer.plan.openb import read_openb
 
 DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA_DIR
 OUT = Path(__file__).resolve().parents[1] / "kso" / "data" / "demo-cluster.json"

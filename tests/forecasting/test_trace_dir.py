@@ -11,7 +11,7 @@ import pytest
 from forecasting.trace_dir import BESIDE_CHECKOUT, CHECKOUT, TraceFileMissing, trace_dir
 from forecasting.traces import TraceError, TraceSource
 from kso.cli import main
-from optimizer.openb import read_openb
+from optimizer.plan.openb import read_openb
 from tests.support.fixtures import _shared, _trace_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_a_test_that_needs_a_missing_trace_fails_instead_of_skipping(tmp_path: P
 
 
 def test_no_absolute_data_folder_is_left_in_the_readers() -> None:
-    files = [*(ROOT / "forecasting").rglob("*.py"), ROOT / "optimizer" / "openb.py", *(ROOT / "scripts").rglob("*.py"),
+    files = [*(ROOT / "forecasting").rglob("*.py"), ROOT / "optimizer" / "plan" / "openb.py", *(ROOT / "scripts").rglob("*.py"),
              ROOT / "tests" / "support" / "fixtures.py", ROOT / "tests" / "forecasting" / "test_traces.py"]
     found = [f"{p.relative_to(ROOT)}: {m}" for p in files for m in re.findall(r"/work/\S*", p.read_text())]
     assert not found, found

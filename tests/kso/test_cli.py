@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kso.cli import COMMANDS, build_parser, main
-from kso.core.inputs import InputError
+from kso.core.cluster_source import InputError
 from kso.core.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -149,7 +149,7 @@ def test_pooled_prior_plans_a_new_class_at_the_measured_usage_over_request() -> 
     from benchmarks.sim.policies.kso_extender import pod_object
     from benchmarks.sim.policies.kso_plan import KsoPlanPolicy, pooled_ratio
     from kso.core.objects import pod_from_k8s
-    from optimizer.problem import UsageModel, class_key
+    from optimizer.plan.problem import UsageModel, class_key
 
     # two measured pods, memory only matters here: pod A (request 2) used 2, 2, 2, 2 (ratio 1.0 x4);
     # pod B (request 4) used 6, 6 (ratio 1.5 x2): m = (4 x 1.0 + 2 x 1.5) / 6 = 7/6
