@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from extender.agents import AGENTS
 from kso.core.settings import load_settings, read_config_file, setting
+from kso.decisions.agents import AGENTS
 from optimizer.settings import PlanSettings
 
 if TYPE_CHECKING:

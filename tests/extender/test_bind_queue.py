@@ -25,7 +25,7 @@ from benchmarks.e2e import create_nodes, create_pods, delete_nodes, deploy_sched
 from extender.app import BindQueue, create_app
 from extender.config import ExtenderSettings, load_config
 from extender.demo import BackgroundServer, Client
-from extender.service import Extender
+from extender.verbs import Extender
 from kso.core.binder import AsyncApiBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s

@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from extender.agents.safe import beta_risk
 from kso.core.safety import balance_score, safe_overload_risk
+from kso.decisions.agents.safe import beta_risk
 
 
 def test_balance_score_is_the_seeds_formula_on_known_statistics() -> None:

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 from scipy.special import betainc
 
-from extender.agents.base import Agent, Call, PredicateResult
 from kso.core.cluster import LastKept, NodeView
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.safety import SafeBoundSettings, balance_score, held_past, least_risk, overload_score, point_mass
 from kso.core.settings import setting
 from kso.core.stats import AnnotationStats, NodeStatsSource
+from kso.decisions.agents.base import Agent, Call, PredicateResult
 
 log = logging.getLogger("kso.extender.safe")
 
