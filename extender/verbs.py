@@ -13,10 +13,12 @@ from typing import Any
 import orjson
 
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs
+from extender.replies import HostScoreReplies
 from kso.core.binder import AsyncBinder, Binder
-from kso.core.cluster import ClusterState, NodeView
+from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo, PodMemo, pod_from_k8s
 from kso.core.stats import NodeStatsSource
+from kso.core.views import NodeView
 from kso.decisions.agents.base import Call
 from kso.decisions.engine import DecisionEngine, EngineConfig, PlanSlots
 
@@ -32,6 +34,7 @@ class Extender(DecisionEngine):
                  cache_bodies: bool = True, pod_memo: PodMemo | None = None) -> None:
         super().__init__(config, state, stats, plan, cache_bodies, pod_memo)
         self.binder = binder
+        self.replies = HostScoreReplies(state)  # prioritize's reply entries per node
         s = self.settings
         self.limits = Limits(max_depth=s.max_json_depth, max_nodes=s.max_nodes)
 
@@ -81,10 +84,10 @@ class Extender(DecisionEngine):
 
     def prioritize_json(self, args: ExtenderArgs) -> bytes:
         """prioritize's reply already encoded (the same bytes as dumps(prioritize(args))), from the node
-        cache's ready-made per-node entries."""
+        replies' ready-made per-node entries."""
         view, scores = self.prioritized(args)
         # one int per node, 0..MAX_PRIORITY: the engine's rounded mean of clamped scores (or 0), halved or MAX by the plan
-        return self.state.host_scores_json(view, scores, in_range=True)
+        return self.replies.encode(view, scores, in_range=True)
 
     def priority(self, name: str, args: ExtenderArgs) -> list[dict[str, Any]]:
         """One agent priority, raw (kube-safe-scheduler's /scheduler/priorities/<name>)."""

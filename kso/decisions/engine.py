@@ -16,10 +16,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kso.core.cluster import ClusterState, LastKept, NodeView
+from kso.core.cluster import ClusterState
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
+from kso.core.views import LastKept, NodeView
 from kso.decisions.agents import AGENTS
 from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call, Predicate, PredicateResult, Priority
 from kso.decisions.agents.safe import SafeAgent

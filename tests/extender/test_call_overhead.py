@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from extender.config import load_config
 from extender.protocol import parse_extender_args
+from extender.replies import HostScoreReplies
 from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
@@ -263,10 +264,11 @@ def test_binpack_stacked_sums_equal_the_einsums(rows: list[list[float]], new: li
 
 @SETTINGS
 @given(st.lists(st.lists(st.integers(0, 10), min_size=4, max_size=4), min_size=1, max_size=4), st.booleans())
-def test_host_scores_json_of_a_remembered_view_equals_orjson(rounds: list[list[int]], churn: bool) -> None:
-    """Session 11: host_scores_json with its keys kept for a remembered view's rows (and prioritize's in_range) gives
-    orjson's bytes, round after round, a row changing hands in between or not."""
+def test_host_score_replies_of_a_remembered_view_equal_orjson(rounds: list[list[int]], churn: bool) -> None:
+    """HostScoreReplies with its keys kept for a remembered view's rows (and prioritize's in_range) gives orjson's
+    bytes, round after round, a row changing hands in between or not."""
     state = ClusterState()
+    replies = HostScoreReplies(state)
     names = [f"n{i}" for i in range(4)]
     for name in names:
         state.upsert_node(node_from_k8s(make_node(name)))
@@ -277,15 +279,15 @@ def test_host_scores_json_of_a_remembered_view_equals_orjson(rounds: list[list[i
         view = state.view(names, stable=True)
         expected = orjson.dumps([{"Host": h, "Score": s} for h, s in zip(names, scores, strict=True)])
         arr = np.array(scores, dtype=np.int64)
-        assert state.host_scores_json(view, arr, in_range=True) == expected
-        assert state.host_scores_json(view, arr) == expected
+        assert replies.encode(view, arr, in_range=True) == expected
+        assert replies.encode(view, arr) == expected
 
 
 @SETTINGS
 @given(seed=st.integers(0, 10**9), n=st.integers(1, 30), k=st.integers(1, 5), floats=st.booleans(),
        hit=st.sampled_from([None, "some", "all"]))
 def test_prioritize_scores_are_in_range(seed: int, n: int, k: int, floats: bool, hit: str | None) -> None:
-    """Session 11: what prioritize_json hands host_scores_json as in range is one int per node, 0..MAX_PRIORITY,
+    """What prioritize_json hands HostScoreReplies.encode as in range is one int per node, 0..MAX_PRIORITY,
     whatever the priorities give (out of range, floats) and whatever the plan does to it."""
     rng = random.Random(seed)
     arrays = [np.array([rng.choice([-3, 0, 1, 5, 9, 10, 11, 10**12, rng.randint(0, 10)]) for _ in range(n + 1)])

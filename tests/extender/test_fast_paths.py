@@ -23,18 +23,21 @@ from hypothesis import strategies as st
 from extender.app import create_app, outermost_hot_routes
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, dumps, parse_extender_args
+from extender.replies import HostScoreReplies
 from extender.verbs import Extender
 from kso.core import cluster as cluster_module
 from kso.core.binder import RecordingBinder
-from kso.core.cluster import ClusterState, image_sizes_scan
+from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.core.safety import safe_overload_risk
+from kso.core.safety import beta_cases, safe_overload_risk
+from kso.core.views import image_sizes_scan
 from kso.decisions.agents.base import Call, PredicateResult
 from kso.decisions.agents.image import ImageAgent, ImageParams, image_locality_score
-from kso.decisions.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, _beta_cases, beta_risk
+from kso.decisions.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams
 from kso.decisions.engine import InputError
 from tests.support.fixtures import make_node, make_pod
 from tests.support.foo_agent import foo_registered
+from tests.support.reference_risk import reference_safe_overload_risk
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -247,8 +250,9 @@ def test_image_columns_equal_a_scan_of_every_node(steps: list[tuple[str, int, li
 @SETTINGS
 @given(names=st.lists(st.text(min_size=1, max_size=6), min_size=0, max_size=8, unique=True),
        asked=st.data(), churn=st.booleans())
-def test_host_scores_json_equals_orjson(names: list[str], asked: st.DataObject, churn: bool) -> None:
+def test_host_score_replies_equal_orjson(names: list[str], asked: st.DataObject, churn: bool) -> None:
     state = ClusterState()
+    replies = HostScoreReplies(state)
     for name in names:
         state.upsert_node(node_from_k8s(make_node(name)))
     pool = [*names, "not-in-cache", 'q"uote\\', "\u00e9\n"]
@@ -260,8 +264,8 @@ def test_host_scores_json_equals_orjson(names: list[str], asked: st.DataObject, 
         state.remove_node(names[0])
         state.upsert_node(node_from_k8s(make_node("newcomer")))
     expected = orjson.dumps([{"Host": h, "Score": sc} for h, sc in zip(call_names, scores, strict=True)])
-    assert state.host_scores_json(view, scores) == expected
-    assert state.host_scores_json(view, np.array(scores, dtype=np.int64)) == expected  # prioritize's int array
+    assert replies.encode(view, scores) == expected
+    assert replies.encode(view, np.array(scores, dtype=np.int64)) == expected  # prioritize's int array
 
 
 # ---- the safe agent's reasons ---------------------------------------------------------------------------
@@ -323,11 +327,11 @@ def test_safe_filter_equals_the_full_computation(n: int, data: st.DataObject, u_
 @SETTINGS
 @given(st.lists(st.tuples(st.one_of(tricky, st.just(math.nan)), st.one_of(tricky, st.just(math.nan))), max_size=16),
        st.integers(1, 100))
-def test_beta_risk_equals_safe_overload_risk(pairs: list[tuple[float, float]], u_star: int) -> None:
+def test_safe_overload_risk_equals_the_reference(pairs: list[tuple[float, float]], u_star: int) -> None:
     mu = np.array([m for m, _ in pairs], dtype=float)
     sigma = np.array([s for _, s in pairs], dtype=float)
-    expected = safe_overload_risk(mu, sigma, u_star / 100)
-    got = beta_risk(mu, sigma, u_star / 100)
+    expected = reference_safe_overload_risk(mu, sigma, u_star / 100)
+    got = safe_overload_risk(mu, sigma, u_star / 100)
     assert np.array_equal(got, expected, equal_nan=True), (mu, sigma, got, expected)
     assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in expected]
 
@@ -556,9 +560,9 @@ def test_risk_memo_answers_as_betainc(calls: list[list[tuple[int, float, float]]
         slots = np.array([e[0] for e in entries], dtype=np.intp)
         mu = np.array([e[1] for e in entries])
         sigma = np.array([e[2] for e in entries])
-        var, spread, fits, _ = _beta_cases(mu, sigma)
+        var, spread, fits, _ = beta_cases(mu, sigma)
         got = memo.fitted_risk(slots[fits], mu[fits], sigma[fits], var[fits], spread[fits])
-        assert got.tobytes() == safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
+        assert got.tobytes() == reference_safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
 
 
 @SETTINGS

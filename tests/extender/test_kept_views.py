@@ -17,8 +17,9 @@ from extender.config import load_config
 from extender.protocol import DEFAULT_LIMITS, KnownPods, parse_extender_args
 from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
-from kso.core.cluster import ClusterState, LastKept, NodeView
+from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
+from kso.core.views import LastKept, NodeView
 from tests.support.fixtures import make_node, make_pod
 
 FIELDS = ("known", "alloc", "requested", "mean_free", "std_free", "forecast_free", "recent", "congestion", "rows")

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from kso.core.cluster import LastKept
 from kso.core.settings import setting
+from kso.core.views import LastKept
 from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 
 

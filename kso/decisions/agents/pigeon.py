@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from kso.core.cluster import LastKept
 from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
 from kso.core.settings import setting
+from kso.core.views import LastKept
 from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 
 A_BINPACK = "A_BINPACK"
