@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from extender.agents import AGENTS
 from kso.core.logs import LogSettings
 from kso.core.settings import ConfigError, load_settings, read_config_file, setting
+from kso.decisions.agents import AGENTS
 from optimizer.settings import PlanSettings
 
 if TYPE_CHECKING:
@@ -78,6 +78,11 @@ class ExtenderSettings:
                                      help="a bind still waiting for a bind slot this long is answered with an error, not posted"
                                           " (kube-scheduler then binds the pod itself); keep it under the extender's "
                                           "httpTimeout, seconds")
+    # kube-scheduler's extender httpTimeout (its configuration's extenders[].httpTimeout; 30 s unless set there): a
+    # bind's API calls end by this long after the bind arrived, so that kso never binds after kube-scheduler has
+    # stopped waiting and bound the pod itself. Set it to the scheduler configuration's value.
+    http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 30.0, lo=0.1,
+                                    help="kube-scheduler's extender httpTimeout: a bind's API calls end within it, seconds")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list",
                                 help="the agents enabled (safe, pigeon, congestion, image, cost, foo)")

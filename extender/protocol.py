@@ -14,13 +14,11 @@ from typing import Any
 import numpy as np
 import orjson
 
+from kso.decisions.engine import InputError, names_ok
 
-class ProtocolError(ValueError):
+
+class ProtocolError(InputError):
     """A request kso cannot answer; the message says what is wrong. ``kind`` labels the metric."""
-
-    def __init__(self, message: str, kind: str = "bad_request") -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +113,6 @@ def _pod(f: dict[str, Any]) -> dict[str, Any]:
     if not pod:
         raise ProtocolError("Pod is empty", "missing_pod")
     return pod
-
-
-def names_ok(names: list[Any]) -> bool:
-    """Every item exactly a str and none empty: node names as the protocol requires them (checked in C)."""
-    return set(map(type, names)) <= {str} and "" not in names
 
 
 _BRACKET_RUNS: dict[bytes, tuple[int, int]] = {}  # short bracket strings seen (a body's head: its pod's shape)
@@ -328,8 +321,8 @@ class KnownPods:
     body is exactly that object (JSON's grammar has one reading), so the names are decoded and the Pod taken
     from here when its bytes were seen before (the full-Nodes path takes its Pod from here too). Anything
     else is decoded whole, as before. A Pod object handed out here is shared by the calls that sent its bytes:
-    nothing may change it in place. ``info``/``keep_info``: the PodInfo a parser (identified by ``owner``)
-    built from one of these objects, so that the second call of a pod does not parse or even key it again.
+    nothing may change it in place (``holds`` tells such an object, which the decision engine's PodMemo then
+    knows again by identity: the second call of a pod does not parse or even key it again).
     Bounded: emptied once past ``limit`` pods; a Pod over ``max_pod_bytes`` is not kept."""
 
     HEAD = b'{"Pod":'
@@ -340,7 +333,7 @@ class KnownPods:
                  max_names_bytes: int = 1 << 20) -> None:
         self.limit, self.max_pod_bytes = limit, max_pod_bytes
         self.pods: dict[bytes, Any] = {}
-        self.infos: dict[int, list[Any]] = {}  # id(pod) -> [pod, owner, info]: the pod is held, so its id is its own
+        self.held: dict[int, Any] = {}  # id(pod) -> pod, of the kept Pods (held, so the id is its own)
         # NodeNames arrays by their bytes: the same list object for the same bytes (read only, as the Pods), which
         # ClusterState.view knows again by identity (stable=True) to reuse the rows it gathered for it
         self.names_limit, self.max_names_bytes = names_limit, max_names_bytes
@@ -357,9 +350,9 @@ class KnownPods:
             if isinstance(pod, dict) and len(raw) <= self.max_pod_bytes:
                 if len(self.pods) >= self.limit:
                     self.pods.clear()
-                    self.infos.clear()
+                    self.held.clear()
                 self.pods[raw] = pod
-                self.infos[id(pod)] = [pod, None, None]
+                self.held[id(pod)] = pod
         return pod
 
     def names_body(self, body: bytes, limits: Limits) -> dict[str, Any] | None:
@@ -406,15 +399,9 @@ class KnownPods:
         """Whether ``names`` is a kept list already found to hold non-empty strings only (parse_extender_args' check)."""
         return self.checked.get(id(names)) is names
 
-    def info(self, pod: Any, owner: object) -> Any:
-        """What ``owner`` parsed from this very object (kept by keep_info), or None."""
-        hit = self.infos.get(id(pod))
-        return hit[2] if hit is not None and hit[0] is pod and hit[1] is owner else None
-
-    def keep_info(self, pod: Any, owner: object, info: Any) -> None:
-        hit = self.infos.get(id(pod))
-        if hit is not None and hit[0] is pod:
-            hit[1], hit[2] = owner, info
+    def holds(self, pod: Any) -> bool:
+        """Whether ``pod`` is a Pod object kept here: shared by every call that sends its bytes, read only."""
+        return self.held.get(id(pod)) is pod
 
 
 KNOWN_PODS = KnownPods()

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from extender.config import Config
-from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
-from extender.service import Extender
+from extender.plan_jobs import make_plan_cache, start_plan_jobs
+from extender.verbs import Extender
 from kso.core.cluster import ClusterState
 from kso.core.logs import configure_logging, uvicorn_level
 from kso.core.objects import PodMemo
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
+from kso.decisions.forecasts import start_forecasts
 
 log = logging.getLogger("kso.extender")
 
@@ -60,38 +61,11 @@ def choose_source(config: Config) -> str:
     return "DEMO"
 
 
-def start_forecasts(config: Config) -> tuple[NodeStatsSource, Callable[[], Any]] | None:
-    """Forecast-backed statistics, refreshed by an APScheduler job off the request path; None when
-    forecasting is off. The first refresh starts at once but nobody waits for it: until it succeeds
-    (and whenever forecasts go stale) the safe agent uses the node annotations."""
-    if config.store is None or config.prometheus is None:  # forecasts off (extender.config.load_config)
-        return None
-    from datetime import datetime
-
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    from forecasting.models import DEFAULT_FORECASTER, get_forecaster
-    from forecasting.prometheus import PrometheusSource
-    from forecasting.stats_source import ForecastStats
-    from forecasting.store import ForecastStore
-    from kso.core.stats import AnnotationStats
-
-    store = ForecastStore(config.store)
-    source = PrometheusSource(config.prometheus)
-    forecaster = get_forecaster(config.settings.forecast_model or DEFAULT_FORECASTER)
-    scheduler = BackgroundScheduler(daemon=True)
-    scheduler.add_job(store.refresh, "interval", seconds=store.settings.refresh_s, args=(source, forecaster),
-                      id="forecast-refresh", max_instances=1, coalesce=True, next_run_time=datetime.now())
-    scheduler.start()
-    log.info("forecasts: %s from %s every %.0f s", forecaster.name, source.settings.url, store.settings.refresh_s)
-    return ForecastStats(store, AnnotationStats()), lambda: scheduler.shutdown(wait=False)
-
-
 def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterState | None = None) -> Running:
     """Create the node cache from the configured source and the Extender on top of it."""
     # the kubernetes client is only needed here, not by the agents
     from kso.core import kube
-    from kso.core.binder import AsyncApiBinder, RecordingBinder
+    from kso.core.binder import ApiBinder, RecordingBinder
     from kso.core.watcher import ClusterWatcher
 
     problems = config.validate()
@@ -114,7 +88,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         watcher.start()
         stop.append(watcher.stop)
         # Binds on the serving loop (kubernetes.aio), a connection for each of the KSO_BIND_THREADS in flight.
-        binder = AsyncApiBinder(client, pool_size=s.bind_threads)
+        binder = ApiBinder(client, pool_size=s.bind_threads)
     else:
         load_snapshot(config.settings.snapshot_path or None if source == "SNAPSHOT" else None, state)
         binder = RecordingBinder()
@@ -133,53 +107,6 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     return Running(extender, stop, client)
 
 
-def make_plan_cache(config: Config, state: ClusterState) -> PlanCache | None:
-    if config.plan.policy_name == "none":
-        return None
-    return PlanCache(config.plan, state)
-
-
-def start_plan_jobs(running: Running, solve: bool = True, first_solve_delay_s: float = 2.0) -> None:
-    """Background plan work (APScheduler): reload the plan file when it changes, reconcile taken slots,
-    and re-solve in a separate process every KSO_PLAN_INTERVAL_S or when the cluster changed enough."""
-    from datetime import datetime, timedelta
-
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    extender = running.extender
-    cache = extender.plan
-    if cache is None:
-        return
-    scheduler = BackgroundScheduler(daemon=True)
-    scheduler.add_job(cache.load_file, "interval", seconds=10, id="plan-file", max_instances=1, coalesce=True)
-    scheduler.add_job(cache.reconcile, "interval", seconds=5, id="plan-reconcile", max_instances=1, coalesce=True)
-    ns, _, name = cache.settings.configmap.partition("/")
-    if running.api_client is not None and ns and name:
-        # kso reoptimize --execute publishes where the pods it evicted should land.
-        scheduler.add_job(cache.poll_configmap, "interval", seconds=15, args=(running.api_client, ns, name),
-                          id="plan-configmap", max_instances=1, coalesce=True, next_run_time=datetime.now())
-    if solve:
-        store = getattr(extender.agents.get("safe"), "stats", None)
-        store = getattr(store, "store", None)
-
-        def solved(result: str, seconds: float) -> None:
-            extender.metrics.plan_solves.labels(result).inc()
-            extender.metrics.plan_solve_seconds.observe(seconds)
-
-        solver = PlanSolver(cache, (lambda: store.snapshot()) if store is not None else None, solved,
-                            usage=prometheus_usage(extender.config.prometheus))
-
-        def tick() -> None:
-            if extender.state.synced:  # never plan on a half-listed cluster
-                solver.maybe_solve()
-
-        scheduler.add_job(tick, "interval", seconds=15, id="plan-solve", max_instances=1, coalesce=True,
-                          next_run_time=datetime.now() + timedelta(seconds=first_solve_delay_s))
-        running.stop.append(solver.close)
-    scheduler.start()
-    running.stop.append(lambda: scheduler.shutdown(wait=False))
-    log.info("plan: policy %s, file %s, re-solve every %.0f s", cache.settings.policy_name,
-             cache.settings.plan_file or "(memory only)", cache.settings.interval_s)
 
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one request
@@ -411,7 +338,9 @@ def serve(config: Config) -> None:
     stopped_by: list[int] = []
     previous = {sig: signal.signal(sig, lambda n, _f: stopped_by.append(n)) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        start_plan_jobs(running)
+        jobs = start_plan_jobs(running.extender, running.api_client)
+        if jobs is not None:
+            running.stop.append(jobs.close)
         app = create_app(running.extender, admin_routes=s.admin_port == 0)
         admin_app = create_admin_app(running.extender) if s.admin_port else None
         main_config, admin_config = server_configs(config, outermost_hot_routes(app), admin_app, level)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import numpy as np
 
 from forecasting.store import ForecastStore
-from kso.core.cluster import NodeView
 from kso.core.stats import AnnotationStats, FreeStats, NodeStatsSource
+from kso.core.views import NodeView
 
 
 class ForecastStats:

@@ -21,7 +21,7 @@ from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
 
 if TYPE_CHECKING:
-    from extender.service import Extender
+    from kso.decisions.engine import DecisionEngine
 
 log = logging.getLogger("kso.scheduler")
 DEFAULT_NAME = "kso"
@@ -91,12 +91,13 @@ def _check(config: SchedulerConfig, address: str, leader_elect: bool) -> None:
         raise ValueError(f"KSO_SCHEDULER_LEASE={lease!r} is not namespace/name")
 
 
-def _extender(config: SchedulerConfig, names: list[str], state: ClusterState, binder: Any,
-              stops: list[Callable[[], Any]]) -> Extender:
-    """The extender's agents, forecasts and plan cache, scoring for this scheduler (the plan's jobs start on
-    leading: ``lead_plan``)."""
-    from extender.server import make_plan_cache, start_forecasts
-    from extender.service import Extender
+def _engine(config: SchedulerConfig, names: list[str], state: ClusterState,
+            stops: list[Callable[[], Any]]) -> DecisionEngine:
+    """The decision engine (the extender's agents, forecasts and plan cache), scoring for this scheduler (the
+    plan's jobs start on leading: ``lead_plan``)."""
+    from extender.plan_jobs import make_plan_cache
+    from kso.decisions.engine import DecisionEngine
+    from kso.decisions.forecasts import start_forecasts
 
     ext = with_cost_agent(config.extender, config.scheduler.cost_weight)
     problems = ext.validate()
@@ -113,19 +114,17 @@ def _extender(config: SchedulerConfig, names: list[str], state: ClusterState, bi
         # kube-scheduler profiles, set by deploy/settings.yaml) says.
         plan.settings = replace(plan.settings, scheduler_names=list(names))
         plan.load_file()
-    return Extender(ext, state, binder, stats, plan)
+    return DecisionEngine(ext, state, stats, plan)
 
 
-def lead_plan(extender: Extender | None, client: Any) -> Any:
-    """Start the plan's background jobs (extender.server.start_plan_jobs) for one term as leader; the
+def lead_plan(engine: DecisionEngine | None, client: Any) -> Any:
+    """Start the plan's background jobs (extender.plan_jobs.start_plan_jobs) for one term as leader; the
     returned object's ``close`` stops them. None when there is no plan."""
-    from extender.server import Running, start_plan_jobs
+    from extender.plan_jobs import start_plan_jobs
 
-    if extender is None or extender.plan is None:
+    if engine is None:
         return None
-    jobs = Running(extender, [], client)
-    start_plan_jobs(jobs)
-    return jobs
+    return start_plan_jobs(engine, client)
 
 
 def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mapping[str, str] | None = None,
@@ -160,13 +159,13 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
         log.warning("cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); scheduling from what is listed so far", wait_s)
     binder = ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
     try:
-        extender = None if seed_compatible else _extender(config, names, state, binder, stops)
+        engine = None if seed_compatible else _engine(config, names, state, stops)
     except BaseException:
         for fn in reversed(stops):
             fn()
         raise
     events = ApiEvents(client, component=names[0], instance=identity)
-    scheduler = Scheduler(names, settings, state, watcher, binder, events, extender, seed_compatible=seed_compatible)
+    scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible)
     out = RunningScheduler(scheduler, watcher, stops=stops)
     if address:
         out.debug = debug_server(address, scheduler.qos_table, scheduler.metrics, lambda: status(out, identity))
@@ -184,7 +183,7 @@ def _run(out: RunningScheduler, settings: SchedulerSettings, client: Any, identi
 
     def lead(stop: threading.Event) -> None:
         scheduler.metrics.leader.set(1)
-        out.leader_jobs = lead_plan(scheduler.extender, client)
+        out.leader_jobs = lead_plan(scheduler.engine, client)
         try:
             both = threading.Event()
             threading.Thread(target=lambda: (stop.wait(), both.set()), daemon=True).start()

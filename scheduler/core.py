@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from extender.agents.base import MAX_PRIORITY, Call
-from extender.service import Extender
-from kso.core.binder import Binder
+from kso.core.binder import Binder, SyncBinder
 from kso.core.cluster import ClusterState
 from kso.core.node_costs import CostKeySettings
 from kso.core.objects import PodInfo
 from kso.core.settings import setting
+from kso.decisions.agents.base import MAX_PRIORITY, Call
+from kso.decisions.engine import DecisionEngine
 from scheduler.feasibility import (
     failed_message,
     hightower_choice,
@@ -123,7 +123,7 @@ class Decision:
 
 class Scheduler:
     def __init__(self, names: list[str], settings: SchedulerSettings, state: ClusterState, clocks: ClockSource,
-                 binder: Binder, events: EventSink, extender: Extender | None, *, seed_compatible: bool = False,
+                 binder: Binder, events: EventSink, engine: DecisionEngine | None, *, seed_compatible: bool = False,
                  metrics: SchedulerMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
         self.names = set(names)
         self.settings = settings
@@ -131,8 +131,9 @@ class Scheduler:
         self.state = state
         self.clocks = clocks
         self.binder = binder
+        self._binds = SyncBinder(binder)  # the bind workers' calls, on the binder's own event loop
         self.events = events
-        self.extender = extender
+        self.engine = engine
         self.seed_compatible = seed_compatible
         self.metrics = metrics or SchedulerMetrics(self.qos_table)
         self.now = clock
@@ -254,9 +255,9 @@ class Scheduler:
         # computed once: the whole view when every node fits, else the fitting nodes' rows.
         call = Call(pod, view if len(rows) == len(names) else self.state.view([names[i] for i in rows]))
         ok = np.ones(len(rows), dtype=bool)
-        ext = self.extender
+        ext = self.engine
         if ext is not None and ext.filters:
-            verdicts = ext._verdicts(call, ext.filters, "filter")
+            verdicts = ext.verdicts(call, ext.filters, "filter")
             for j, why in {**verdicts.failed_joined(), **verdicts.unresolvable}.items():
                 reasons[rows[j]] = why
             ok = np.array(verdicts.passed(), dtype=bool)
@@ -270,13 +271,13 @@ class Scheduler:
     # an agent's predicate rejected are scored with the others and then masked: only pigeon's cluster-wide
     # objective can tell, and it then sees every fitting node rather than the safe ones only.
     def _best(self, call: Call, ok: np.ndarray) -> int:
-        ext = self.extender
+        ext = self.engine
         if ext is None or ok.sum() == 1:
             return int(np.argmax(ok))
-        _, per = ext._scores(call, "prioritize")
+        _, per = ext.scores(call, "prioritize")
         weight = sum(ext.weights[p] for p in per)
         mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(ok))
-        hit = ext._plan_nodes(call)
+        hit = ext.plan_nodes(call)
         if hit is not None:
             mean = np.where(hit, mean + MAX_PRIORITY + 1, mean)
         return int(np.argmax(np.where(ok, mean, -np.inf)))  # argmax: the first of equals
@@ -315,7 +316,7 @@ class Scheduler:
 
     def _bind(self, pod: PodInfo, node: str, message: str, started: float) -> None:
         try:
-            self.binder.bind(pod.namespace, pod.name, pod.uid, node)
+            self._binds.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # noqa: BLE001 - BindError or a transport error: the pod goes back to the queue
             self.metrics.attempts.labels("error").inc()
             log.warning("binding %s to %s failed: %s", pod.key, node, exc)
@@ -330,7 +331,7 @@ class Scheduler:
             return
         self.metrics.bind_seconds.observe(time.perf_counter() - started)
         self.metrics.attempts.labels("scheduled").inc()
-        ext = self.extender
+        ext = self.engine
         if ext is not None and ext.plan is not None:
             ext.plan.consume(pod, node)
         with self._lock:
@@ -378,3 +379,4 @@ class Scheduler:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
         self._event_pool.shutdown(wait=True, cancel_futures=False)
+        self._binds.close()

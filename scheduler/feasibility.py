@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kso.core.cluster import NodeView
 from kso.core.node_costs import DEFAULT_COST_KEY
 from kso.core.objects import NodeInfo, PodInfo
 from kso.core.placement import rule_violation
 from kso.core.resources import CPU, PODS
+from kso.core.views import NodeView
 
 log = logging.getLogger("kso.scheduler")
 

@@ -70,8 +70,8 @@ def build(nodes: int, bound_per_node: int) -> Any:
     """The extender (default configuration, its unsolved plan cache) over e2e's nodes with some bound pods."""
     from extender.app import create_app
     from extender.config import load_config
-    from extender.server import make_plan_cache
-    from extender.service import Extender
+    from extender.plan_jobs import make_plan_cache
+    from extender.verbs import Extender
     from kso.core.binder import RecordingBinder
     from kso.core.cluster import ClusterState
     from kso.core.objects import node_from_k8s, pod_from_k8s

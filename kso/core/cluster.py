@@ -1,5 +1,5 @@
-"""ClusterState: nodes and the pods bound to them, kept as columns so the extender can answer a call
-by gathering rows instead of walking objects.
+"""ClusterState, the store: nodes and the pods bound to them, kept as columns so a decision can be made by
+gathering rows instead of walking objects (the views gathered, and remembered, are kso.core.views').
 
 The same type is filled from the API server (kso.core.watcher) or from a snapshot file (kso.core.snapshot), and is
 mutated in place by the extender's bind verb ("assumed" pods), so the next decision counts a pod the
@@ -13,16 +13,13 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from itertools import repeat
-from operator import is_, itemgetter
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
-import orjson
 
 from kso.core.objects import NodeInfo, PodInfo, normalize_image, trim_annotations
 from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
+from kso.core.views import NodeView, ViewMemo
 
 # Node annotations written by kube-safe-scheduler's annotator (sic: "forcasted"). Units: cpu in
 # millicores, memory in MB (bytes / 1024^2).
@@ -32,8 +29,6 @@ ANNOTATION_FORECAST_FREE = ("forcasted-free-cpu", "forcasted-free-memory")
 ANNOTATION_CONGESTION = "congestion-factor"
 
 CORE_RESOURCES = (CPU, MEMORY, PODS, EPHEMERAL_STORAGE, GPU)
-# Statistics columns: cpu (millicores) and memory (MB), the safe agent's units.
-STAT_SCALE = np.array([1.0, 1.0 / MIB])
 # Image-size columns kept for the images pods asked about most recently (image-locality), each one
 # float64 per row: 256 x 8 bytes per node at most (10 MiB at 5,000 nodes).
 IMAGE_COLUMNS = 256
@@ -43,22 +38,6 @@ IMAGE_COLUMNS = 256
 MAX_RESOURCE_COLUMNS = 256
 # Annotation bytes (keys and values) kept per remembered pod; the largest are dropped first.
 MAX_POD_ANNOTATION_BYTES = 16_384
-MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority: the scores host_scores_json has ready-made entries for
-
-
-def host_score_entries(name: str) -> list[bytes]:
-    """The JSON of {"Host": name, "Score": s} for s = 0..MAX_SCORE, byte for byte as orjson writes it."""
-    head = b'{"Host":' + orjson.dumps(name) + b',"Score":'
-    return [head + b"%d}" % s for s in range(MAX_SCORE + 1)]
-
-
-def image_sizes_scan(nodes: Sequence[NodeInfo | None], images: Sequence[str]) -> np.ndarray:
-    """Bytes of each of ``images`` on each node, (n, k), by looking in every node (0 = absent or unknown
-    node). The reference for ClusterState's image columns, and their fallback."""
-    return np.array(
-        [[0 if node is None else node.images.get(img, 0) for img in images] for node in nodes],
-        dtype=float,
-    ).reshape(len(nodes), len(images))
 
 
 def _annotation_float(annotations: dict[str, str], key: str) -> float:
@@ -75,126 +54,6 @@ def _annotation_float(annotations: dict[str, str], key: str) -> float:
     return value
 
 
-@dataclass(slots=True)
-class NodeView:
-    """The rows of ClusterState for the nodes of one call, in the call's order.
-
-    Unknown nodes have ``known`` False, NaN allocatable and statistics, and zero requests."""
-
-    names: list[str]
-    known: np.ndarray  # bool (n,)
-    alloc: np.ndarray  # (n, R) canonical units; NaN unknown
-    requested: np.ndarray  # (n, R) sum of bound and assumed pods' requests
-    columns: dict[str, int]  # resource -> column of alloc / requested
-    mean_free: np.ndarray  # (n, 2) cpu milli, memory MB from annotations; NaN missing
-    std_free: np.ndarray
-    forecast_free: np.ndarray
-    recent: np.ndarray  # (n, 2) requests of pods bound within the recent window (cpu milli, MB)
-    congestion: np.ndarray  # (n,) NaN missing
-    node_list: list[NodeInfo | None] | None  # see ``nodes``
-    image_node_count: dict[str, int]  # normalised image name -> number of nodes holding it
-    total_nodes: int
-    rows: np.ndarray | None = None  # (n,) rows of the store (0 = unknown node)
-    state: ClusterState | None = None  # the store the rows index, for its image columns
-    layout: int = -1  # the store's row layout when the view was taken
-    unknown: int = -1  # how many nodes are unknown (-1: not counted yet; see all_known)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def all_known(self) -> bool:
-        """Whether the store knows every node of the view: counted once per view (the view's builder counts it
-        from its rows), where each agent used to ask ``known.all()`` again."""
-        if self.unknown < 0:
-            self.unknown = len(self.known) - int(np.count_nonzero(self.known))
-        return self.unknown == 0
-
-    @property
-    def nodes(self) -> list[NodeInfo | None]:
-        """The NodeInfo of each node (None = unknown), taken from the store on first use: most calls never
-        need the objects, only the columns."""
-        if self.node_list is None:
-            self.node_list = [None] * len(self.names) if self.state is None or self.rows is None else \
-                self.state.node_infos(self.rows)
-        return self.node_list
-
-    def image_sizes(self, images: Sequence[str]) -> np.ndarray:
-        """Bytes of each of ``images`` on each node of the view, (n, k); 0 where absent or unknown."""
-        if self.state is None or self.rows is None:
-            return image_sizes_scan(self.nodes, images)
-        return self.state.image_sizes(images, self.rows)
-
-    def stat_capacity(self) -> np.ndarray:
-        """Allocatable cpu (milli) and memory (MB), (n, 2)."""
-        return self.alloc[:, [self.columns[CPU], self.columns[MEMORY]]] * STAT_SCALE
-
-
-# Names lists whose rows ClusterState.view remembers (stable lists: kube-scheduler's filter list and its
-# prioritize list, with a few sample windows besides).
-MEMO_VIEWS = 8
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    """``array``, made read-only (a remembered view's columns are shared by every call that gets the view)."""
-    array.flags.writeable = False
-    return array
-
-
-class LastKept:
-    """The last value computed from some read-only arrays (a remembered view's columns), matched by their identity:
-    ClusterState hands the same read-only arrays out while their values have not changed, so the same objects give
-    the same value. ``get(*arrays)`` is the value kept for those very objects (a value kept for fewer arrays
-    matches on its own: the ones it was computed from come first), else None; ``keep(value, *arrays)`` keeps it
-    when every array is read-only. One attribute, set in one assignment: another thread sees all of it or none."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last: tuple[tuple[np.ndarray, ...], Any] | None = None
-
-    def get(self, *arrays: np.ndarray | None) -> Any:
-        last = self.last
-        if last is not None and len(last[0]) <= len(arrays) and all(map(is_, last[0], arrays)):
-            return last[1]
-        return None
-
-    def keep(self, value: Any, *arrays: np.ndarray | None) -> Any:
-        """``value``, kept for ``arrays`` if each is a read-only array (else left as it was)."""
-        if all(a is not None and not a.flags.writeable for a in arrays):
-            self.last = (arrays, value)
-        return value
-
-    @property
-    def value(self) -> Any:
-        """The value last kept, whatever its arrays (None before any)."""
-        last = self.last
-        return None if last is None else last[1]
-
-
-@dataclass(slots=True, eq=False)
-class _Gathered:
-    """What ClusterState.view remembers of one names list: its rows, and its columns as of the generations noted
-    (-1: not gathered yet), with the view last built from them."""
-
-    names: list[str]
-    layout: int
-    rows: np.ndarray
-    known: np.ndarray
-    unknown: int
-    node_gen: int = -1
-    req_gen: int = -1
-    recent_gen: int = -1
-    alloc: np.ndarray | None = None
-    mean_free: np.ndarray | None = None
-    std_free: np.ndarray | None = None
-    forecast_free: np.ndarray | None = None
-    congestion: np.ndarray | None = None
-    columns: dict[str, int] | None = None
-    requested: np.ndarray | None = None
-    recent: np.ndarray | None = None
-    view: NodeView | None = None
-
-
 class ClusterState:
     """Thread-safe columnar store of nodes and bound pods. Row 0 is a sentinel for unknown nodes."""
 
@@ -208,16 +67,13 @@ class ClusterState:
         self.dropped_resources = 0  # resource quantities not kept because every column was in use
         self.columns: dict[str, int] = {r: i for i, r in enumerate(CORE_RESOURCES)}
         self._capacity = 0
-        self._rows: dict[str, int] = {}
+        self.row_of: dict[str, int] = {}  # node name -> its row in every column
         self._nodes: list[NodeInfo | None] = [None]
-        # row * (MAX_SCORE + 1) + score -> that row's {"Host": ..., "Score": score} JSON (prioritize replies)
-        self._host_json: list[bytes] = [b""] * (MAX_SCORE + 1)
-        self._host_keys = LastKept()  # host_scores_json's first keys of the last read-only rows
-        self._layout = 0  # changes whenever a row changes hands (node added or removed)
+        self.layout = 0  # changes whenever a row changes hands (node added or removed)
         # Generations of the columns a view gathers, each bumped whenever those columns change (see view's
         # memo): node columns (alloc, the statistics, congestion, the column map), requested, recent.
-        self._node_gen = self._req_gen = self._recent_gen = 0
-        self._views: OrderedDict[int, _Gathered] = OrderedDict()  # id(names) -> the rows gathered for that list
+        self.node_gen = self.req_gen = self.recent_gen = 0
+        self.views = ViewMemo(self)  # the views of the names lists kube-scheduler sends again and again
         self._free: list[int] = []
         self._allocate(64)
         self.pods: dict[str, PodInfo] = {}  # uid -> pod bound to (or assumed on) a node
@@ -291,7 +147,7 @@ class ClusterState:
 
     def _evict_unused_columns(self) -> None:
         """Drop the extended-resource columns no node has allocatable of and no pod requests."""
-        rows = list(self._rows.values())
+        rows = list(self.row_of.values())
         used = (np.nan_to_num(self.alloc[rows]) != 0).any(axis=0) | (self.requested != 0).any(axis=0)
         for pod in self.pods.values():
             for r in pod.requests:
@@ -309,7 +165,7 @@ class ClusterState:
         self._changed(node=True, req=True)
 
     def _row_for(self, name: str) -> int:
-        row = self._rows.get(name)
+        row = self.row_of.get(name)
         if row is not None:
             return row
         if self._free:
@@ -319,10 +175,8 @@ class ClusterState:
             if row >= self._capacity:
                 self._allocate(self._capacity * 2)
             self._nodes.append(None)
-            self._host_json.extend([b""] * (MAX_SCORE + 1))
-        self._rows[name] = row
-        self._layout += 1
-        self._host_json[row * (MAX_SCORE + 1):(row + 1) * (MAX_SCORE + 1)] = host_score_entries(name)
+        self.row_of[name] = row
+        self.layout += 1
         return row
 
     def _touch(self) -> None:
@@ -332,11 +186,11 @@ class ClusterState:
     def _changed(self, node: bool = False, req: bool = False, recent: bool = False) -> None:
         """Columns a view gathers changed in place: the views memo'd for a names list gather them again."""
         if node:
-            self._node_gen += 1
+            self.node_gen += 1
         if req:
-            self._req_gen += 1
+            self.req_gen += 1
         if recent:
-            self._recent_gen += 1
+            self.recent_gen += 1
 
     # ---- nodes -------------------------------------------------------------------------------
     def upsert_node(self, node: NodeInfo) -> None:
@@ -365,10 +219,10 @@ class ClusterState:
 
     def remove_node(self, name: str) -> None:
         with self.lock:
-            row = self._rows.pop(name, None)
+            row = self.row_of.pop(name, None)
             if row is None:
                 return
-            self._layout += 1
+            self.layout += 1
             node = self._nodes[row]
             if node is not None:
                 self._count_images(node, -1)
@@ -440,7 +294,7 @@ class ClusterState:
             col = self._column(res)
             if col is not None:
                 self.requested[row, col] += sign * value
-                self._req_gen += 1
+                self.req_gen += 1
 
     # ---- pods --------------------------------------------------------------------------------
     def upsert_pod(self, pod: PodInfo, observed_binding: bool = False) -> None:
@@ -486,7 +340,7 @@ class ClusterState:
         pod = self._bounded(pod)
         self.pods[pod.uid] = pod
         self._pods_by_node.setdefault(pod.node_name, set()).add(pod.uid)
-        row = self._rows.get(pod.node_name)
+        row = self.row_of.get(pod.node_name)
         if row is not None:
             self._account(pod, row, +1)
         self._touch()
@@ -499,7 +353,7 @@ class ClusterState:
             uids.discard(pod.uid)
             if not uids:
                 del self._pods_by_node[pod.node_name]
-        row = self._rows.get(pod.node_name)
+        row = self.row_of.get(pod.node_name)
         if row is not None:
             self._account(pod, row, -1)
         self._touch()
@@ -550,167 +404,57 @@ class ClusterState:
             return True
 
     def _note_recent(self, pod: PodInfo) -> None:
-        row = self._rows.get(pod.node_name)
+        row = self.row_of.get(pod.node_name)
         cpu, mem = pod.requests.get(CPU, 0.0), pod.requests.get(MEMORY, 0.0) / MIB
         self._recent.append((time.time(), pod.uid, pod.node_name, cpu, mem))
         if row is not None:
             self.recent[row] += (cpu, mem)
-            self._recent_gen += 1
+            self.recent_gen += 1
 
-    def _expire_recent(self, now: float) -> None:
+    def expire_recent(self, now: float) -> None:
         horizon = now - self.recent_window_s
         while self._recent and self._recent[0][0] < horizon:
             _, _, node, cpu, mem = self._recent.popleft()
-            row = self._rows.get(node)
+            row = self.row_of.get(node)
             if row is not None:
                 self.recent[row] -= (cpu, mem)
                 np.maximum(self.recent[row], 0.0, out=self.recent[row])
-                self._recent_gen += 1
+                self.recent_gen += 1
 
     # ---- reads -------------------------------------------------------------------------------
     def node(self, name: str) -> NodeInfo | None:
         with self.lock:
-            row = self._rows.get(name)
+            row = self.row_of.get(name)
             return None if row is None else self._nodes[row]
 
     def node_names(self) -> list[str]:
         with self.lock:
-            return list(self._rows)
+            return list(self.row_of)
 
     def knows(self, name: str, resource_version: str = "") -> bool:
         with self.lock:
-            row = self._rows.get(name)
+            row = self.row_of.get(name)
             if row is None:
                 return False
             node = self._nodes[row]
             return not resource_version or (node is not None and node.resource_version == resource_version)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self.row_of)
 
     def node_infos(self, rows: np.ndarray) -> list[NodeInfo | None]:
         with self.lock:
             nodes = self._nodes
             return [nodes[r] for r in rows.tolist()]
 
-    def host_scores_json(self, view: NodeView, scores: list[int] | np.ndarray, in_range: bool = False) -> bytes:
-        """orjson.dumps([{"Host": name, "Score": score} ...]) for the view's nodes, from ready-made entries
-        per row (scores 0..MAX_SCORE of nodes in the cache; anything else is encoded on the spot). ``scores``: ints,
-        or an integer array (its range checked in numpy, not element by element; ``in_range``: the caller knows each
-        is 0..MAX_SCORE, not checked again)."""
-        rows = view.rows
-        if rows is not None and len(rows) > 1 and view.all_known():
-            if isinstance(scores, np.ndarray):
-                ok = (scores.dtype.kind == "i" and scores.shape == rows.shape
-                      and (in_range or (0 <= np.minimum.reduce(scores) and np.maximum.reduce(scores) <= MAX_SCORE)))
-                given = scores if ok else None
-            else:
-                given = np.array(scores, dtype=np.intp) if 0 <= min(scores) and max(scores) <= MAX_SCORE else None
-            if given is not None:
-                base = self._host_keys.get(rows)  # rows * (MAX_SCORE + 1), kept for a remembered view's rows
-                if base is None:
-                    base = self._host_keys.keep(rows * (MAX_SCORE + 1), rows)
-                keys = base + given
-                with self.lock:
-                    if view.layout == self._layout:  # no row has changed hands since the view was taken
-                        return b"[" + b",".join(itemgetter(*keys.tolist())(self._host_json)) + b"]"
-        if isinstance(scores, np.ndarray):
-            scores = scores.tolist()
-        return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(view.names, scores, strict=True)])
+    def view(self, names: Iterable[str], stable: bool = False) -> NodeView:
+        """The rows of ``names`` (in that order) gathered from the columns; unknown names get the sentinel row.
+        ``stable``: ``names`` is a list its owner never changes in place, whose view is remembered (ViewMemo)."""
+        return self.views.view(names, stable)
 
     def pods_on(self, name: str) -> list[PodInfo]:
         with self.lock:
             return [self.pods[u] for u in self._pods_by_node.get(name, ())]
-
-    def view(self, names: Iterable[str], stable: bool = False) -> NodeView:
-        """Gather the rows of ``names`` (in that order); unknown names get the sentinel row.
-
-        ``stable``: ``names`` is a list its owner never changes in place (the protocol's kept NodeNames list,
-        the same object for the same bytes: kube-scheduler sends the same names call after call). Then the
-        rows of that list are remembered, and so are the gathered columns while they have not changed (the
-        generations above): a call with the same list gathers again only the columns that changed since (a
-        pod bound: ``requested``), and none when nothing did (then the very same view is handed out). A
-        remembered view's arrays are shared by the calls that get it, so they are made read-only."""
-        if not stable or type(names) is not list:
-            names = list(names)
-            stable = False
-        with self.lock:
-            self._expire_recent(time.time())
-            if stable:
-                memo = self._views.get(id(names))
-                if memo is not None and memo.names is names and memo.layout == self._layout:
-                    return self._regathered(memo)
-            # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
-            found = list(map(self._rows.get, names, repeat(0, len(names))))
-            rows = np.array(found, dtype=np.intp)
-            unknown = found.count(0)
-            if stable:
-                memo = self._remember(names, rows, unknown)
-                return self._regathered(memo)
-            # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
-            return NodeView(
-                names=names,
-                known=rows > 0,
-                alloc=self.alloc.take(rows, axis=0),
-                requested=self.requested.take(rows, axis=0),
-                columns=dict(self.columns),
-                mean_free=self.mean_free.take(rows, axis=0),
-                std_free=self.std_free.take(rows, axis=0),
-                forecast_free=self.forecast_free.take(rows, axis=0),
-                recent=self.recent.take(rows, axis=0),
-                congestion=self.congestion.take(rows),
-                node_list=None,
-                image_node_count=self.image_node_count,
-                total_nodes=len(self._rows),
-                rows=rows,
-                state=self,
-                layout=self._layout,
-                unknown=unknown,
-            )
-
-    def _remember(self, names: list[str], rows: np.ndarray, unknown: int) -> _Gathered:
-        """A memo entry for ``names`` (its columns not gathered yet); the least recently used beyond MEMO_VIEWS go.
-        Under the lock."""
-        known = rows > 0
-        rows.flags.writeable = known.flags.writeable = False
-        memo = _Gathered(names, self._layout, rows, known, unknown)
-        views = self._views
-        views[id(names)] = memo
-        while len(views) > MEMO_VIEWS:
-            views.popitem(last=False)
-        return memo
-
-    def _regathered(self, memo: _Gathered) -> NodeView:
-        """The view of a remembered names list: the columns that changed since it was last taken gathered again
-        (read-only), the others as they were. Under the lock."""
-        self._views.move_to_end(id(memo.names))
-        view = memo.view
-        rows = memo.rows
-        if memo.node_gen != self._node_gen:
-            memo.node_gen = self._node_gen
-            memo.alloc = _frozen(self.alloc.take(rows, axis=0))
-            memo.mean_free = _frozen(self.mean_free.take(rows, axis=0))
-            memo.std_free = _frozen(self.std_free.take(rows, axis=0))
-            memo.forecast_free = _frozen(self.forecast_free.take(rows, axis=0))
-            memo.congestion = _frozen(self.congestion.take(rows))
-            memo.columns = dict(self.columns)
-            view = None
-        if memo.req_gen != self._req_gen:
-            memo.req_gen = self._req_gen
-            memo.requested = _frozen(self.requested.take(rows, axis=0))
-            view = None
-        if memo.recent_gen != self._recent_gen:
-            memo.recent_gen = self._recent_gen
-            memo.recent = _frozen(self.recent.take(rows, axis=0))
-            view = None
-        if view is None:
-            view = memo.view = NodeView(
-                names=memo.names, known=memo.known, alloc=memo.alloc, requested=memo.requested, columns=memo.columns,
-                mean_free=memo.mean_free, std_free=memo.std_free, forecast_free=memo.forecast_free,
-                recent=memo.recent, congestion=memo.congestion, node_list=None,
-                image_node_count=self.image_node_count, total_nodes=len(self._rows), rows=rows, state=self,
-                layout=memo.layout, unknown=memo.unknown)
-        return view
 
     def mark_synced(self, source: str) -> None:
         with self.lock:
@@ -726,7 +470,7 @@ class ClusterState:
     def clear(self) -> None:
         """Forget everything (before a re-list)."""
         with self.lock:
-            for name in list(self._rows):
+            for name in list(self.row_of):
                 self.remove_node(name)
             self.pods.clear()
             self._pods_by_node.clear()

@@ -218,10 +218,11 @@ class PodMemo:
     uid or a resourceVersion (a snapshot, a hand-written body) is parsed every time. Bounded: least recently
     used first out. The PodInfo objects handed out are shared, so nothing may change them in place."""
 
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
+    def __init__(self, size: int = 4096, shared_size: int = 512) -> None:
+        self.size, self.shared_size = size, shared_size
         self._lock = threading.Lock()
         self._items: OrderedDict[str, tuple[str, bytes, PodInfo]] = OrderedDict()
+        self._shared: dict[int, tuple[Any, PodInfo]] = {}  # id(pod) -> (pod, its PodInfo), for shared objects
 
     @staticmethod
     def key(pod: Any) -> tuple[str, str, bytes] | None:
@@ -242,18 +243,30 @@ class PodMemo:
             return None
         return uid, rv, fields
 
-    def parse(self, pod: Any) -> PodInfo:
-        """pod_from_k8s(pod), from the memo when this uid was parsed at this resourceVersion from the same fields."""
+    def parse(self, pod: Any, shared: bool = False) -> PodInfo:
+        """pod_from_k8s(pod), from the memo when this uid was parsed at this resourceVersion from the same fields.
+        ``shared``: ``pod`` is a read-only object handed to every call that sent the same bytes (the extender's
+        KnownPods): the PodInfo is kept for the object itself too, so its next call does not even key it."""
+        if shared:
+            seen = self._shared.get(id(pod))
+            if seen is not None and seen[0] is pod:
+                return seen[1]
         key = self.key(pod)
-        if key is None:
-            return pod_from_k8s(pod)
-        with self._lock:
-            hit = self._items.get(key[0])
-            if hit is not None and hit[0] == key[1] and hit[1] == key[2]:
-                self._items.move_to_end(key[0])
-                return hit[2]
-        info = pod_from_k8s(pod)
-        self.put(key, info)
+        info: PodInfo | None = None
+        if key is not None:
+            with self._lock:
+                hit = self._items.get(key[0])
+                if hit is not None and hit[0] == key[1] and hit[1] == key[2]:
+                    self._items.move_to_end(key[0])
+                    info = hit[2]
+        if info is None:
+            info = pod_from_k8s(pod)
+            if key is not None:
+                self.put(key, info)
+        if shared:
+            if len(self._shared) >= self.shared_size:
+                self._shared.clear()
+            self._shared[id(pod)] = (pod, info)  # the object is held: its id stays its own
         return info
 
     def put(self, key: tuple[str, str, bytes], info: PodInfo) -> None:

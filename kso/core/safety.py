@@ -16,7 +16,7 @@ from kso.core.settings import setting
 @dataclass
 class SafeBoundSettings:
     """U* and eps, the safe bound's two settings (kube-safe-scheduler's variables): declared here only, so the
-    safe agent (extender.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
+    safe agent (kso.decisions.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
     inherit them, judge nodes alike."""
 
     utilization: int = setting("SAFEUTILIZATION", 90, kind="percent",
@@ -50,19 +50,43 @@ def point_mass(sigma: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def safe_overload_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
-    """P(utilisation > u_star) under the moment-matched Beta; mu, sigma already clamped to [0, 1]."""
-    mu = np.asarray(mu, dtype=float)
-    sigma = np.asarray(sigma, dtype=float)
+    """P(utilisation > u_star) under the moment-matched Beta; mu, sigma already clamped to [0, 1]. The Beta CDF
+    (betainc, the costly part) is evaluated only where the rule uses it: where mu = 0, sigma = 0 or no Beta fits
+    (sigma^2 >= mu (1 - mu), e.g. a node at 100%), the rule's special cases decide."""
+    mu, sigma = np.broadcast_arrays(np.asarray(mu, dtype=float), np.asarray(sigma, dtype=float))
+    var, spread, fits, point = beta_cases(mu, sigma)
+    if fits.all():
+        return fitted_risk(mu, var, spread, u_star)
+    risk = special_risk(mu, point, var, spread, u_star)
+    if fits.any():
+        risk[fits] = fitted_risk(mu[fits], var[fits], spread[fits], u_star)
+    return risk
+
+
+def beta_cases(mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sigma^2, mu (1 - mu), where a Beta fits, where the rule reads a point mass): the split between the rule's
+    Beta CDF and its special cases, the same for every caller."""
     var = sigma * sigma
     spread = mu * (1.0 - mu)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = spread / var - 1.0
-        alpha = mu * t
-        beta = (1.0 - mu) * t
-        rank = betainc(alpha, beta, u_star)
     point = point_mass(sigma, t)
-    rank = np.where(np.isnan(rank), 1.0, rank)
-    rank = np.where(var >= spread, 0.0, rank)
+    return var, spread, (mu != 0) & ~point & (var < spread), point
+
+
+def fitted_risk(mu: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
+    """The risk where a Beta fits (mu != 0, not a point mass, var < spread = mu (1 - mu)): there none of the special
+    cases applies, so it is 1 - I_{U*}(alpha, beta), NaN read as rank 1."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t = spread / var - 1.0
+        rank = betainc(mu * t, (1.0 - mu) * t, u_star)
+    return 1.0 - np.where(np.isnan(rank), 1.0, rank)
+
+
+def special_risk(mu: np.ndarray, point: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
+    """The rule's special cases in its order, starting from what its NaN rule makes of a value no case covers
+    (rank 1: NaN inputs); every finite entry where no Beta fits meets one of them."""
+    rank = np.where(var >= spread, 0.0, 1.0)
     rank = np.where(point & (mu > u_star), 0.0, rank)
     rank = np.where((mu == 0) | (point & (mu <= u_star)), 1.0, rank)
     return 1.0 - rank

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kso.core.cluster import NodeView
+from kso.core.views import NodeView
 
 
 @dataclass(slots=True)

@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from forecasting.types import NodeForecast
-from kso.core.cluster import STAT_SCALE, ClusterState
+from kso.core.cluster import ClusterState
 from kso.core.node_costs import DEFAULT_COST_KEY
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
+from kso.core.views import STAT_SCALE
 from optimizer.plan.problem import (
     LOAD_RESOURCES,
     NodeLoad,

@@ -15,8 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.agents.base import Call
-from extender.agents.pigeon import (
+from kso.core.cluster import ClusterState
+from kso.core.objects import node_from_k8s, pod_from_k8s
+from kso.decisions.agents.base import Call
+from kso.decisions.agents.pigeon import (
     A_BINPACK,
     CONSOLIDATE,
     LOAD_BALANCE,
@@ -24,8 +26,6 @@ from extender.agents.pigeon import (
     PigeonParams,
     pigeon_scores,
 )
-from kso.core.cluster import ClusterState
-from kso.core.objects import node_from_k8s, pod_from_k8s
 
 # ---- building clusters through the real types ------------------------------------------------------
 # Quantities are kept in the spec's units as integers (cpu milli, memory MiB, pods, gpu, ephemeral GiB),

@@ -10,14 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.agents.base import Call
-from extender.agents.pigeon import DemandStats, PigeonAgent, PigeonParams, albert_zhang, pigeon_scores
 from extender.config import load_config
-from extender.protocol import ProtocolError, parse_extender_args
-from extender.service import Extender
+from extender.protocol import parse_extender_args
+from extender.replies import HostScoreReplies
+from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
+from kso.decisions.agents.base import Call
+from kso.decisions.agents.pigeon import DemandStats, PigeonAgent, PigeonParams, albert_zhang, pigeon_scores
+from kso.decisions.engine import InputError
 from tests.support.fixtures import make_node, make_pod
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -116,8 +118,8 @@ def test_integer_priorities_combine_as_the_float_sum(seed: int, n: int, k: int, 
         arrays[0] = arrays[0] + 0.5
     priorities = {f"p{j}": (lambda call, a=a: a if ghost else a.copy()) for j, a in enumerate(arrays)}
     ext, call = extender_with(priorities, {f"p{j}": rng.randint(1, 20) for j in range(k)}, n)
-    fast, _ = ext._scores(call, "prioritize", per_agent=False)
-    slow, _ = ext._scores(call, "explain", per_agent=True)
+    fast, _ = ext.scores(call, "prioritize", per_agent=False)
+    slow, _ = ext.scores(call, "explain", per_agent=True)
     assert fast.dtype == slow.dtype and fast.tobytes() == slow.tobytes()
     assert fast[-1] == 0  # the ghost node
 
@@ -132,7 +134,7 @@ def test_all_known_counts_the_views_unknown_nodes() -> None:
     ext = Extender(load_config({"KSO_AGENTS": "safe", "KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(),
                    cache_bodies=False)
     body = {"Pod": make_pod("p"), "Nodes": {"items": [make_node("n0"), make_node("new")]}}
-    view = ext.resolve(parse_extender_args(orjson.dumps(body)))
+    view = ext.call_of(parse_extender_args(orjson.dumps(body))).view
     assert view.all_known() and view.known.all()  # the body's node, judged for this call only
 
 
@@ -187,19 +189,19 @@ def test_a_repeated_pod_is_parsed_once_and_a_changed_or_bad_one_afresh() -> None
     body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["n0"]})
     first, second = (parse_extender_args(body) for _ in range(2))
     assert first.pod is second.pod  # the same bytes: the kept object
-    info = ext.parse_pod(first.pod)
-    assert ext.parse_pod(second.pod) is info and info.requests["cpu"] == 300
+    info = ext.call_of(first).pod
+    assert ext.call_of(second).pod is info and info.requests["cpu"] == 300
     changed = orjson.loads(body)
     changed["Pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
-    assert ext.parse_pod(parse_extender_args(orjson.dumps(changed)).pod).requests["cpu"] == 500
+    assert ext.call_of(parse_extender_args(orjson.dumps(changed))).pod.requests["cpu"] == 500
     bad = orjson.loads(body)
     bad["Pod"]["metadata"]["uid"] = "u-10"
     bad["Pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
     for _ in range(2):  # refused each time, never kept
-        with pytest.raises(ProtocolError, match="negative"):
+        with pytest.raises(InputError, match="negative"):
             ext.filter(parse_extender_args(orjson.dumps(bad)))
     other = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder())
-    assert other.parse_pod(first.pod) is not info  # another extender parses for itself
+    assert other.call_of(first).pod is not info  # another extender parses for itself
 
 
 WIDE = st.one_of(st.floats(allow_nan=False, allow_infinity=False), FLOATS)
@@ -210,7 +212,7 @@ WIDE = st.one_of(st.floats(allow_nan=False, allow_infinity=False), FLOATS)
 def test_finite_scores_equal_the_clipped_formula(values: list[float]) -> None:
     """Session 11: _finite_scores in place and without its clip (a no-op up to CLIP_FREE_SPAN) against the formula
     with the clip, bit for bit, over every finite double (spans past 1e300 included, where the clip stays)."""
-    from extender.agents.pigeon import EQUAL_RTOL, MAX_PRIORITY, _finite_scores
+    from kso.decisions.agents.pigeon import EQUAL_RTOL, MAX_PRIORITY, _finite_scores
 
     v = np.array(values, dtype=float)
     vmax, vmin = float(v.max()), float(v.min())
@@ -250,7 +252,7 @@ def test_binpack_stacked_sums_equal_the_einsums(rows: list[list[float]], new: li
                                                 gamma: float) -> None:
     """Session 11: the objective with its four row sums in one einsum gives the four einsums' bits, for every R and
     both memory layouts."""
-    from extender.agents.pigeon import binpack_prelude, binpack_values_einsums, binpack_values_from
+    from kso.decisions.agents.pigeon import binpack_prelude, binpack_values_einsums, binpack_values_from
 
     order = "F" if fortran else "C"
     util = np.array(np.array(rows)[:, :r], order=order)
@@ -262,10 +264,11 @@ def test_binpack_stacked_sums_equal_the_einsums(rows: list[list[float]], new: li
 
 @SETTINGS
 @given(st.lists(st.lists(st.integers(0, 10), min_size=4, max_size=4), min_size=1, max_size=4), st.booleans())
-def test_host_scores_json_of_a_remembered_view_equals_orjson(rounds: list[list[int]], churn: bool) -> None:
-    """Session 11: host_scores_json with its keys kept for a remembered view's rows (and prioritize's in_range) gives
-    orjson's bytes, round after round, a row changing hands in between or not."""
+def test_host_score_replies_of_a_remembered_view_equal_orjson(rounds: list[list[int]], churn: bool) -> None:
+    """HostScoreReplies with its keys kept for a remembered view's rows (and prioritize's in_range) gives orjson's
+    bytes, round after round, a row changing hands in between or not."""
     state = ClusterState()
+    replies = HostScoreReplies(state)
     names = [f"n{i}" for i in range(4)]
     for name in names:
         state.upsert_node(node_from_k8s(make_node(name)))
@@ -276,15 +279,15 @@ def test_host_scores_json_of_a_remembered_view_equals_orjson(rounds: list[list[i
         view = state.view(names, stable=True)
         expected = orjson.dumps([{"Host": h, "Score": s} for h, s in zip(names, scores, strict=True)])
         arr = np.array(scores, dtype=np.int64)
-        assert state.host_scores_json(view, arr, in_range=True) == expected
-        assert state.host_scores_json(view, arr) == expected
+        assert replies.encode(view, arr, in_range=True) == expected
+        assert replies.encode(view, arr) == expected
 
 
 @SETTINGS
 @given(seed=st.integers(0, 10**9), n=st.integers(1, 30), k=st.integers(1, 5), floats=st.booleans(),
        hit=st.sampled_from([None, "some", "all"]))
 def test_prioritize_scores_are_in_range(seed: int, n: int, k: int, floats: bool, hit: str | None) -> None:
-    """Session 11: what prioritize_json hands host_scores_json as in range is one int per node, 0..MAX_PRIORITY,
+    """What prioritize_json hands HostScoreReplies.encode as in range is one int per node, 0..MAX_PRIORITY,
     whatever the priorities give (out of range, floats) and whatever the plan does to it."""
     rng = random.Random(seed)
     arrays = [np.array([rng.choice([-3, 0, 1, 5, 9, 10, 11, 10**12, rng.randint(0, 10)]) for _ in range(n + 1)])
@@ -293,8 +296,8 @@ def test_prioritize_scores_are_in_range(seed: int, n: int, k: int, floats: bool,
         arrays[0] = arrays[0] + rng.choice([0.5, float("nan"), float("inf"), -float("inf")])
     priorities = {f"p{j}": (lambda call, a=a: a.copy()) for j, a in enumerate(arrays)}
     ext, call = extender_with(priorities, {f"p{j}": rng.randint(1, 20) for j in range(k)}, n)
-    combined, _ = ext._scores(call, "prioritize", per_agent=False)
+    combined, _ = ext.scores(call, "prioritize", per_agent=False)
     plan = None if hit is None else np.array([hit == "all" or rng.random() < 0.5 for _ in range(n + 1)])
-    scores = ext._apply_plan(combined, plan)
+    scores = ext.apply_plan(combined, plan)
     assert scores.dtype.kind == "i" and scores.shape == (n + 1,)
     assert 0 <= scores.min() and scores.max() <= 10

@@ -20,19 +20,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.agents.base import Call, PredicateResult
-from extender.agents.image import ImageAgent, ImageParams, image_locality_score
-from extender.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams, _beta_cases, beta_risk
 from extender.app import create_app, outermost_hot_routes
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, ProtocolError, dumps, parse_extender_args
-from extender.service import Extender
+from extender.replies import HostScoreReplies
+from extender.verbs import Extender
 from kso.core import cluster as cluster_module
 from kso.core.binder import RecordingBinder
-from kso.core.cluster import ClusterState, image_sizes_scan
+from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.core.safety import safe_overload_risk
+from kso.core.safety import beta_cases, safe_overload_risk
+from kso.core.views import image_sizes_scan
+from kso.decisions.agents.base import Call, PredicateResult
+from kso.decisions.agents.image import ImageAgent, ImageParams, image_locality_score
+from kso.decisions.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams
+from kso.decisions.engine import InputError
 from tests.support.fixtures import make_node, make_pod
+from tests.support.foo_agent import foo_registered
+from tests.support.reference_risk import reference_safe_overload_risk
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -78,7 +83,7 @@ def reference_filter_overload(agent: SafeAgent, call: Call) -> PredicateResult:
 def reference_filter(ext: Extender, args: ExtenderArgs, predicates: list[str]) -> dict[str, Any]:
     """Extender.filter before Verdicts (NodeNames mode): dict-of-lists bookkeeping per node. Uses the
     extender's predicates, so it judges exactly as the fast path does."""
-    from extender.service import _safe_call
+    from kso.decisions.engine import run_guarded
 
     pod = pod_from_k8s(args.pod)
     view = ext.state.view(args.node_names or [])
@@ -90,7 +95,7 @@ def reference_filter(ext: Extender, args: ExtenderArgs, predicates: list[str]) -
         unresolvable[int(i)] = (f"node reports no allocatable cpu or memory (cpu {view.alloc[i, view.columns['cpu']]:g}m,"
                                 f" memory {view.alloc[i, view.columns['memory']]:g} bytes); kso cannot place pods there")
     for name in predicates:
-        res = _safe_call(f"predicate {name}", ext.predicates[name], call, ext.metrics, "filter")
+        res = run_guarded(f"predicate {name}", ext.predicates[name], call, ext.metrics, "filter")
         if res is None:
             continue
         known = view.known.tolist()
@@ -245,8 +250,9 @@ def test_image_columns_equal_a_scan_of_every_node(steps: list[tuple[str, int, li
 @SETTINGS
 @given(names=st.lists(st.text(min_size=1, max_size=6), min_size=0, max_size=8, unique=True),
        asked=st.data(), churn=st.booleans())
-def test_host_scores_json_equals_orjson(names: list[str], asked: st.DataObject, churn: bool) -> None:
+def test_host_score_replies_equal_orjson(names: list[str], asked: st.DataObject, churn: bool) -> None:
     state = ClusterState()
+    replies = HostScoreReplies(state)
     for name in names:
         state.upsert_node(node_from_k8s(make_node(name)))
     pool = [*names, "not-in-cache", 'q"uote\\', "\u00e9\n"]
@@ -258,8 +264,8 @@ def test_host_scores_json_equals_orjson(names: list[str], asked: st.DataObject, 
         state.remove_node(names[0])
         state.upsert_node(node_from_k8s(make_node("newcomer")))
     expected = orjson.dumps([{"Host": h, "Score": sc} for h, sc in zip(call_names, scores, strict=True)])
-    assert state.host_scores_json(view, scores) == expected
-    assert state.host_scores_json(view, np.array(scores, dtype=np.int64)) == expected  # prioritize's int array
+    assert replies.encode(view, scores) == expected
+    assert replies.encode(view, np.array(scores, dtype=np.int64)) == expected  # prioritize's int array
 
 
 # ---- the safe agent's reasons ---------------------------------------------------------------------------
@@ -321,11 +327,11 @@ def test_safe_filter_equals_the_full_computation(n: int, data: st.DataObject, u_
 @SETTINGS
 @given(st.lists(st.tuples(st.one_of(tricky, st.just(math.nan)), st.one_of(tricky, st.just(math.nan))), max_size=16),
        st.integers(1, 100))
-def test_beta_risk_equals_safe_overload_risk(pairs: list[tuple[float, float]], u_star: int) -> None:
+def test_safe_overload_risk_equals_the_reference(pairs: list[tuple[float, float]], u_star: int) -> None:
     mu = np.array([m for m, _ in pairs], dtype=float)
     sigma = np.array([s for _, s in pairs], dtype=float)
-    expected = safe_overload_risk(mu, sigma, u_star / 100)
-    got = beta_risk(mu, sigma, u_star / 100)
+    expected = reference_safe_overload_risk(mu, sigma, u_star / 100)
+    got = safe_overload_risk(mu, sigma, u_star / 100)
     assert np.array_equal(got, expected, equal_nan=True), (mu, sigma, got, expected)
     assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in expected]
 
@@ -381,8 +387,9 @@ def test_filter_equals_the_per_node_bookkeeping(seed: int, n: int, two: bool) ->
         state.upsert_node(node_from_k8s(node))
     for pod in pods:
         state.upsert_pod(pod_from_k8s(pod))
-    ext = Extender(load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", "KSO_PLAN_POLICY": "NONE"}),
-                   state, RecordingBinder())
+    with foo_registered():
+        ext = Extender(load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", "KSO_PLAN_POLICY": "NONE"}),
+                       state, RecordingBinder())
     # a second predicate that fails some nodes, so that reasons of two predicates are merged
     odd = {i: f"odd: node {i}" for i in range(1, n + 3, 2)}
     ext.predicates["odd"] = lambda call: PredicateResult(np.ones(len(call.view), dtype=bool),
@@ -454,8 +461,9 @@ def test_hot_routes_answer_as_the_routed_handlers() -> None:
         state.upsert_node(node_from_k8s(node))
     for pod in pods:
         state.upsert_pod(pod_from_k8s(pod))
-    config = load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", "KSO_PLAN_POLICY": "NONE",
-                          "KSO_MAX_BODY_BYTES": "4096"})
+    with foo_registered():
+        config = load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", "KSO_PLAN_POLICY": "NONE",
+                              "KSO_MAX_BODY_BYTES": "4096"})
     pod = make_pod("p", cpu="700m", memory="1Gi", images=["nginx:1.27.3", "busybox:1.36"])
     names = [f"n{i}" for i in range(12)] + ["ghost"]
     ok = orjson.dumps({"Pod": pod, "NodeNames": names})
@@ -473,7 +481,8 @@ def test_hot_routes_answer_as_the_routed_handlers() -> None:
 
     async def run(root: str, outermost: bool = False) -> list[Any]:
         # a fresh extender per run: pigeon's demand statistics and bindings depend on the calls before
-        app: Any = create_app(Extender(config, _copy(state), RecordingBinder()))
+        with foo_registered():
+            app: Any = create_app(Extender(config, _copy(state), RecordingBinder()))
         if outermost:  # as serve() runs it: the hot routes ahead of FastAPI's middleware stack
             app = outermost_hot_routes(app)
         return [await asgi(app, path, body, root=root, **kw) for path, body, kw in cases]
@@ -551,9 +560,9 @@ def test_risk_memo_answers_as_betainc(calls: list[list[tuple[int, float, float]]
         slots = np.array([e[0] for e in entries], dtype=np.intp)
         mu = np.array([e[1] for e in entries])
         sigma = np.array([e[2] for e in entries])
-        var, spread, fits, _ = _beta_cases(mu, sigma)
+        var, spread, fits, _ = beta_cases(mu, sigma)
         got = memo.fitted_risk(slots[fits], mu[fits], sigma[fits], var[fits], spread[fits])
-        assert got.tobytes() == safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
+        assert got.tobytes() == reference_safe_overload_risk(mu[fits], sigma[fits], u_star / 100).tobytes()
 
 
 @SETTINGS
@@ -671,7 +680,7 @@ def test_response_head_leaves_with_its_body_in_one_write() -> None:
 def test_congestion_score_equals_the_seed_rule(factors: list[float], factor_max: int) -> None:
     """cf = min(v, MAX) if v is a positive integer else 0; score = round-half-away-from-zero(10 (1 - cf / MAX)),
     value by value in Python."""
-    from extender.agents.congestion import congestion_score
+    from kso.decisions.agents.congestion import congestion_score
 
     def rule(v: float) -> int:
         cf = min(v, factor_max) if (math.isfinite(v) and v > 0 and v == math.floor(v)) or v == math.inf else 0.0
@@ -687,7 +696,7 @@ def test_congestion_score_equals_the_seed_rule(factors: list[float], factor_max:
 def reference_pigeon_values(agent: Any, call: Call, stats: Any) -> np.ndarray:
     """PigeonAgent._compute's A_BINPACK values before its fast paths (utilisation() always, demand_gamma per
     call, the known rows gathered even when every node is known), given the demand statistics it saw."""
-    from extender.agents.pigeon import binpack_values, demand_gamma, utilisation
+    from kso.decisions.agents.pigeon import binpack_values, demand_gamma, utilisation
 
     view = call.view
     values = np.full(len(view), np.nan)
@@ -712,7 +721,7 @@ def reference_pigeon_values(agent: Any, call: Call, stats: Any) -> np.ndarray:
 @SETTINGS
 @given(seed=st.integers(0, 10**9), n=st.integers(1, 40), calls=st.integers(1, 4))
 def test_pigeon_values_equal_the_reference_bit_for_bit(seed: int, n: int, calls: int) -> None:
-    from extender.agents.pigeon import PigeonAgent, PigeonParams
+    from kso.decisions.agents.pigeon import PigeonAgent, PigeonParams
 
     rng = random.Random(seed)
     nodes, pods = random_cluster(rng, n)  # some nodes with 0 cpu: the general utilisation path
@@ -732,7 +741,7 @@ def test_pigeon_values_equal_the_reference_bit_for_bit(seed: int, n: int, calls:
 
 
 def test_congestion_and_image_scores_without_annotations_or_images_equal_the_rule() -> None:
-    from extender.agents.congestion import CongestionAgent, CongestionParams, congestion_score
+    from kso.decisions.agents.congestion import CongestionAgent, CongestionParams, congestion_score
 
     state = ClusterState()
     for i in range(5):
@@ -756,7 +765,7 @@ def test_a_bad_pod_reusing_a_parsed_pods_uid_and_resource_version_is_still_refus
     assert len(ext.pod_memo) == 1
     bad = orjson.loads(orjson.dumps(good))
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
-    with pytest.raises(ProtocolError, match="negative"):
+    with pytest.raises(InputError, match="negative"):
         ext.filter(parse_extender_args(orjson.dumps({"Pod": bad, "NodeNames": ["n0"]})))
 
 
@@ -1010,18 +1019,18 @@ def test_resolve_of_full_nodes_all_known_equals_the_per_item_path() -> None:
         state.upsert_node(node_from_k8s(node))
     ext = Extender(load_config({"KSO_PLAN_POLICY": "NONE"}), state, RecordingBinder(), cache_bodies=False)
     order = [nodes[3], nodes[0], nodes[4], nodes[0]]
-    view = ext.resolve(parse_extender_args(_full_body(make_pod("p"), order)))
+    view = ext.call_of(parse_extender_args(_full_body(make_pod("p"), order))).view
     ref = state.view([n["metadata"]["name"] for n in order])
     assert view.names == ref.names and view.all_known() and (view.rows == ref.rows).all()
     assert np.array_equal(view.alloc, ref.alloc) and np.array_equal(view.requested, ref.requested)
     # a node the cache does not know: judged from its object, the others from the cache
     stranger = _go_node("stranger", cpu="7")
-    view = ext.resolve(parse_extender_args(_full_body(make_pod("p"), [nodes[1], stranger])))
+    view = ext.call_of(parse_extender_args(_full_body(make_pod("p"), [nodes[1], stranger]))).view
     assert view.names == ["k1", "stranger"] and view.all_known()
     assert view.alloc[1, view.columns["cpu"]] == 7000 and view.alloc[0, view.columns["cpu"]] == 3000
     # items without a usable name: the per-item path's error, naming the item
     for bad in ({"metadata": {}}, {"metadata": []}, {"metadata": {"name": ""}}, {"metadata": {"name": 5}},
                 {"spec": {}}):
         args = parse_extender_args(orjson.dumps({"Pod": make_pod("p"), "Nodes": {"items": [nodes[0], bad]}}))
-        with pytest.raises(ProtocolError, match=r"Nodes.items\[1\] has no metadata.name"):
-            ext.resolve(args)
+        with pytest.raises(InputError, match=r"Nodes.items\[1\] has no metadata.name"):
+            ext.call_of(args)

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from extender.config import load_config
 from extender.protocol import DEFAULT_LIMITS, KnownPods, parse_extender_args
-from extender.service import Extender
+from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
-from kso.core.cluster import ClusterState, LastKept, NodeView
+from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
+from kso.core.views import LastKept, NodeView
 from tests.support.fixtures import make_node, make_pod
 
 FIELDS = ("known", "alloc", "requested", "mean_free", "std_free", "forecast_free", "recent", "congestion", "rows")
@@ -218,8 +219,8 @@ def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[An
 def test_safe_inputs_from_the_kept_base_equal_the_reference(seed: int) -> None:
     """SafeAgent._inputs (the view's pod-independent part kept, the pod's demand added) against _inputs_from (every
     step from the view), field by field, bit for bit; twice, the second from the kept base."""
-    from extender.agents.base import Call
-    from extender.agents.safe import SafeAgent, SafeParams
+    from kso.decisions.agents.base import Call
+    from kso.decisions.agents.safe import SafeAgent, SafeParams
 
     rng = random.Random(seed)
     state = ClusterState()

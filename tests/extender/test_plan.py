@@ -15,8 +15,8 @@ from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
 from extender.plan_cache import PlanCache, PlanSolver
-from extender.server import Running, start_plan_jobs
-from extender.service import Extender
+from extender.plan_jobs import start_plan_jobs
+from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.objects import node_from_k8s
 from kso.core.settings import load_settings
@@ -144,8 +144,8 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
     annotations) a binpack plan would fill nodes by requests alone, so the agents decide and the metric
     says why. Once a node carries kube-safe-scheduler's load annotations, the plan is solved in its child."""
     with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_INTERVAL_S": "5"}) as (client, ext, cache):
-        running = Running(ext, [])
-        start_plan_jobs(running, solve=True, first_solve_delay_s=0.1)
+        jobs = start_plan_jobs(ext, solve=True, first_solve_delay_s=0.1)
+        assert jobs is not None
         try:
             deadline = time.time() + 60
             while metric(client, 'kso_plan_solves_total{result="no-statistics"}') < 1 and time.time() < deadline:
@@ -165,7 +165,7 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
             assert metric(client, 'kso_plan_solves_total{result="ok"}') == 1
             assert max(scores(client, PENDING[1]).values()) == 10
         finally:
-            running.close()
+            jobs.close()
 
 
 def test_without_statistics_the_plan_is_solved_when_asked(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from extender.config import load_config
 from extender.protocol import parse_extender_args
-from extender.service import Extender
+from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.objects import parse_timestamp, pod_from_k8s
 from kso.core.safety import held_past, least_risk

@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from extender.agents.safe import beta_risk
 from kso.core.safety import balance_score, safe_overload_risk
+from tests.support.reference_risk import reference_safe_overload_risk
 
 
 def test_balance_score_is_the_seeds_formula_on_known_statistics() -> None:
@@ -36,4 +36,4 @@ def test_a_vanishing_sigma_is_read_as_no_spread(sigma: float) -> None:
     sig = np.full(mu.shape, sigma)
     expected = [1.0, 0.0, 1.0, 0.0, 0.0]
     assert safe_overload_risk(mu, sig, 0.9).tolist()[:4] == expected[:4]
-    assert np.array_equal(beta_risk(mu, sig, 0.9), safe_overload_risk(mu, sig, 0.9), equal_nan=True)
+    assert np.array_equal(reference_safe_overload_risk(mu, sig, 0.9), safe_overload_risk(mu, sig, 0.9), equal_nan=True)

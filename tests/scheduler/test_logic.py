@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.agents.cost import cost_score
 from kso.core.binder import RecordingBinder
 from kso.core.objects import PodInfo, node_from_k8s, pod_from_k8s
+from kso.decisions.agents.cost import cost_score
 from scheduler.core import Scheduler, SchedulerSettings, StaticClocks
 from scheduler.feasibility import (
     failed_message,
@@ -264,7 +264,7 @@ def test_scheduler_seed_mode_order_and_backoff() -> None:
 
 def test_scheduler_default_mode_prefers_cheaper_node(monkeypatch: pytest.MonkeyPatch) -> None:
     from extender.config import load_config
-    from extender.service import Extender
+    from extender.verbs import Extender
     from scheduler.cli import with_cost_agent
 
     nodes = [make_node(f"n{i}", annotations={"hightower.com/cost": str(c)}) for i, c in enumerate((5, 2, 9))]

@@ -367,7 +367,7 @@ def test_the_plan_covers_exactly_the_pods_this_scheduler_serves(control_plane: A
     sched = start(["kso-standalone"], env=env, api_client=control_plane.api_client(), debug_address="",
                   sync_timeout_s=30, leader_elect=False)
     try:
-        plan = sched.scheduler.extender.plan  # type: ignore[union-attr]
+        plan = sched.scheduler.engine.plan  # type: ignore[union-attr]
         assert plan is not None and plan.settings.scheduler_names == ["kso-standalone"]
     finally:
         sched.close()

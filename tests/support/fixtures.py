@@ -19,13 +19,14 @@ import pytest
 from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
-from extender.service import Extender
+from extender.verbs import Extender
 from forecasting.trace_dir import CHECKOUT, TraceFileMissing, require
 from forecasting.traces import DATA_DIR, TRACE_FILES
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
 from tests.support import prom_server
+from tests.support.foo_agent import foo_registered
 
 
 def _shared() -> Path:
@@ -103,8 +104,9 @@ def make_state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()) -> 
 def running_extender(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (),  # type: ignore[assignment]
                      env: dict[str, str] | None = None, state: ClusterState | None = None) -> Iterator[Client]:
     """A real extender over loopback; yields an HTTP client with .post/.get and .extender."""
-    config = load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", **(env or {})})
-    ext = Extender(config, state or make_state(nodes, pods), RecordingBinder())
+    with foo_registered():  # the template agent, kept for tests
+        config = load_config({"KSO_AGENTS": "safe,pigeon,congestion,image,foo", **(env or {})})
+        ext = Extender(config, state or make_state(nodes, pods), RecordingBinder())
     with BackgroundServer(create_app(ext)) as srv:
         client = Client(srv.port)
         client.extender = ext  # type: ignore[attr-defined]

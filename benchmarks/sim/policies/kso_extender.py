@@ -197,7 +197,7 @@ class KsoExtenderPolicy(Policy):
     # ---- lifecycle ----
     def setup(self, sim: SimView) -> None:
         from extender.config import load_config
-        from extender.service import Extender
+        from extender.verbs import Extender
         from kso.core.binder import RecordingBinder
         from kso.core.cluster import ClusterState
         from kso.core.objects import node_from_k8s

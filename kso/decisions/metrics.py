@@ -1,5 +1,6 @@
-"""kso's own /metrics (prometheus_client). One registry per extender instance, so several can live in
-one process (tests, benchmarks) without clashing."""
+"""kso's own /metrics (prometheus_client): the decision engine's counters and the extender's request times.
+One registry per engine instance, so several can live in one process (tests, benchmarks) without clashing.
+The published names keep their ``kso_extender_`` prefix: dashboards and alerts read them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ LATENCY_BUCKETS = (0.000025, 0.00005, 0.000075, 0.0001, 0.000125, 0.00015, 0.000
                    0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-class ExtenderMetrics:
+class DecisionMetrics:
     def __init__(self, cache_age: Callable[[], float], cache_nodes: Callable[[], float]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kso.core.cluster import NodeView
 from kso.core.objects import PodInfo
+from kso.core.views import NodeView
 
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority
 

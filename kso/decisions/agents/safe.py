@@ -11,14 +11,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import betainc
 
-from extender.agents.base import Agent, Call, PredicateResult
-from kso.core.cluster import LastKept, NodeView
 from kso.core.resources import CPU, MEMORY, MIB
-from kso.core.safety import SafeBoundSettings, balance_score, held_past, least_risk, overload_score, point_mass
+from kso.core.safety import (
+    SafeBoundSettings,
+    balance_score,
+    beta_cases,
+    fitted_risk,
+    held_past,
+    least_risk,
+    overload_score,
+    safe_overload_risk,
+    special_risk,
+)
 from kso.core.settings import setting
 from kso.core.stats import AnnotationStats, NodeStatsSource
+from kso.core.views import LastKept, NodeView
+from kso.decisions.agents.base import Agent, Call, PredicateResult
 
 log = logging.getLogger("kso.extender.safe")
 
@@ -78,49 +87,6 @@ def sig3(values: np.ndarray) -> list[str]:
     return _format_scaled(values, 1000.0, (values >= 0.1) & (values <= 1.0), _SIG3, ".3g")
 
 
-def beta_risk(mu: np.ndarray, sigma: np.ndarray, u_star: float) -> np.ndarray:
-    """kso.core.safety.safe_overload_risk(mu, sigma, u_star), value for value, with the Beta CDF evaluated only
-    where the rule uses it: where mu = 0, sigma = 0 or no Beta fits (sigma^2 >= mu (1 - mu), e.g. a node
-    at 100%), the rule's special cases decide, and betainc (~0.2 us a value) is not run."""
-    var, spread, fits, point = _beta_cases(mu, sigma)
-    if fits.all():
-        return _fitted_risk(mu, var, spread, u_star)
-    risk = _special_risk(mu, point, var, spread, u_star)
-    if fits.any():
-        risk[fits] = _fitted_risk(mu[fits], var[fits], spread[fits], u_star)
-    return risk
-
-
-def _beta_cases(mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(sigma^2, mu (1 - mu), where a Beta fits, where the rule reads a point mass): the split between
-    safe_overload_risk's Beta CDF and its special cases, the same for every caller below."""
-    var = sigma * sigma
-    spread = mu * (1.0 - mu)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t = spread / var - 1.0
-    point = point_mass(sigma, t)
-    return var, spread, (mu != 0) & ~point & (var < spread), point
-
-
-def _fitted_risk(mu: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
-    """safe_overload_risk where a Beta fits (mu != 0, not a point mass, var < spread = mu (1 - mu)): there none of
-    its special cases applies, so the risk is 1 - I_{U*}(alpha, beta), NaN read as rank 1, computed with
-    safe_overload_risk's own operations in its order (the same bits)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t = spread / var - 1.0
-        rank = betainc(mu * t, (1.0 - mu) * t, u_star)
-    return 1.0 - np.where(np.isnan(rank), 1.0, rank)
-
-
-def _special_risk(mu: np.ndarray, point: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
-    """safe_overload_risk's special cases in its order, starting from what its NaN rule makes of a value no
-    case covers (rank 1: NaN inputs); every finite entry where no Beta fits meets one of them."""
-    rank = np.where(var >= spread, 0.0, 1.0)
-    rank = np.where(point & (mu > u_star), 0.0, rank)
-    rank = np.where((mu == 0) | (point & (mu <= u_star)), 1.0, rank)
-    return 1.0 - rank
-
-
 class RiskMemo:
     """The last Beta-CDF risk computed for each (node row, resource) slot, with the mu and sigma it was computed
     from. The risk is a pure function of (mu, sigma) for a given U*, so a slot whose inputs are exactly those of
@@ -138,7 +104,7 @@ class RiskMemo:
 
     def fitted_risk(self, slots: np.ndarray, mu: np.ndarray, sigma: np.ndarray, var: np.ndarray,
                     spread: np.ndarray) -> np.ndarray:
-        """_fitted_risk(mu, var, spread, U*) for entries where a Beta fits, ``slots`` (same shape, >= 0) naming
+        """fitted_risk(mu, var, spread, U*) for entries where a Beta fits, ``slots`` (same shape, >= 0) naming
         each entry's memo slot."""
         with self._lock:
             if slots.size and int(slots.max()) >= self._mu.size:
@@ -148,7 +114,7 @@ class RiskMemo:
             if hit.all():
                 return risk
             miss = ~hit
-            fresh = _fitted_risk(mu[miss], var[miss], spread[miss], self.u_star)
+            fresh = fitted_risk(mu[miss], var[miss], spread[miss], self.u_star)
             risk[miss] = fresh
             where = slots[miss]
             self._mu[where] = mu[miss]
@@ -194,9 +160,9 @@ class SafeInputs:
         return self.some
 
     def _fitted(self, where: np.ndarray, var: np.ndarray, spread: np.ndarray) -> np.ndarray:
-        """_fitted_risk of the entries ``where`` (a Beta fits there), through the memo when there is one."""
+        """fitted_risk of the entries ``where`` (a Beta fits there), through the memo when there is one."""
         if self.memo is None or self.slots is None:
-            return _fitted_risk(self.mu[where], var[where], spread[where], self.u_star)
+            return fitted_risk(self.mu[where], var[where], spread[where], self.u_star)
         return self.memo.fitted_risk(self.slots[where], self.mu[where], self.sigma[where], var[where], spread[where])
 
     @property
@@ -204,11 +170,11 @@ class SafeInputs:
         """P(util > U*) per node and resource (0 where not valid), computed on first use."""
         if self.full_risk is None:
             if self.memo is None:
-                self.full_risk = np.where(self.valid, beta_risk(self.mu, self.sigma, self.u_star), 0.0)
-            else:  # beta_risk, its fitted entries through the memo
+                self.full_risk = np.where(self.valid, safe_overload_risk(self.mu, self.sigma, self.u_star), 0.0)
+            else:  # safe_overload_risk, its fitted entries through the memo
                 mu = self.mu
-                var, spread, fits, point = _beta_cases(mu, self.sigma)
-                risk = _special_risk(mu, point, var, spread, self.u_star)
+                var, spread, fits, point = beta_cases(mu, self.sigma)
+                risk = special_risk(mu, point, var, spread, self.u_star)
                 if fits.any():
                     risk[fits] = self._fitted(fits, var, spread)
                 self.full_risk = np.where(self.valid, risk, 0.0)
@@ -226,7 +192,7 @@ class SafeInputs:
         if self.full_risk is not None:
             return self.valid & (self.full_risk > eps), self.full_risk
         mu = self.mu
-        var, spread, fits, point = _beta_cases(mu, self.sigma)
+        var, spread, fits, point = beta_cases(mu, self.sigma)
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = self.u_star - mu
             bound = var / (var + gap * gap)
@@ -236,7 +202,7 @@ class SafeInputs:
         risk[fitted] = self._fitted(fitted, var, spread)
         special = need & ~fits
         if special.any():
-            risk[special] = _special_risk(mu[special], point[special], var[special], spread[special], self.u_star)
+            risk[special] = special_risk(mu[special], point[special], var[special], spread[special], self.u_star)
         return need & (risk > eps), risk
 
 
