@@ -14,7 +14,7 @@ What is written for a scenario on a ``step_s`` grid from ``start``, one scrape e
   is just after the step boundary before ``a`` (pods of one step in the scenario's order; pods at step 0 were
   created before ``start``). Of the pods that end inside the range, one in three reports
   ``kube_pod_deletion_timestamp`` on its last scrape, one in three ``kube_pod_completion_time``, the rest just
-  stop being reported;
+  stop being reported (whatever the scrape interval, the end falls in step e - 1);
 - cAdvisor: ``container_cpu_usage_seconds_total`` counters (container ``app``, and the pod cgroup's own series
   with ``container=""``, which queries must leave out) rising by the step's usage over each scrape interval, from
   0 at the pod's start to ``start + e step``; ``container_memory_working_set_bytes`` whose sample at a scrape is
@@ -84,8 +84,10 @@ def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 6
         e = min(d, T)
         ends = d < T  # google.py / trace.py: departure >= n_steps means "outlives the replay"
         j0, jc = a * per, e * per
-        j1 = jc if ends else n_scrapes
         how = ("deleted", "completed", "gone")[i % 3] if ends else "running"
+        # a deleted or completed pod is still reported at the step boundary (terminating, or Succeeded), with the
+        # time it ended; one that is just gone was last reported one scrape before the boundary
+        j1 = n_scrapes if not ends else (jc + 1 if how != "gone" else jc)
         life.append((j0, j1, jc, how))
     usage = s.pod_usage.astype(np.float64) * np.stack([s.pod_cpu / 1000.0, s.pod_memory], axis=1)[:, None, :]
 
@@ -132,8 +134,8 @@ def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 6
             family(metric)
             for i in range(s.n_pods):
                 j0, j1, jc, h = life[i]
-                if h == how and j1 > j0:
-                    const(metric, pod_labels(i), start + (j1 - 1) * scrape_s, j1 - 1, j1)
+                if h == how:
+                    const(metric, pod_labels(i), start + jc * scrape_s - min(30.0, scrape_s / 2), j1 - 1, j1)
 
         containers = [("app", "registry.example/app:1")] + ([("", "")] if pod_cgroup else [])
         family("container_cpu_usage_seconds", "counter")

@@ -460,8 +460,10 @@ class HistoryBuilder:
             if math.isinf(end_t) or end_t >= self.end:
                 d = T + 1
                 outlive += 1
-            else:
+            elif math.isfinite(ended):
                 d = max(a + 1, int(math.ceil((end_t - S) / step - 1e-9)))
+            else:  # last reported during a step: it lived through that step
+                d = max(a + 1, int(math.floor((end_t - S) / step)) + 1)
             if a >= T or (math.isfinite(end_t) and end_t <= S):
                 continue
             arrival_l.append(a)
@@ -510,7 +512,8 @@ class HistoryBuilder:
             "(the newest sample), each summed over the pod's containers",
             "arrival: the first step boundary at or after the pod's creation (kube_pod_created); pods created before "
             "--from arrive at step 0. Every policy places every pod itself: where it ran is not read",
-            "departure: the deletion timestamp or completion time, else the last kube-state-metrics sample; a pod still "
+            "departure: the step boundary at or after the deletion timestamp or completion time, else the end of the "
+            "step of the pod's last kube-state-metrics sample (it ran until the next scrape); a pod still "
             f"reported within the last step outlives the replay ({outlive} pods)",
             "usage holes inside a pod's life: the previous sample carried forward; before its first sample: the first "
             "sample; a pod with no usage sample at all uses exactly its request",
