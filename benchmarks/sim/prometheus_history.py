@@ -157,13 +157,15 @@ def _iso(t: float) -> str:
 class _Progress:
     """One line on stderr per query on a terminal (rewritten), every 10% otherwise."""
 
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total, self.done, self.stream = max(total, 1), 0, stream or sys.stderr
+    def __init__(self, total: int, stream: Any = None, header: str = "") -> None:
+        self.total, self.done, self.stream, self.header = max(total, 1), 0, stream or sys.stderr, header
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.t0 = time.perf_counter()
         self._last = -1
 
     def __call__(self, what: str, points: int) -> None:
+        if self.done == 0 and self.header:
+            self.stream.write(self.header + "\n")  # once Prometheus has answered
         self.done += 1
         pct = 100 * self.done // self.total
         if not self.tty and pct // 10 == self._last // 10 and self.done < self.total:
@@ -414,9 +416,8 @@ class HistoryBuilder:
         t0 = time.perf_counter()
         n = self.names
         windows = self._windows()
-        progress = _Progress(len(windows) * 11, self.stream)
-        self.stream.write(f"reading {self.client.url}: {_iso(self.start)} to {_iso(self.end)}, {self.n_steps} steps of "
-                          f"{self.step:g} s\n")
+        progress = _Progress(len(windows) * 11, self.stream, f"reading {self.client.url}: {_iso(self.start)} to "
+                             f"{_iso(self.end)}, {self.n_steps} steps of {self.step:g} s")
         pods, alloc, node_labels, changed_alloc = self._inventory(progress)
         T, S, step = self.n_steps, self.start, self.step
 

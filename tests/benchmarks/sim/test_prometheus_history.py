@@ -10,13 +10,16 @@ the step grid make the rate window straddle two steps, and a pod's first and las
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.sim.cli import main as bench_main
 from benchmarks.sim.engine import Autoscaler, run
 from benchmarks.sim.google import build_google_scenario
 from benchmarks.sim.history_openmetrics import aligned_start, backfill, template_hash, write_openmetrics
@@ -229,3 +232,84 @@ def test_every_hole_is_a_stated_gap_and_filled_by_the_stated_rule(
     assert mem[8] == truth[8] and mem[0] == truth[0]
     k = b.pod_names.index(str(what["silent_pod"]))
     assert (b.pod_usage[k] == 1.0).all()  # no sample at all: it uses exactly its request
+
+
+# ---- kso bench --prometheus -------------------------------------------------------------------------------------
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rows(out: Path) -> dict[str, dict[str, object]]:
+    return {r["policy"]: r for r in (json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines())}
+
+
+def test_bench_from_prometheus_matches_the_direct_scenario_run(history: tuple[PromServer, float], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The same cells as --scenario google-rightsized of the same seed and size, in worker processes that load the
+    saved history: the same numbers, and the report states the history's gaps and assumptions."""
+    server, start = history
+    policies = "default,default-most,oracle"
+    ours, theirs = tmp_path / "history", tmp_path / "direct"
+    assert bench_main(["--prometheus", server.url, "--from", _iso(start), "--to", _iso(start + HOURS * 3600),
+                       "--policies", policies, "--jobs", "2", "--out", str(ours), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "prometheus [" in err and f"saved to {ours / 'history-scenario.npz'}" in err
+    assert bench_main(["--scenario", "google-rightsized", "--nodes", str(NODES), "--hours", str(HOURS), "--seeds", "1",
+                       "--target-load", "0.6", "--policies", policies, "--out", str(theirs), "--no-plots"]) == 0
+    a, b = _rows(ours), _rows(theirs)
+    assert set(a) == set(b) == set(policies.split(","))
+    for policy, row in b.items():
+        assert a[policy]["scenario"] == "history" and a[policy]["nodes"] == NODES and a[policy]["hours"] == HOURS
+        for key, value in row.items():
+            if isinstance(value, float) and key != "wall_s":
+                assert a[policy][key] == value, (policy, key)
+    report = (ours / "report.md").read_text()
+    assert "replay of the cluster's own history" in report and "### Gaps in the history" in report
+    assert "### Assumptions" in report and "before its first sample: the first sample" in report
+    assert "kube-state-metrics" in report.split("## Data sources")[1]
+    # --report-only rewrites the report from the saved scenario and rows, without Prometheus
+    (ours / "report.md").unlink()
+    assert bench_main(["--prometheus", "http://127.0.0.1:1", "--from", _iso(start), "--to", _iso(start + HOURS * 3600),
+                       "--policies", policies, "--out", str(ours), "--no-plots", "--report-only"]) == 0
+    assert "### Gaps in the history" in (ours / "report.md").read_text()
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), [
+    (["--from", "yesterday"], 2, "kso bench: error: 'yesterday' is not a time"),
+    (["--from", "2026-11-20T00:00:00"], 2, "has no UTC offset"),
+    (["--from", "-1h", "--step", "5 minutes"], 2, "'5 minutes' is not a duration"),
+    (["--from", "-1h", "--to", "-2h"], 2, "is not before --to"),
+    (["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T02:00:00Z"], 1, "no kube_pod_created series between"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(history: tuple[PromServer, float], argv: list[str], code: int,
+                                                message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server, _ = history
+    assert bench_main(["--prometheus", server.url, *argv, "--out", str(tmp_path), "--no-plots"]) == code
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if not line.startswith(("prometheus [", "reading "))]  # the progress lines of the queries made
+    assert err == [err[-1]] and message in err[-1] and "Traceback" not in err[-1]
+    assert not (tmp_path / "cells.jsonl").exists()
+
+
+def test_a_dead_prometheus_is_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    assert bench_main(["--prometheus", url, "--from", "-2h", "--out", str(tmp_path), "--no-plots"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"kso bench: error: Prometheus at {url} unavailable: query ")
+    assert err[0].endswith(": connection refused") and not (tmp_path / "cells.jsonl").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--prometheus", "http://x:9090", "--from", "-1h", "--scenario", "google-embedded"], "drop --scenario / --trace"),
+    (["--prometheus", "http://x:9090", "--from", "-1h", "--nodes", "10"], "--nodes: a history has its own nodes"),
+    (["--prometheus", "http://x:9090", "--from", "-1h", "--seeds", "3"], "--seeds: a history has its own"),
+    (["--prometheus", "http://x:9090"], "--prometheus needs --from"),
+    (["--from", "-1h"], "--from: only with --prometheus URL"),
+    (["--scenario", "google-embedded", "--step", "1m"], "--step: only with --prometheus URL"),
+])
+def test_options_that_cannot_go_with_prometheus_are_argparse_errors(argv: list[str], message: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench_main([*argv, "--out", str(tmp_path), "--no-plots"])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
