@@ -5,7 +5,7 @@
 series read cyclically from a seeded offset, requests = the job's right-sized p90 as in benchmarks/sim/google.py;
 80% of the pods run the whole range, the rest arrive at a seeded time and live an exponential lifetime of mean
 one day; openb node shapes), written as kube-state-metrics/cAdvisor OpenMetrics with one scrape per step
-(benchmarks/sim/history_openmetrics.py) and backfilled with promtool (time reported apart).
+(benchmarks/sim/history_openmetrics.py), one file per day each backfilled with promtool (time reported apart).
 
 ``python -m benchmarks.history_scale measure --workdir W``: starts Prometheus on that TSDB and runs the builder in
 a child process under ``/usr/bin/time -v`` (wall time and peak RSS of the builder alone), cpu as ``irate`` over
@@ -92,14 +92,20 @@ def generate(args: argparse.Namespace) -> int:
     info = {"nodes": s.n_nodes, "pods": s.n_pods, "steps": s.n_steps, "start": start, "end": start + s.n_steps * STEP_S,
             "scenario_s": t_scen}
     print(f"scenario: {s.describe()} ({t_scen:.1f} s)", flush=True)
+    info.update(write_s=0.0, backfill_s=0.0, om_bytes=0, samples=0)
     om = work / "history.om"
-    t0 = time.perf_counter()
-    counts = write_openmetrics(s, om, start, scrape_s=STEP_S, pod_cgroup=False)
-    info.update(write_s=time.perf_counter() - t0, om_bytes=om.stat().st_size, samples=sum(counts.values()))
-    print(f"written: {info['samples']:,} samples, {info['om_bytes'] / 2**30:.1f} GiB in {info['write_s']:.0f} s", flush=True)
-    info["backfill_s"] = backfill(om, work / "tsdb", args.promtool, max_block_duration=f"{max(24, int(args.days * 24))}h")
-    print(f"backfilled in {info['backfill_s']:.0f} s", flush=True)
-    om.unlink()
+    n_scrapes = s.n_steps + 1  # one scrape per step
+    for d, first in enumerate(range(0, n_scrapes, 288)):  # one file per day, backfilled on its own
+        t0 = time.perf_counter()
+        counts = write_openmetrics(s, om, start, scrape_s=STEP_S, pod_cgroup=False,
+                                   scrapes=(first, min(n_scrapes, first + 288)))
+        info["write_s"] += time.perf_counter() - t0
+        info["om_bytes"] += om.stat().st_size
+        info["samples"] += sum(counts.values())
+        info["backfill_s"] += backfill(om, work / "tsdb", args.promtool, max_block_duration="24h")
+        om.unlink()
+        print(f"day {d}: {info['samples']:,} samples ({info['om_bytes'] / 2**30:.1f} GiB) so far; written in "
+              f"{info['write_s']:.0f} s, backfilled in {info['backfill_s']:.0f} s", flush=True)
     (work / "generated.json").write_text(json.dumps(info, indent=1))
     return 0
 

@@ -66,8 +66,10 @@ def creation_times(s: Scenario, start: float) -> np.ndarray:
 
 
 def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 60.0, namespace: str = "default",
-                      pod_cgroup: bool = True) -> dict[str, int]:
-    """Write the history of ``s`` (see the module docstring); returns samples per family."""
+                      pod_cgroup: bool = True, scrapes: tuple[int, int] | None = None) -> dict[str, int]:
+    """Write the history of ``s`` (see the module docstring); returns samples per family. ``scrapes``: only the
+    scrapes [first, last) of it (a long history in several files, each backfilled on its own; counters and
+    identities continue from one file to the next)."""
     step = float(s.step_s)
     per = int(round(step / scrape_s))
     if per < 1 or abs(per * scrape_s - step) > 1e-6:
@@ -75,6 +77,7 @@ def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 6
     T = s.n_steps
     n_scrapes = T * per + 1  # start .. start + T step
     ts = [f" {int(round(start + j * scrape_s))}\n" for j in range(n_scrapes)]
+    lo, hi = scrapes if scrapes is not None else (0, n_scrapes)
     created = creation_times(s, start)
     counts: dict[str, int] = {}
     # a pod's KSM scrapes [j0, j1), its cAdvisor scrapes [j0, jc]; how it ends
@@ -96,6 +99,9 @@ def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 6
             f.write(f"# TYPE {name} {kind}\n")
 
         def const(metric: str, labels: dict[str, str], value: float, j0: int, j1: int) -> None:
+            j0, j1 = max(j0, lo), min(j1, hi)
+            if j1 <= j0:
+                return
             prefix = f"{metric}{_labels(labels)} {value!r}"
             f.write("".join(prefix + t for t in ts[j0:j1]))
             counts[metric] = counts.get(metric, 0) + max(0, j1 - j0)
@@ -146,22 +152,28 @@ def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 6
             # the interval ending at scrape j (j0 < j <= jc) lies in step (j - 1) // per
             inc = usage[i, (np.arange(j0 + 1, jc + 1) - 1) // per, 0] * scrape_s
             counter = np.concatenate([[0.0], np.cumsum(inc)])
+            a, b = max(j0, lo), min(jc + 1, hi)  # scrapes j0..jc, counter[j - j0]
+            if b <= a:
+                continue
             for c, image in containers:
                 prefix = "container_cpu_usage_seconds_total" + _labels(
                     {"namespace": namespace, "pod": s.pod_names[i], "container": c, "image": image, "node": ""}) + " "
-                f.write("".join(prefix + repr(float(v)) + t for v, t in zip(counter, ts[j0:jc + 1], strict=True)))
-                counts["container_cpu_usage_seconds_total"] = counts.get("container_cpu_usage_seconds_total", 0) + len(counter)
+                f.write("".join(prefix + repr(float(v)) + t for v, t in zip(counter[a - j0:b - j0], ts[a:b], strict=True)))
+                counts["container_cpu_usage_seconds_total"] = counts.get("container_cpu_usage_seconds_total", 0) + b - a
         family("container_memory_working_set_bytes")
         for i in range(s.n_pods):
             j0, _, jc, _ = life[i]
             if jc <= j0:
                 continue
-            mem = usage[i, (np.arange(j0 + 1, jc + 1) - 1) // per, 1]
+            a, b = max(j0 + 1, lo), min(jc + 1, hi)  # scrapes j0+1..jc
+            if b <= a:
+                continue
+            mem = usage[i, (np.arange(a, b) - 1) // per, 1]
             for c, image in containers:
                 prefix = "container_memory_working_set_bytes" + _labels(
                     {"namespace": namespace, "pod": s.pod_names[i], "container": c, "image": image, "node": ""}) + " "
-                f.write("".join(prefix + repr(float(v)) + t for v, t in zip(mem, ts[j0 + 1:jc + 1], strict=True)))
-                counts["container_memory_working_set_bytes"] = counts.get("container_memory_working_set_bytes", 0) + len(mem)
+                f.write("".join(prefix + repr(float(v)) + t for v, t in zip(mem, ts[a:b], strict=True)))
+                counts["container_memory_working_set_bytes"] = counts.get("container_memory_working_set_bytes", 0) + b - a
         f.write("# EOF\n")
     return counts
 
