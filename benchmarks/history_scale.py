@@ -29,7 +29,7 @@ import pandas as pd
 import psutil
 import requests
 
-from benchmarks.sim.google import CPU_UNIT_MILLI, MEMORY_UNIT_BYTES, load_jobs
+from benchmarks.sim.google import CPU_UNIT_MILLI, MEMORY_UNIT_BYTES, build_google_scenario, load_jobs
 from benchmarks.sim.history_openmetrics import aligned_start, backfill, write_openmetrics
 from benchmarks.sim.trace import MIB, STEP_S, Scenario
 from forecasting.traces import DATA_DIR
@@ -173,6 +173,44 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def google(args: argparse.Namespace) -> int:
+    """The Google 2019 join (benchmarks/sim/google.py, right-sized) of this size and seed as a cluster's history:
+    60 s scrapes, the pod cgroup's own cAdvisor series too."""
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    s = build_google_scenario(args.nodes, args.hours, seed=args.seed, target_load=0.6, requests="p90")
+    start = aligned_start(STEP_S, days_ago=2)
+    om = work / "history.om"
+    counts = write_openmetrics(s, om, start)
+    seconds = backfill(om, work / "tsdb", args.promtool)
+    om.unlink()
+    info = {"start": start, "end": start + s.n_steps * STEP_S, "samples": sum(counts.values()), "backfill_s": seconds,
+            "scenario": s.describe()}
+    (work / "generated.json").write_text(json.dumps(info, indent=1))
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Prometheus on the workdir's TSDB until interrupted (or --seconds)."""
+    work = Path(args.workdir)
+    (work / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+    info = json.loads((work / "generated.json").read_text())
+    proc = subprocess.Popen([args.prometheus, f"--config.file={work / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{args.port}",
+                             "--storage.tsdb.retention.time=3650d", "--log.level=warn"])
+    iso = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(info[k])) for k in ("start", "end")]
+    print(f"serving http://127.0.0.1:{args.port}: --from {iso[0]} --to {iso[1]}", flush=True)
+    try:
+        proc.wait(args.seconds or None)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.history_scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,8 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("measure")
     m.add_argument("--workdir", required=True)
     m.add_argument("--prometheus", default="prometheus")
+    gg = sub.add_parser("google", help="the Google 2019 join of benchmarks/sim/google.py as a history")
+    gg.add_argument("--workdir", required=True)
+    gg.add_argument("--nodes", type=int, default=30)
+    gg.add_argument("--hours", type=float, default=6.0)
+    gg.add_argument("--seed", type=int, default=0)
+    gg.add_argument("--promtool", default="promtool")
+    sv = sub.add_parser("serve", help="Prometheus on a generated history")
+    sv.add_argument("--workdir", required=True)
+    sv.add_argument("--port", type=int, default=9090)
+    sv.add_argument("--seconds", type=float, default=0.0)
+    sv.add_argument("--prometheus", default="prometheus")
     args = p.parse_args(argv)
-    return generate(args) if args.what == "generate" else measure(args)
+    return {"generate": generate, "measure": measure, "google": google, "serve": serve}[args.what](args)
 
 
 if __name__ == "__main__":

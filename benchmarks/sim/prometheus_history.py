@@ -82,6 +82,7 @@ class HistoryNames:
     namespace_label: str = setting("KSO_HISTORY_NAMESPACE_LABEL", "namespace")
     pod_label: str = setting("KSO_HISTORY_POD_LABEL", "pod")
     uid_label: str = setting("KSO_HISTORY_UID_LABEL", "uid")
+    container_label: str = setting("KSO_HISTORY_CONTAINER_LABEL", "container")
     node_label: str = setting("KSO_HISTORY_NODE_LABEL", "node")
     resource_label: str = setting("KSO_HISTORY_RESOURCE_LABEL", "resource")
     owner_kind_label: str = setting("KSO_HISTORY_OWNER_KIND_LABEL", "owner_kind")
@@ -295,9 +296,12 @@ class HistoryBuilder:
                 "completed": f"min by ({pod_by}) (min_over_time({_sel(n, n.pod_completion)}[{w}]))",
                 "owner": f"max by ({pod_by},{n.owner_kind_label},{n.owner_name_label}) "
                          f"(last_over_time({_sel(n, n.pod_owner)}[{w}]))",
-                "requests": f"sum by ({pod_by},{n.resource_label}) (max_over_time({_sel(n, n.pod_requests)}[{w}]))",
-                "requests_min": f"sum by ({pod_by},{n.resource_label}) (min_over_time({_sel(n, n.pod_requests)}[{w}]))",
-                "limits": f"sum by ({pod_by},{n.resource_label}) (max_over_time({_sel(n, n.pod_limits)}[{w}]))",
+                "requests": f"sum by ({pod_by},{n.resource_label}) (max by ({pod_by},{n.container_label},"
+                            f"{n.resource_label}) (max_over_time({_sel(n, n.pod_requests)}[{w}])))",
+                "requests_min": f"sum by ({pod_by},{n.resource_label}) (max by ({pod_by},{n.container_label},"
+                                f"{n.resource_label}) (min_over_time({_sel(n, n.pod_requests)}[{w}])))",
+                "limits": f"sum by ({pod_by},{n.resource_label}) (max by ({pod_by},{n.container_label},"
+                          f"{n.resource_label}) (max_over_time({_sel(n, n.pod_limits)}[{w}])))",
                 "alloc": f"max by ({n.node_label},{n.resource_label}) (max_over_time({_sel(n, n.node_allocatable)}[{w}]))",
                 "alloc_min": f"min by ({n.node_label},{n.resource_label}) "
                              f"(min_over_time({_sel(n, n.node_allocatable)}[{w}]))",
@@ -372,8 +376,10 @@ class HistoryBuilder:
         fn = n.cpu_rate.lower()
         by = f"{n.namespace_label},{n.pod_label}"
         sel = n.container_selector
-        queries = (f"sum by ({by}) ({fn}({n.container_cpu}{{{sel}}}[{n.cpu_window}]))",
-                   f"sum by ({by}) ({n.container_memory}{{{sel}}})")
+        # per container first (max: one value if two scrape jobs or exporters report the same container), then the pod
+        per = f"{by},{n.container_label}"
+        queries = (f"sum by ({by}) (max by ({per}) ({fn}({n.container_cpu}{{{sel}}}[{n.cpu_window}])))",
+                   f"sum by ({by}) (max by ({per}) ({n.container_memory}{{{sel}}}))")
         T = self.n_steps
         usage = np.full((len(arrival), T, 2), np.nan, dtype=np.float64)
         counts = {"nan": 0, "unknown_series": 0, "outside_life": 0}
@@ -518,7 +524,8 @@ class HistoryBuilder:
             f"reported within the last step outlives the replay ({outlive} pods)",
             "usage holes inside a pod's life: the previous sample carried forward; before its first sample: the first "
             "sample; a pod with no usage sample at all uses exactly its request",
-            "requests and limits: the sum over the pod's containers (init containers not counted); QoS from them",
+            "requests and limits: the sum over the pod's containers (init containers not counted); QoS from them. "
+            "A container reported twice (two kube-state-metrics or cAdvisor scrape jobs) counts once (max)",
             "Deployment: the ReplicaSet owner's name minus its pod-template-hash; other owners kept as they are",
             "nodes: every node with allocatable cpu and memory in the range, in name order (the autoscaler's pool "
             "order), each for the whole replay; node labels from kube_node_labels (names as kube-state-metrics wrote "

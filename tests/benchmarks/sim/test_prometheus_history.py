@@ -179,7 +179,7 @@ def _gappy_lines(s: Scenario, start: float, workdir: Path) -> tuple[list[str], d
     write_openmetrics(s, om, start)
     lines = om.read_text().splitlines(keepends=True)
     long_lived = [i for i in range(s.n_pods) if s.pod_arrival[i] == 0 and s.pod_departure[i] > s.n_steps]
-    nan_pod, silent_pod = s.pod_names[long_lived[0]], s.pod_names[long_lived[1]]
+    nan_pod, silent_pod, twice_pod = (s.pod_names[i] for i in long_lived[:3])
     lost_node = s.node_names[-1]
     nan_at = {int(start + k * STEP) for k in (4, 5)}  # memory samples at the ends of steps 3 and 4
     outage = (start + 6 * STEP, start + 8 * STEP)  # no cAdvisor scrape: steps 6 and 7 have no usage at all
@@ -197,7 +197,9 @@ def _gappy_lines(s: Scenario, start: float, workdir: Path) -> tuple[list[str], d
             head, _, stamp = line.rsplit(" ", 2)[0], None, line.rsplit(" ", 1)[1]
             line = f"{head} NaN {stamp}"
         out.append(line)
-    return out, {"nan_pod": nan_pod, "silent_pod": silent_pod, "lost_node": lost_node}
+        if line.startswith(("container_", "kube_pod_container_resource_requests")) and f'pod="{twice_pod}"' in line:
+            out.append(line.replace("{", '{instance="second-exporter",', 1))  # the same container reported twice
+    return out, {"nan_pod": nan_pod, "silent_pod": silent_pod, "lost_node": lost_node, "twice_pod": twice_pod}
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +234,9 @@ def test_every_hole_is_a_stated_gap_and_filled_by_the_stated_rule(
     assert mem[8] == truth[8] and mem[0] == truth[0]
     k = b.pod_names.index(str(what["silent_pod"]))
     assert (b.pod_usage[k] == 1.0).all()  # no sample at all: it uses exactly its request
+    i, j = b.pod_names.index(str(what["twice_pod"])), s.pod_names.index(str(what["twice_pod"]))
+    assert b.pod_cpu[i] == pytest.approx(s.pod_cpu[j], rel=1e-9) and b.pod_memory[i] == s.pod_memory[j]  # not doubled
+    np.testing.assert_allclose(b.pod_usage[i, :6], s.pod_usage[j, :6], rtol=1e-6)  # before the outage: not doubled
 
 
 # ---- kso bench --prometheus -------------------------------------------------------------------------------------
@@ -313,3 +318,16 @@ def test_options_that_cannot_go_with_prometheus_are_argparse_errors(argv: list[s
     with pytest.raises(SystemExit) as exc:
         bench_main([*argv, "--out", str(tmp_path), "--no-plots"])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_history_written_in_scrape_windows_is_the_whole_history(direct: Scenario, tmp_path: Path) -> None:
+    """The scale measurement writes a week as one file per day: the windows hold exactly the whole file's samples
+    (counters continue, identities stay)."""
+    start = 1_795_132_800.0
+    write_openmetrics(direct, tmp_path / "all.om", start)
+    whole = [x for x in (tmp_path / "all.om").read_text().splitlines() if not x.startswith("#")]
+    parts: list[str] = []
+    for window in ((0, 37), (37, 100), (100, 10_000)):
+        write_openmetrics(direct, tmp_path / "part.om", start, scrapes=window)
+        parts += [x for x in (tmp_path / "part.om").read_text().splitlines() if not x.startswith("#")]
+    assert len(parts) == len(whole) and sorted(parts) == sorted(whole)
