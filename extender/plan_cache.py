@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from kso.core.cluster import ClusterState
+from kso.core.logs import fields
 from kso.core.objects import PodInfo
 from optimizer.plan import PlacementPlan, PlanError, load_plan, write_plan
 from optimizer.problem import PlacementProblem, class_key
@@ -101,7 +102,7 @@ class PlanCache:
         with self._lock:
             baseline = frozenset(plan.baseline_pods)
             setattr(self, slot, _Active(plan, source, self._free_slots(plan, baseline), baseline))
-        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, plan.summary())
+        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, fields(plan.summary()))
         self.on_event("installed", plan.plan_id)
         return True
 

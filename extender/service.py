@@ -24,8 +24,9 @@ from extender.config import Config
 from extender.metrics import ExtenderMetrics
 from extender.plan_cache import PlanCache
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs, ProtocolError, names_ok
-from kso.core.binder import AsyncBinder, Binder
+from kso.core.binder import AsyncBinder, Binder, BindError
 from kso.core.cluster import ClusterState, LastKept, NodeView
+from kso.core.logs import fields
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
@@ -151,7 +152,7 @@ class Extender:
         self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
-        log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
+        log.info("%s", fields({"agents": list(self.agents), "filters": self.filters, "weights": self.weights}))
 
     # ---- inputs ------------------------------------------------------------------------------
     def parse_pod(self, pod: dict[str, Any]) -> PodInfo:
@@ -439,9 +440,16 @@ class Extender:
         """The binder is an AsyncBinder (API mode): ``bind_async`` on the event loop, not ``bind``."""
         return inspect.iscoroutinefunction(self.binder.bind)
 
+    @property
+    def watched(self) -> bool:
+        """The cache follows an API server's watch (else a snapshot, the demo, a test's or the simulator's)."""
+        return self.state.source == "api"
+
     def bind(self, args: BindingArgs) -> dict[str, Any]:
         """Bind through a synchronous Binder (offline: RecordingBinder; the simulator's in-process extender)."""
         pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
+        if not self.watched and not self.state.knows(args.node):  # no API server to refuse it: kso does
+            return self._bind_failed(args, BindError(f"node {args.node} is not in kso's cluster ({self.state.source})"))
         start = time.perf_counter()
         try:
             self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
@@ -494,9 +502,12 @@ class Extender:
 
     def _bound(self, args: BindingArgs, pod: PodInfo | None) -> dict[str, Any]:
         """A bind that went through: the pod counts on its node (and takes its plan slot) at once."""
-        if pod is None:
+        if pod is None and self.watched:
             log.info("bound %s/%s to %s; its requests count once the watch reports it",
                      args.pod_namespace, args.pod_name, args.node)
+        elif pod is None:
+            log.info("bound %s/%s to %s; the pod is not in kso's cluster (%s), so its requests are not counted",
+                     args.pod_namespace, args.pod_name, args.node, self.state.source)
         else:
             self._place(pod, args.node)
         self.metrics.bindings.labels("ok").inc()

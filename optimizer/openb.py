@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from forecasting.traces import DATA_DIR, TraceSource
+from forecasting.trace_dir import require, trace_dir
+from forecasting.traces import TraceSource
 from kso.core.objects import NodeInfo, PodInfo
 from kso.core.resources import CPU, MEMORY, MIB, PODS
 from optimizer.problem import NodeLoad, PlacementProblem, PlanNode, UsageModel, WorkloadClass, class_key
@@ -30,8 +31,8 @@ def read_openb(data_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame
     (openb-pods-cpu.csv: name, cpu_milli, memory_mib, qos, creation/deletion/scheduled times, ...) from
     ``data_dir`` (default KSO_TRACE_DIR): the one reader of these files (the solver benchmark's problems, the
     replay's scenarios). Empty cells are NaN."""
-    d = Path(data_dir) if data_dir else DATA_DIR
-    return pd.read_csv(d / "openb-nodes.csv"), pd.read_csv(d / "openb-pods-cpu.csv")
+    d = Path(data_dir) if data_dir else trace_dir()
+    return pd.read_csv(require(d / "openb-nodes.csv")), pd.read_csv(require(d / "openb-pods-cpu.csv"))
 
 
 def vm_utilisation(n_vms: int = 60, trace: str = "bitbrains") -> list[tuple[float, float, float, float]]:

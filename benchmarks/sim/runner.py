@@ -26,7 +26,10 @@ import numpy as np
 
 SCALAR_METRICS = ("overload_episodes", "overload_node_steps", "unmet_cpu_core_min", "oom_kills", "provisioned_node_hours",
                   "pending_mean", "pending_p95_min", "pods_moved", "ca_evictions", "scheduled", "pods_total", "failed",
-                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s")
+                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s", "overloaded_node_hours",
+                  "unmet_cpu_core_hours", "memory_overcommit_tib_hours", "pods_oom_killed", "pod_hours_lost_to_kills",
+                  "pending_pod_hours", "pods_never_served", "pod_time_served_pct", "provisioned_core_hours",
+                  "provisioned_memory_tib_hours", "mem_pressure_node_hours", "warmup_steps")
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,21 @@ _RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
 
 @dataclass
 class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.safety
-    forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent", help="weight of forecast")
+    forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent",
+                                   help="weight of the forecast against the measured statistics in the safe agent, percent")
     # kso addition: pods bound within this many seconds are added to the measured load, because the
     # statistics do not show them yet (Trimaran and Koordinator do the same). 0 turns it off.
-    recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", 300.0, lo=0, hi=86400)
+    recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", 300.0, lo=0, hi=86400,
+                                          help="pods bound this recently are added to the measured load (the statistics do not "
+                                               "show them yet), seconds; 0 = off")
     # kso addition (bounded holding, kso.core.safety.held_past): a pod refused on every node it is offered and
     # pending at least this long (since its creationTimestamp) is passed to the least-risk node(s). 300 s is
     # kube-scheduler's podMaxInUnschedulablePodsDuration: a refused pod is retried within that anyway, so the
     # default holds a pod for about one retry. 0 = release at once; inf = never (the rule alone).
-    max_hold_s: float = setting("KSO_SAFE_MAX_HOLD_S", 300.0, lo=0)
+    max_hold_s: float = setting("KSO_SAFE_MAX_HOLD_S", 300.0, lo=0,
+                                help="a pod safe-overload refuses on every node, pending this long, is passed to the node(s) of"
+                                     " least risk (the cluster-autoscaler does not see an extender's refusals), seconds; 0 = at"
+                                     " once, inf = never")
 
 
 # The numbers of the reasons, from tables where that is safe: "%.1f" of k / 10 and "%.3g" of k / 1000.

@@ -206,8 +206,9 @@ def api_client_for(args: argparse.Namespace) -> Any:
 
     try:
         return load_api_client(args.kubeconfig, getattr(args, "context", None))
-    except KubeConfigError as exc:
-        raise InputError(str(exc)) from None
+    except KubeConfigError as exc:  # the commands that read a cluster can read a snapshot instead
+        offline = "--snapshot PATH or --demo" if hasattr(args, "demo") else "--snapshot PATH"
+        raise InputError(f"{exc}; without an API server, use {offline}") from None
 
 
 def load_cluster(args: argparse.Namespace, prog: str) -> RawCluster:

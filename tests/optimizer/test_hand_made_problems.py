@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forecasting.traces import DATA_DIR
 from kso.core.objects import NodeInfo, PodInfo, Taint, Toleration
 from kso.core.placement import rule_violation
 from kso.core.resources import CPU, MEMORY, MIB, PODS
@@ -33,7 +32,7 @@ from optimizer.problem import (
 )
 
 GIB = 1024 * MIB
-needs_openb = pytest.mark.skipif(not (DATA_DIR / "openb-nodes.csv").exists(), reason=f"no openb trace in {DATA_DIR}")
+needs_openb = pytest.mark.usefixtures("openb_trace")  # fails naming KSO_TRACE_DIR when the trace is missing
 
 
 def node(name: str, cpu: float = 4000, mem_gib: float = 16, pods: float = 110, labels: dict[str, str] | None = None,
