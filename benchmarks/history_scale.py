@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -191,6 +192,10 @@ def google(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def serve(args: argparse.Namespace) -> int:
     """Prometheus on the workdir's TSDB until interrupted (or --seconds)."""
     work = Path(args.workdir)
@@ -199,6 +204,7 @@ def serve(args: argparse.Namespace) -> int:
     proc = subprocess.Popen([args.prometheus, f"--config.file={work / 'prometheus.yml'}",
                              f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{args.port}",
                              "--storage.tsdb.retention.time=3650d", "--log.level=warn"])
+    signal.signal(signal.SIGTERM, _interrupt)  # a terminated server stops its Prometheus too
     iso = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(info[k])) for k in ("start", "end")]
     print(f"serving http://127.0.0.1:{args.port}: --from {iso[0]} --to {iso[1]}", flush=True)
     try:
