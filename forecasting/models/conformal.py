@@ -83,8 +83,8 @@ CAP_TREND = 2.0
 # if its calibrated p95 had a pinball loss over the window's origins lower by more than ALT_MARGIN (window_pinball,
 # every SCALE_CHOICE_STRIDE-th origin: neighbouring origins share most of their future values, and the full
 # criterion made the 1,000-node call 4x slower). Why: one memory does not fit every series; a series with short
-# bursts every few hours or a calm one that steps are served by another than 1 h. Tuning part (session 9,
-# benchmarks/README.md, Forecast accuracy): Bitbrains pin95 -1.2 to -6.6 %, Alibaba -1.2 to +0.3 %, Google -0.1
+# bursts every few hours or a calm one that steps are served by another than 1 h. Tuning part
+# (benchmarks/forecast_accuracy.py --part tune): Bitbrains pin95 -1.2 to -6.6 %, Alibaba -1.2 to +0.3 %, Google -0.1
 # to -1.7 % (within the bootstrap noise), coverage within 0.1 point; with a 5 % margin Bitbrains gained more
 # (-2.8 to -11.4 %) but Alibaba memory lost 1 % beyond the noise; a single global 15-min memory cost Bitbrains
 # +9 to +18 %.
@@ -265,7 +265,7 @@ class ConformalForecaster(GridForecaster):
             sub = grid.subset(short)
             sub_series = [series[i] for i in short]
             if self.fallback is not None and sub.n_obs.max(initial=0) > 0:
-                # cpu rows may take their own fallback centre (fallback_cpu_half_life; session 9 candidate)
+                # cpu rows may take their own fallback centre (fallback_cpu_half_life; a candidate, off by default)
                 cpu = np.array([s.resource == "cpu" for s in sub_series]) & (self.fallback_cpu_half_life is not None)
                 fcs_by: list[NodeForecast | None] = [None] * len(sub_series)
                 for part, hl in ((~cpu, self.fallback_half_life), (cpu, self.fallback_cpu_half_life)):
