@@ -233,3 +233,16 @@ def test_product_code_comments_cite_no_work_history() -> None:
             for line, comment in comments_and_docstrings(path):
                 found += [f"{path.relative_to(ROOT)}:{line}: {ref}" for ref in history_references(comment)]
     assert found == [], found
+
+
+def test_the_quick_start_is_two_commands_that_exist() -> None:
+    """README's quick start: `pip install -e '.[bench]' && kso demo`, then `.ci/run`; the extra and the script exist."""
+    section = text("README.md").split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M)
+    assert block, "README's quick start lost its code block"
+    commands = [line.split(" # ")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    assert commands == ["pip install -e '.[bench]' && kso demo", ".ci/run"]
+    assert re.search(r"^bench = \[", (ROOT / "pyproject.toml").read_text(), re.M), "pyproject.toml has no bench extra"
+    script = ROOT / ".ci" / "run"
+    assert script.is_file() and script.stat().st_mode & 0o111, ".ci/run is missing or not executable"
+    assert options_of("demo"), "kso demo is not a command"
