@@ -438,13 +438,21 @@ def run_history(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         print(f"history built in {history.seconds:.1f} s ({history.queries} queries, {history.points:,} points): "
               f"{len(history.gaps)} gap(s) listed in the report; saved to {path}", file=sys.stderr)
     s = history.scenario
-    os.environ[HISTORY_ENV] = str(path.resolve())  # the cells' processes (forked, or Ray's) load it from there
-    scenario_for.cache_clear()
     args.scenario, args.seeds, args.seed_from = "history", 1, 0
     args.nodes, args.hours, args.target_load = s.n_nodes, s.n_steps * s.step_s / 3600.0, 0.0
     args.appendix = history.markdown()
     args.report_title = f"kso bench: replay of the cluster's own history ({args.prometheus}), cost against harm"
-    return run_scenarios(args, argv)
+    before = os.environ.get(HISTORY_ENV)
+    os.environ[HISTORY_ENV] = str(path.resolve())  # the cells' processes (forked, or Ray's) load it from there
+    scenario_for.cache_clear()
+    try:
+        return run_scenarios(args, argv)
+    finally:  # the run's own: a caller in the same process (a test, kso demo) keeps its environment
+        scenario_for.cache_clear()
+        if before is None:
+            os.environ.pop(HISTORY_ENV, None)
+        else:
+            os.environ[HISTORY_ENV] = before
 
 
 def add_commands(subparsers: Any) -> None:

@@ -37,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.sim.history_names import HistoryNames
 from benchmarks.sim.trace import Scenario
 from forecasting.prometheus import PrometheusSettings, PrometheusSource
-from kso.core.settings import load_settings, setting
+from kso.core.settings import load_settings
 
 HISTORY_LABEL = "usage: measured (cAdvisor) on the cluster's own history; requests and lifetimes from kube-state-metrics"
 HISTORY_SOURCES = ("the cluster's own Prometheus history: kube-state-metrics (pods, owners, requests, lifetimes, "
@@ -58,40 +59,6 @@ class HistoryError(ValueError):
     """The history cannot make a scenario (bad range, nothing in it): a user-facing one-line message."""
 
 
-@dataclass(slots=True)
-class HistoryNames:
-    """Metric and label names (kube-prometheus defaults) and query sizes."""
-
-    pod_created: str = setting("KSO_HISTORY_POD_CREATED", "kube_pod_created")
-    pod_deletion: str = setting("KSO_HISTORY_POD_DELETION", "kube_pod_deletion_timestamp")
-    pod_completion: str = setting("KSO_HISTORY_POD_COMPLETION", "kube_pod_completion_time")
-    pod_owner: str = setting("KSO_HISTORY_POD_OWNER", "kube_pod_owner")
-    pod_requests: str = setting("KSO_HISTORY_POD_REQUESTS", "kube_pod_container_resource_requests")
-    pod_limits: str = setting("KSO_HISTORY_POD_LIMITS", "kube_pod_container_resource_limits")
-    node_allocatable: str = setting("KSO_HISTORY_NODE_ALLOCATABLE", "kube_node_status_allocatable")
-    node_labels: str = setting("KSO_HISTORY_NODE_LABELS", "kube_node_labels")
-    container_cpu: str = setting("KSO_HISTORY_CONTAINER_CPU", "container_cpu_usage_seconds_total")
-    container_memory: str = setting("KSO_HISTORY_CONTAINER_MEMORY", "container_memory_working_set_bytes")
-    ksm_selector: str = setting("KSO_HISTORY_KSM_SELECTOR", "",
-                                help="extra label matchers for kube-state-metrics series, e.g. job=\"kube-state-metrics\"")
-    container_selector: str = setting("KSO_HISTORY_CONTAINER_SELECTOR", 'container!="",image!=""',
-                                      help="label matchers picking cAdvisor's per-container series")
-    cpu_rate: str = setting("KSO_HISTORY_CPU_RATE", "rate", kind="choice:RATE,IRATE",
-                            help="rate (mean over the window) or irate (last two samples) of the cpu counter")
-    cpu_window: str = setting("KSO_HISTORY_CPU_WINDOW", "5m", help="the rate's window (at least two scrapes)")
-    namespace_label: str = setting("KSO_HISTORY_NAMESPACE_LABEL", "namespace")
-    pod_label: str = setting("KSO_HISTORY_POD_LABEL", "pod")
-    uid_label: str = setting("KSO_HISTORY_UID_LABEL", "uid")
-    container_label: str = setting("KSO_HISTORY_CONTAINER_LABEL", "container")
-    node_label: str = setting("KSO_HISTORY_NODE_LABEL", "node")
-    resource_label: str = setting("KSO_HISTORY_RESOURCE_LABEL", "resource")
-    owner_kind_label: str = setting("KSO_HISTORY_OWNER_KIND_LABEL", "owner_kind")
-    owner_name_label: str = setting("KSO_HISTORY_OWNER_NAME_LABEL", "owner_name")
-    max_points: int = setting("KSO_HISTORY_MAX_POINTS", 1_000_000, lo=1000, hi=50_000_000,
-                              help="points (series x steps) per range query")
-    inventory_chunk_s: int = setting("KSO_HISTORY_INVENTORY_CHUNK", 6 * 3600, lo=300, hi=7 * 86400,
-                                     help="window of each inventory query, seconds")
-    timeout_s: float = setting("KSO_HISTORY_TIMEOUT", 120.0, lo=1.0, hi=3600.0, help="per-query timeout, seconds")
 
 
 @dataclass
