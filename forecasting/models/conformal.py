@@ -58,7 +58,7 @@ P99_CAP_RANK = 1
 # every few minutes, so a cap from the past pinned p95 = p99 = the newest value and the whole next hour lay
 # above it (Google 2019 p95 coverage 74-77 %). The lift is zero for a series whose top values are old (a
 # week of steady load), and equals the recent climb for a ramp or a level shift that the window confirms
-# (k values above the old cap). Tuning part (benchmarks/README.md, Forecast accuracy): Google memory p95
+# (k values above the old cap). Tuning part (benchmarks/forecast_accuracy.py; HISTORY.md): Google memory p95
 # pinball -8 to -12 %, p95 coverage +0.7 to +1.1 points; Google tasks in their first 60 h (every 30 min
 # after each start inside the tuning span) coverage +0.5 to +1 point; Bitbrains unchanged, Alibaba and
 # Google cpu pinball +0 to +1 %. A lift of two horizons was no better; the cap's rank scaled to short
@@ -77,7 +77,7 @@ FLOOR_FROM_Q = 0.9
 # rows of climbing tasks in their first 16 h covered 79-86 % (young-task tuning set, the cap bound in two
 # thirds of them). A series without a climb has the same top values in both halves, and over a week any climb
 # is spread over ~1,000 bins: the term is near 0. The factor was chosen on the tuning part and the young-task
-# set (benchmarks/README.md, Forecast accuracy).
+# set (benchmarks/forecast_accuracy.py --part tune / young; the runs: HISTORY.md).
 CAP_TREND = 2.0
 # The local scale's memory is chosen per series: SCALE_HALF_LIFE_BINS, or one of ALT_HALF_LIVES_BINS (15 min, 3 h)
 # if its calibrated p95 had a pinball loss over the window's origins lower by more than ALT_MARGIN (window_pinball,
