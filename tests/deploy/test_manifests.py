@@ -541,6 +541,8 @@ def test_extender_settings_follow_the_protocol() -> None:
     assert isinstance(ext["weight"], int) and ext["weight"] >= 1, "weight must be positive when prioritizing"
     assert ext["enableHTTPS"] is False and "tlsConfig" not in ext
     assert 0 < _duration_s(ext["httpTimeout"]) <= 5, "beyond the 5 s default a hung sidecar stalls every cycle longer"
+    assert float(_settings()["KSO_HTTP_TIMEOUT_S"]) == _duration_s(ext["httpTimeout"]), \
+        "kso's bind deadline must be the httpTimeout kube-scheduler waits"
     assert "managedResources" not in ext, "managedResources would hide every pod without those resources from kso"
     assert sum(1 for e in _scheduler_config()["extenders"] if e.get("bindVerb")) == 1, "only one extender may bind"
 
