@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kso.core.capacity import CapacitySettings
 from kso.core.settings import load_settings, read_config_file, setting
 from kso.decisions.agents import AGENTS
 from optimizer.settings import PlanSettings
@@ -102,6 +103,7 @@ class Config:
     settings: ExtenderSettings
     agent_params: dict[str, Any] = field(default_factory=dict)
     plan: PlanSettings = field(default_factory=PlanSettings)
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)  # the capacity signal (KSO_CAPACITY_*)
     # Prometheus is in use when KSO_PROMETHEUS_URL is set (environment or file) or KSO_FORECAST_SOURCE is
     # PROMETHEUS (then at its default URL): its settings, else None. The plan's re-solve then counts new pods
     # at their siblings' measured usage.
@@ -133,6 +135,7 @@ def load_config(env: Mapping[str, str] | None = None, config_file: str | None = 
     config.settings = config.load(ExtenderSettings)
     config.agent_params = {name: config.load(cls.Params) for name, cls in AGENTS.items()}
     config.plan = config.load(PlanSettings)
+    config.capacity = config.load(CapacitySettings)
     source = config.settings.forecast_source.upper()  # the default is not normalised by a parser
     if config.env.get("KSO_PROMETHEUS_URL", config.file_values.get("KSO_PROMETHEUS_URL")) or source == "PROMETHEUS":
         from forecasting.prometheus import PrometheusSettings

@@ -103,6 +103,10 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     if plan is not None:
         plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
         plan.load_file()  # a restarted extender answers from the last plan at once
+    if config.capacity.enabled:
+        from kso.decisions.capacity import start_capacity_signal
+
+        stop.append(start_capacity_signal(extender, state, client, config.capacity))
     return Running(extender, stop, client)
 
 

@@ -166,6 +166,7 @@ def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owne
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},  # the namespace enforces "restricted"
         "containers": [{"name": "placeholder", "image": settings.image, "resources": {"requests": requests},
                         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "runAsNonRoot": True, "runAsUser": 65535,

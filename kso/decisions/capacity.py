@@ -193,18 +193,25 @@ class CapacitySignal:
         return self.wanted
 
     def start(self) -> CapacitySignal:
-        """Delete what this kso left (a restart keeps its identity) and what gone ones left, then run."""
-        cleared = self.reconciler.clear()
-        reaped = self.reconciler.reap()
-        log.info("capacity signal on: placeholders in %s as %s (left from before: %d deleted, of gone instances: %d)",
-                 self.settings.namespace, self.reconciler.owner.identity, len(cleared), len(reaped))
+        """Run the loop (its first step deletes what this kso left before a restart, which keeps the identity, and
+        what gone instances left)."""
         self._thread = threading.Thread(target=self._run, name="kso-capacity", daemon=True)
         self._thread.start()
         return self
 
+    def clean_start(self) -> None:
+        cleared = self.reconciler.clear()
+        reaped = self.reconciler.reap()
+        log.info("capacity signal on: placeholders in %s as %s (left from before: %d deleted, of gone instances: %d)",
+                 self.settings.namespace, self.reconciler.owner.identity, len(cleared), len(reaped))
+
     def _run(self) -> None:
+        started = False
         while not self._stop.is_set():
             try:
+                if not started:
+                    self.clean_start()
+                    started = True
                 self.tick()
             except Exception as exc:  # the API may be away for a while; the next round tries again
                 log.warning("capacity: round failed: %s: %s", type(exc).__name__, exc)
@@ -220,3 +227,16 @@ class CapacitySignal:
             log.info("capacity signal off: %d placeholders deleted", len(deleted))
         except Exception as exc:
             log.warning("capacity: clean-up on stop failed (another kso deletes them once the Lease expires): %s", exc)
+
+
+def start_capacity_signal(engine: Any, state: ClusterState, api_client: Any,
+                          settings: CapacitySettings) -> Callable[[], None]:
+    """Start the capacity signal of a running kso (its stop function is returned). Without an API server (a snapshot
+    or the demo cluster) there is nothing to signal to: logged, and off."""
+    if api_client is None:
+        log.warning("KSO_CAPACITY_SIGNAL is on but the cluster source is not the API server: no capacity signal")
+        return lambda: None
+    if not isinstance(engine.agents.get("safe"), SafeAgent):
+        raise SystemExit("kso: KSO_CAPACITY_SIGNAL needs the safe agent (add safe to KSO_AGENTS)")
+    signal = CapacitySignal(engine, state, CapacityReconciler(api_client, settings), settings).start()
+    return signal.stop
