@@ -2,7 +2,7 @@
 
 The cluster-autoscaler simulates scheduling without extenders, so a pod kso refuses on every node still "fits" by
 requests and no node is added. For each such pod kso keeps one placeholder pod: the same requests, node selector,
-tolerations and required node affinity, plus a required ``matchFields metadata.name NotIn`` of the nodes kso
+tolerations and required node affinity, plus required ``matchFields`` ``metadata.name NotIn`` each node kso
 refuses it on (the hot nodes). kube-scheduler finds no node for it (``PodScheduled=False``, reason
 ``Unschedulable``), which is the condition the autoscaler scales up for; the autoscaler's template of a new node
 is named ``template-node-for-...``, so the placeholder fits there, and a node is added.
@@ -132,8 +132,8 @@ class Owner:
 def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owner: Owner) -> dict[str, Any]:
     """The Pod of ``spec``: requests only (no limits), a pause container, no service account token, removed at once
     (grace 0), owned by this kso's Lease."""
-    avoid_term: list[dict[str, Any]] = ([{"key": "metadata.name", "operator": "NotIn", "values": list(spec.avoid)}]
-                                        if spec.avoid else [])
+    # One requirement per node: the API server takes exactly one value for In / NotIn on a node field.
+    avoid_term = [{"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in spec.avoid]
     terms: list[dict[str, Any]] = []
     for term in spec.required_terms or ((),):
         # kso.core.objects keeps a term's matchFields as "field:<key>" expressions beside its matchExpressions

@@ -165,10 +165,11 @@ def test_the_placeholder_pod_is_what_the_autoscaler_reads() -> None:
     assert body["nodeSelector"] == {"pool": "general"}
     assert body["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
     terms = body["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    # one requirement per hot node (the API server takes one value per node-field requirement)
+    avoid = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("n1", "n2")]
     # each of the pod's ORed terms keeps its own rules and gets the hot nodes ANDed in
-    assert terms == [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}], "matchFields": [avoid]},
-                     {"matchFields": [avoid, {"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]
+    assert terms == [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}], "matchFields": avoid},
+                     {"matchFields": [*avoid, {"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]
     assert meta["name"] == spec.name() and len(meta["name"]) <= 63
     assert spec_for(pod, ("n1",)).name() != spec.name(), "another set of hot nodes is another pod (spec is immutable)"
 
