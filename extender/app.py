@@ -139,10 +139,11 @@ class VerbHandlers:
         self.max_body = extender.settings.max_body_bytes
         self.offload_over = extender.settings.offload_body_bytes
         self.offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
-        # The bind verb's binds in flight on the event loop (an AsyncBinder: API mode), KSO_BIND_THREADS at once.
-        # Half the connection cap may wait for a slot; the other half stays for filter and prioritize.
+        # The bind verb's binds in flight on the event loop, KSO_BIND_THREADS at once. Half the connection cap may
+        # wait for a slot; the other half stays for filter and prioritize.
         s = extender.settings
         self.bind_queue = BindQueue(s.bind_threads, s.bind_max_wait_s, max(1, s.max_connections // 2))
+        self.http_timeout_s = s.http_timeout_s  # kube-scheduler's wait for an answer
         self.bind_refusals = RateLimitedLog(log)
 
     def answer(self, verb: str, work: Callable[[bytes], Any], fallback: Callable[[bytes], Any] | None,
@@ -154,13 +155,6 @@ class VerbHandlers:
             return (result if isinstance(result, bytes) else dumps(result)), 200  # bytes: encoded already
         except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
             return self.failed(verb, exc, fallback, body)
-
-    async def answer_async(self, verb: str, work: Callable[[bytes], Awaitable[Any]], body: bytes) -> tuple[bytes, int]:
-        """``answer`` for work done on the event loop (bind through an AsyncBinder; no fallback)."""
-        try:
-            return dumps(await work(body)), 200
-        except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
-            return self.failed(verb, exc, None, body)
 
     def failed(self, verb: str, exc: Exception, fallback: Callable[[bytes], Any] | None, body: bytes) -> tuple[bytes, int]:
         """The answer to a call whose work raised: a bound or bad input is a 400, anything else the safe answer."""
@@ -188,12 +182,16 @@ class VerbHandlers:
     async def run_bind(self, arrived: float, body: bytes) -> tuple[bytes, int]:
         """The bind of the body's BindingArgs (a big body parsed on a worker thread), on the event loop, once the
         bind queue gives it a slot; a bind that waited past KSO_BIND_MAX_WAIT_S, or found the queue full, is
-        answered with an error instead and never posted."""
+        answered with an error instead and never posted. ``arrived``: the request's time.perf_counter() on arrival;
+        the binder's requests end by KSO_HTTP_TIMEOUT_S after it, when kube-scheduler stops waiting."""
         outcome = await self.bind_queue.enter(arrived)
         if outcome == "ok":
             began = time.perf_counter()
+            deadline = time.monotonic() + self.http_timeout_s - (began - arrived)
             try:
-                return await self.answer_async("bind", self.bind_on_loop, body)
+                return dumps(await self.bind_body(body, deadline)), 200
+            except Exception as exc:  # noqa: BLE001 - fail open, loudly, instead of a 500
+                return self.failed("bind", exc, None, body)
             finally:
                 self.bind_queue.leave(time.perf_counter() - began)
         self.metrics.bindings.labels(outcome).inc()
@@ -232,17 +230,14 @@ class VerbHandlers:
         """kube-safe-scheduler's /scheduler/priorities/<name>: that one priority, raw."""
         return self.extender.priority(name, self.extender_args(body))
 
-    def bind_body(self, body: bytes) -> dict[str, Any]:
-        """Offline (RecordingBinder): bound at once, on the thread that answers."""
-        return self.extender.bind(parse_binding_args(body, self.limits))
-
-    async def bind_on_loop(self, body: bytes) -> dict[str, Any]:
-        """API mode (an AsyncBinder): the bind awaited on the event loop; a big body parsed on a worker thread."""
+    async def bind_body(self, body: bytes, deadline: float) -> dict[str, Any]:
+        """The bind awaited on the event loop, its API calls ending by ``deadline`` (time.monotonic()); a big
+        body parsed on a worker thread."""
         if len(body) <= self.offload_over:
             args = parse_binding_args(body, self.limits)
         else:
             args = await run_in_threadpool(parse_binding_args, body, self.limits)
-        return await self.extender.bind_async(args)
+        return await self.extender.bind_async(args, deadline)
 
     def preempt_body(self, body: bytes) -> dict[str, Any]:
         return self.extender.preempt(parse_preemption_args(body, self.limits))
@@ -275,26 +270,27 @@ class VerbHandlers:
 
 class VerbRoute:
     """One verb's route: read the body within the limit, time it, answer on the event loop when the body is small
-    and on a worker thread when it is big; the bind of an AsyncBinder (``on_loop``) runs on the event loop in a bind
-    slot (VerbHandlers.run_bind). ``endpoint`` serves it through FastAPI; the object itself is the same handler as a
-    bare ASGI endpoint (for HotRoutes)."""
+    and on a worker thread when it is big. ``endpoint`` serves it through FastAPI; the object itself is the same
+    handler as a bare ASGI endpoint (for HotRoutes)."""
 
-    def __init__(self, verbs: VerbHandlers, verb: str, work: Callable[[bytes], Any],
-                 fallback: Callable[[bytes], Any] | None = None, on_loop: bool = False) -> None:
-        self.verbs, self.verb, self.work, self.fallback, self.on_loop = verbs, verb, work, fallback, on_loop
+    def __init__(self, verbs: VerbHandlers, verb: str, work: Callable[[bytes], Any] | None,
+                 fallback: Callable[[bytes], Any] | None = None) -> None:
+        self.verbs, self.verb, self.work, self.fallback = verbs, verb, work, fallback
         self.latency = verbs.metrics.latency.labels(verb)
+
+    async def answer_body(self, arrived: float, body: bytes) -> tuple[bytes, int]:
+        verbs, work = self.verbs, self.work
+        assert work is not None  # only BindRoute has none, and answers otherwise
+        if len(body) > verbs.offload_over:
+            async with verbs.offloaded:
+                return await run_in_threadpool(verbs.answer, self.verb, work, self.fallback, body)
+        return verbs.answer(self.verb, work, self.fallback, body)
 
     async def respond(self, scope: Scope, receive: Receive) -> tuple[bytes, int]:
         verbs = self.verbs
         start = time.perf_counter()
         try:
-            body = await read_body_asgi(scope, receive, verbs.max_body)
-            if self.on_loop:
-                return await verbs.run_bind(start, body)
-            if len(body) > verbs.offload_over:
-                async with verbs.offloaded:
-                    return await run_in_threadpool(verbs.answer, self.verb, self.work, self.fallback, body)
-            return verbs.answer(self.verb, self.work, self.fallback, body)
+            return await self.answer_body(start, await read_body_asgi(scope, receive, verbs.max_body))
         except ProtocolError as exc:  # the body's size or framing
             return verbs.bad_request(self.verb, exc)
         except Exception as exc:  # noqa: BLE001 - a client gone mid-body: the same safe answer as ever
@@ -313,6 +309,16 @@ class VerbRoute:
         await send({"type": "http.response.body", "body": payload})
 
 
+class BindRoute(VerbRoute):
+    """The bind verb's route: the bind runs on the event loop, in a bind slot (VerbHandlers.run_bind)."""
+
+    def __init__(self, verbs: VerbHandlers) -> None:
+        super().__init__(verbs, "bind", work=None)
+
+    async def answer_body(self, arrived: float, body: bytes) -> tuple[bytes, int]:
+        return await self.verbs.run_bind(arrived, body)
+
+
 def verb_routes(verbs: VerbHandlers) -> list[tuple[str, VerbRoute]]:
     """(path, route) of every scheduler verb: the protocol's (under KSO_URL_PREFIX), kube-safe-scheduler's per-agent
     routes (one per predicate and priority of the enabled agents) and the image-score example's; a path listed
@@ -321,8 +327,7 @@ def verb_routes(verbs: VerbHandlers) -> list[tuple[str, VerbRoute]]:
     s = extender.settings
     filter_route = VerbRoute(verbs, "filter", verbs.filter_body, verbs.filter_all_pass)
     prioritize_route = VerbRoute(verbs, "prioritize", verbs.prioritize_body, verbs.prioritize_neutral)
-    # API mode: on the event loop, in the bind queue's slots; offline: RecordingBinder records at once
-    bind_route = VerbRoute(verbs, "bind", verbs.bind_body, on_loop=extender.binds_on_loop)
+    bind_route = BindRoute(verbs)
     preempt_route = VerbRoute(verbs, "preempt", verbs.preempt_body, verbs.preempt_echo)
     prefix = "/" + s.url_prefix.strip("/") if s.url_prefix.strip("/") else ""
     routes = [(f"{prefix}/filter", filter_route), (f"{prefix}/prioritize", prioritize_route),

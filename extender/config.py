@@ -66,6 +66,11 @@ class ExtenderSettings:
     # 2-core control plane). A bind that would not get a slot in that time, by the binds ahead of it and the recent
     # binds' duration, is refused at once. Keep it under the httpTimeout of the scheduler configuration in use.
     bind_max_wait_s: float = setting("KSO_BIND_MAX_WAIT_S", 1.5, lo=0.01)
+    # kube-scheduler's extender httpTimeout (its configuration's extenders[].httpTimeout; 30 s unless set there): a
+    # bind's API calls end by this long after the bind arrived, so that kso never binds after kube-scheduler has
+    # stopped waiting and bound the pod itself. Set it to the scheduler configuration's value.
+    http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 30.0, lo=0.1,
+                                    help="kube-scheduler's extender httpTimeout: a bind's API calls end within it")
     log_level: str = setting("LOG_LEVEL", "INFO")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list")

@@ -65,7 +65,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     """Create the node cache from the configured source and the Extender on top of it."""
     # the kubernetes client is only needed here, not by the agents
     from kso.core import kube
-    from kso.core.binder import AsyncApiBinder, RecordingBinder
+    from kso.core.binder import ApiBinder, RecordingBinder
     from kso.core.watcher import ClusterWatcher
 
     problems = config.validate()
@@ -88,7 +88,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         watcher.start()
         stop.append(watcher.stop)
         # Binds on the serving loop (kubernetes.aio), a connection for each of the KSO_BIND_THREADS in flight.
-        binder = AsyncApiBinder(client, pool_size=s.bind_threads)
+        binder = ApiBinder(client, pool_size=s.bind_threads)
     else:
         load_snapshot(config.settings.snapshot_path or None if source == "SNAPSHOT" else None, state)
         binder = RecordingBinder()

@@ -4,7 +4,7 @@ binder. HTTP is app.py's; the request bodies are parsed by protocol.py."""
 
 from __future__ import annotations
 
-import inspect
+import asyncio
 import logging
 import time
 from itertools import compress
@@ -14,7 +14,7 @@ import orjson
 
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs
 from extender.replies import HostScoreReplies
-from kso.core.binder import AsyncBinder, Binder
+from kso.core.binder import Binder
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo, PodMemo, pod_from_k8s
 from kso.core.stats import NodeStatsSource
@@ -27,9 +27,9 @@ log = logging.getLogger("kso.extender")
 
 class Extender(DecisionEngine):
     """The decision engine answering kube-scheduler's extender calls (parsed ExtenderArgs, BindingArgs,
-    PreemptionArgs), binding through ``binder`` (an AsyncBinder in API mode: ``bind_async`` on the event loop)."""
+    PreemptionArgs), binding through ``binder`` on the event loop (``bind_async``)."""
 
-    def __init__(self, config: EngineConfig, state: ClusterState, binder: Binder | AsyncBinder,
+    def __init__(self, config: EngineConfig, state: ClusterState, binder: Binder,
                  stats: NodeStatsSource | None = None, plan: PlanSlots | None = None,
                  cache_bodies: bool = True, pod_memo: PodMemo | None = None) -> None:
         super().__init__(config, state, stats, plan, cache_bodies, pod_memo)
@@ -96,50 +96,32 @@ class Extender(DecisionEngine):
         return [{"Host": h, "Score": v} for h, v in zip(call.view.names, scores, strict=True)]
 
     # ---- bind --------------------------------------------------------------------------------
-    @property
-    def binds_on_loop(self) -> bool:
-        """The binder is an AsyncBinder (API mode): ``bind_async`` on the event loop, not ``bind``."""
-        return inspect.iscoroutinefunction(self.binder.bind)
+    async def bind_async(self, args: BindingArgs, deadline: float | None = None) -> dict[str, Any]:
+        """Bind through the binder, on the event loop; ``deadline`` (time.monotonic()): the binder's requests are
+        not sent past it and given no more than what is left (kube-scheduler's httpTimeout, see app.py)."""
+        pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
+        start = time.perf_counter()
+        try:
+            await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, deadline)
+        except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
+            return self._bind_failed(args, exc)
+        finally:
+            self.metrics.bind_api.observe(time.perf_counter() - start)
+        if pod is None:
+            try:
+                pod = self._read_back(await self.binder.fetch_pod(args.pod_namespace, args.pod_name, deadline))
+            except Exception as exc:  # noqa: BLE001 - the binding stands; only our bookkeeping is late
+                self._not_read_back(args, exc)
+        return self._bound(args, pod)
 
     def bind(self, args: BindingArgs) -> dict[str, Any]:
-        """Bind through a synchronous Binder (offline: RecordingBinder; the simulator's in-process extender)."""
-        pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
-        start = time.perf_counter()
-        try:
-            self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-        except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
-            return self._bind_failed(args, exc)
-        finally:
-            self.metrics.bind_api.observe(time.perf_counter() - start)
-        if pod is None:
-            try:
-                pod = self._read_back(self.binder.fetch_pod(args.pod_namespace, args.pod_name))
-            except Exception as exc:  # noqa: BLE001 - the binding stands; only our bookkeeping is late
-                self._not_read_back(args, exc)
-        return self._bound(args, pod)
-
-    async def bind_async(self, args: BindingArgs) -> dict[str, Any]:
-        """``bind`` through an AsyncBinder, on the event loop (API mode)."""
-        pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
-        start = time.perf_counter()
-        try:
-            await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)  # type: ignore[misc]
-        except Exception as exc:  # noqa: BLE001 - any binder failure is the scheduler's to see
-            return self._bind_failed(args, exc)
-        finally:
-            self.metrics.bind_api.observe(time.perf_counter() - start)
-        if pod is None:
-            try:
-                pod = self._read_back(await self.binder.fetch_pod(args.pod_namespace, args.pod_name))  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - the binding stands; only our bookkeeping is late
-                self._not_read_back(args, exc)
-        return self._bound(args, pod)
+        """``bind_async`` for a synchronous caller without an event loop (the simulator's in-process extender,
+        tests; offline, a RecordingBinder), run to its end."""
+        return asyncio.run(self.bind_async(args))
 
     async def aclose(self) -> None:
-        """Close what the binder holds open (an AsyncBinder's HTTP session), on the loop that served it."""
-        aclose = getattr(self.binder, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        """Close what the binder holds open (an ApiBinder's HTTP session), on the loop that served it."""
+        await self.binder.aclose()
 
     def _bind_failed(self, args: BindingArgs, exc: Exception) -> dict[str, Any]:
         self.metrics.bindings.labels("error").inc()

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kso.core.binder import Binder
+from kso.core.binder import Binder, SyncBinder
 from kso.core.cluster import ClusterState
 from kso.core.node_costs import CostKeySettings
 from kso.core.objects import PodInfo
@@ -127,6 +127,7 @@ class Scheduler:
         self.state = state
         self.clocks = clocks
         self.binder = binder
+        self._binds = SyncBinder(binder)  # the bind workers' calls, on the binder's own event loop
         self.events = events
         self.engine = engine
         self.seed_compatible = seed_compatible
@@ -311,7 +312,7 @@ class Scheduler:
 
     def _bind(self, pod: PodInfo, node: str, message: str, started: float) -> None:
         try:
-            self.binder.bind(pod.namespace, pod.name, pod.uid, node)
+            self._binds.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # noqa: BLE001 - BindError or a transport error: the pod goes back to the queue
             self.metrics.attempts.labels("error").inc()
             log.warning("binding %s to %s failed: %s", pod.key, node, exc)
@@ -374,3 +375,4 @@ class Scheduler:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
         self._event_pool.shutdown(wait=True, cancel_futures=False)
+        self._binds.close()

@@ -1,21 +1,21 @@
-"""Binding pods: ``ApiBinder`` (through the API server, as kube-scheduler's DefaultBinder) and
-``RecordingBinder`` (offline: recorded only), behind the ``Binder`` protocol; ``AsyncApiBinder`` (the same on an
-event loop), behind ``AsyncBinder``.
+"""Binding pods: ``ApiBinder`` (through the API server, as kube-scheduler's DefaultBinder) and ``RecordingBinder``
+(offline: recorded only), behind the ``Binder`` protocol, both on the caller's event loop; ``SyncBinder`` wraps
+either for synchronous callers (kso scheduler's bind workers), running its calls on an event loop of its own.
 
-``ApiBinder.bind`` posts the Binding through the official client's own request layer (``ApiClient.call_api``:
-its urllib3 pool, TLS settings, timeouts and error mapping, with the headers and auth ``param_serialize`` would
-add), not through the generated ``create_namespaced_pod_binding``: that method's pydantic argument validation,
-``V1Binding`` models and their ``sanitize_for_serialization`` were ~25% of a bind's CPU in kso's process, and
-kube-scheduler sends one bind per pod. The request is the same: the same path, headers and JSON body. The answer
-is read raw, as before: the API answers a binding with a ``Status``, which the client fails to deserialise as a
-V1Binding ("target" is required; kubernetes-client/python issues #547 and #825, still true in v37 as a pydantic
-ValidationError), so letting the client parse the response would turn every successful bind into an exception.
+``ApiBinder`` posts the Binding through the official client's asyncio layer (``kubernetes.aio``: aiohttp) and its own
+request layer (``ApiClient.call_api``: its TLS settings, timeouts and error mapping, with the headers and auth
+``param_serialize`` would add), not through the generated ``create_namespaced_pod_binding``: that method's pydantic
+argument validation, ``V1Binding`` models and their ``sanitize_for_serialization`` cost more CPU than the rest of a
+bind, and kube-scheduler sends one bind per pod. The request is the same: the same path, headers and JSON body. The
+answer is read raw: the API answers a binding with a ``Status``, which the client fails to deserialise as a
+V1Binding ("target" is required; kubernetes-client/python issues #547 and #825), so letting the client parse the
+response would turn every successful bind into an exception. It is configured from the synchronous client kso
+loaded (``kso.core.kube.load_api_client``: the same cluster, TLS and credentials, and the loader's token refresh).
 
-``AsyncApiBinder`` makes the same request on the caller's event loop through the official client's asyncio
-layer (``kubernetes.aio``: aiohttp), for the extender: a bind then costs no thread and no GIL hand-over. It is
-configured from the synchronous client kso loaded (``kso.core.kube.load_api_client``: the same cluster, TLS and
-credentials, and the loader's token refresh), and both binders share the request (``binding_request``) and what
-the API's answers mean (``refusal``, ``retried_bind``).
+A call may carry a deadline (``time.monotonic()``): its request is given what is left until then (at most
+``timeout_s``) and is not sent once it has passed. The extender's bind verb passes kube-scheduler's httpTimeout
+less the time the request has already taken: a Binding that outlived kube-scheduler's wait would only race the
+Binding kube-scheduler then sends itself.
 """
 
 from __future__ import annotations
@@ -26,21 +26,20 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 import orjson
-import urllib3
 from kubernetes import client
 from kubernetes.aio import client as aio_client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 
 from kso.core.kube import HTTP_CONFLICT, HTTP_NOT_FOUND, api_message
 
 log = logging.getLogger("kso.core.kube")
+T = TypeVar("T")
 
 # Connections kept for binds: at least the binds in flight (the extender's KSO_BIND_THREADS, `kso scheduler`'s
 # binding threads); kube-scheduler binds each pod in its own goroutine, so all of them can be busy.
@@ -52,25 +51,30 @@ class BindError(RuntimeError):
 
 
 class Binder(Protocol):
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    """Binds pods on the caller's event loop."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
         """Bind the pod to the node or raise BindError."""
         ...
 
-    def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def fetch_pod(self, namespace: str, name: str, deadline: float | None = None) -> dict[str, Any] | None:
         """The pod as the API has it, None when it does not exist."""
         ...
-
-
-class AsyncBinder(Protocol):
-    """A Binder whose calls run on the caller's event loop."""
-
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
-
-    async def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     async def aclose(self) -> None:
         """Close what the binder holds open (on the loop that used it)."""
         ...
+
+
+def time_left(deadline: float | None, cap: float, what: str) -> float:
+    """Seconds a request may take: ``cap``, or less when ``deadline`` (time.monotonic()) comes first; BindError when
+    the deadline has passed (the request is not sent)."""
+    if deadline is None:
+        return cap
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise BindError(f"{what}: not sent, the caller's deadline passed {-left:.3f} s ago")
+    return min(cap, left)
 
 
 def binding_request(namespace: str, name: str, uid: str, node: str, safe_chars: str) -> tuple[str, dict[str, Any]]:
@@ -141,70 +145,6 @@ def _absent(namespace: str, name: str, exc: Any) -> None:
     raise BindError(f"reading pod {namespace}/{name} failed: HTTP {exc.status}: {api_message(exc)}") from exc
 
 
-class ApiBinder:
-    """Binds pods through the API server (a Binding, as kube-scheduler's DefaultBinder does)."""
-
-    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0, pool_size: int = BIND_POOL_SIZE) -> None:
-        # Its own client, on a copy of the configuration with a pool for ``pool_size`` binds in flight (or the
-        # given client's, if larger): binds never wait behind, or share a pool with, the watches' long-lived
-        # streams and the plan's polls, and a client made without load_api_client's pool size (urllib3's
-        # 10) cannot turn kube-scheduler's concurrent binds into a new TLS connection per bind, discarded
-        # after it ("Connection pool is full"), which made binds take 100s of ms.
-        cfg = copy.deepcopy(api_client.configuration)
-        cfg.connection_pool_maxsize = max(pool_size, cfg.connection_pool_maxsize or 0)
-        self._api_client = client.ApiClient(configuration=cfg, cookie=api_client.cookie)
-        self._api_client.default_headers.update(api_client.default_headers)  # the given client's User-Agent etc.
-        self._core = client.CoreV1Api(self._api_client)
-        self.timeout_s = timeout_s
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        path, body = binding_request(namespace, name, uid, node, self._api_client.configuration.safe_chars_for_path_param)
-        try:
-            resp = self._post(path, body)
-            try:
-                resp.data  # noqa: B018 - read the body so the connection goes back to the pool
-            finally:
-                resp.release_conn()
-        except ApiException as exc:
-            if (error := refusal(namespace, name, node, exc)) is not None:
-                raise error from exc
-            retried_bind(namespace, name, uid, node, exc, self.fetch_pod(namespace, name))
-            return
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise _failed(f"binding pod {namespace}/{name} to node {node}: request failed", exc) from exc
-        log.debug("bound pod %s/%s to node %s", namespace, name, node)
-
-    def _post(self, path: str, body: dict[str, Any]) -> urllib3.BaseHTTPResponse:
-        """POST ``body`` as JSON to ``path`` as a generated create method does (its headers, the client's auth
-        settings, ``call_api``), returning the raw response; a non-2xx answer raises the ApiException the
-        generated method raises with ``_preload_content=False``."""
-        api = self._api_client
-        headers = _request_headers(api)
-        api.update_params_for_auth(headers, [], ["BearerToken"], path, "POST", body)
-        resp = api.call_api("POST", api.configuration.host + path, header_params=headers, body=body,
-                            _request_timeout=self.timeout_s)
-        if not 200 <= resp.status <= 299:  # noqa: PLR2004 - HTTP's success class
-            resp.read()
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
-        return resp.response
-
-    def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The pod as a plain dict; None on 404. Raises BindError when the API cannot be asked."""
-        try:
-            resp = self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout_s
-            )
-            try:
-                pod = orjson.loads(resp.data)
-            finally:
-                resp.release_conn()
-        except ApiException as exc:
-            return _absent(namespace, name, exc)
-        except (urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError) as exc:
-            raise _failed(f"reading pod {namespace}/{name} failed", exc) from exc
-        return pod if isinstance(pod, dict) else None
-
-
 # What an aio Configuration takes from the synchronous one kso loaded: the cluster, its TLS and the credentials
 # (the bearer token and its prefix; the refresh hook is wrapped, below).
 _AIO_SETTINGS = ("host", "ssl_ca_cert", "ca_cert_data", "cert_file", "key_file", "verify_ssl", "assert_hostname",
@@ -247,7 +187,7 @@ def aio_configuration(sync: client.Configuration, pool_size: int) -> aio_client.
     for name in _AIO_SETTINGS:
         setattr(cfg, name, copy.copy(getattr(sync, name, getattr(cfg, name))))
     # The sync client's proxy decision (its configured or environment proxy, unless its no_proxy covers the host),
-    # made once here: the aio session does not consult the environment per request (see AsyncApiBinder._client).
+    # made once here: the aio session does not consult the environment per request (see ApiBinder._client).
     cfg.proxy = sync.proxy if sync.proxy and not should_bypass_proxies(sync.host, sync.no_proxy or "") else None
     cfg.api_key = dict(sync.api_key)
     cfg.api_key_prefix = dict(sync.api_key_prefix)
@@ -257,19 +197,19 @@ def aio_configuration(sync: client.Configuration, pool_size: int) -> aio_client.
     return cfg
 
 
-class AsyncApiBinder:
-    """ApiBinder's binds on the caller's event loop (the extender's), through ``kubernetes.aio``: the same request
-    (``binding_request``, the generated method's headers and the client's auth, ``call_api``), answers and
-    BindErrors. Its aiohttp session is opened on the loop of the first call and closed by ``aclose`` on that
-    loop; a call after ``aclose`` opens a new one."""
+class ApiBinder:
+    """Binds pods through the API server (a Binding to pods/<name>/binding, as kube-scheduler's DefaultBinder does)
+    on the caller's event loop, through ``kubernetes.aio``. Its aiohttp session is opened on the loop of the first
+    call and closed by ``aclose`` on that loop; a call after ``aclose`` opens a new one."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0, pool_size: int = BIND_POOL_SIZE) -> None:
-        # ``pool_size``: connections kept, at least the binds in flight (the extender's KSO_BIND_THREADS):
-        # a bind beyond it waits inside aiohttp for a connection, unseen by the extender's bind queue.
+        # ``pool_size``: connections kept, at least the binds in flight (the extender's KSO_BIND_THREADS): a bind
+        # beyond it waits inside aiohttp for a connection, unseen by the extender's bind queue. Binds never share a
+        # pool with the watches' long-lived streams and the plan's polls (their own, synchronous, client).
         self.configuration = aio_configuration(api_client.configuration, pool_size)
         self.cookie = api_client.cookie
         self.default_headers = dict(api_client.default_headers)  # the given client's User-Agent etc.
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # a request's longest wait (a deadline may shorten it)
         self._api: aio_client.ApiClient | None = None
 
     def _client(self) -> aio_client.ApiClient:
@@ -289,41 +229,44 @@ class AsyncApiBinder:
         if api is not None:
             await api.close()
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
         """``method`` ``path`` as a generated method sends it, the whole answer read (its connection back in
-        the pool); a non-2xx answer raises the ApiException the generated method raises."""
+        the pool) within ``timeout_s``; a non-2xx answer raises the ApiException the generated method raises."""
         api = self._client()
         headers = _request_headers(api)
         await api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
         resp = await api.call_api(method, api.configuration.host + path, header_params=headers, body=body,
-                                  _request_timeout=self.timeout_s)
+                                  _request_timeout=timeout_s)
         await resp.read()
         if not 200 <= resp.status <= 299:  # noqa: PLR2004 - HTTP's success class
             raise aio_client.ApiException.from_response(http_resp=resp, body=None, data=None)
         return resp
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
+        what = f"binding pod {namespace}/{name} to node {node}"
         path, body = binding_request(namespace, name, uid, node, self.configuration.safe_chars_for_path_param)
         try:
-            await self._call("POST", path, body)
+            await self._call("POST", path, body, time_left(deadline, self.timeout_s, what))
         except aio_client.ApiException as exc:
             if (error := refusal(namespace, name, node, exc)) is not None:
                 raise error from exc
-            retried_bind(namespace, name, uid, node, exc, await self.fetch_pod(namespace, name))
+            retried_bind(namespace, name, uid, node, exc, await self.fetch_pod(namespace, name, deadline))
             return
         except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError too
-            raise _failed(f"binding pod {namespace}/{name} to node {node}: request failed", exc) from exc
+            raise _failed(f"{what}: request failed", exc) from exc
         log.debug("bound pod %s/%s to node %s", namespace, name, node)
 
-    async def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def fetch_pod(self, namespace: str, name: str, deadline: float | None = None) -> dict[str, Any] | None:
         """The pod as a plain dict; None on 404. Raises BindError when the API cannot be asked."""
+        what = f"reading pod {namespace}/{name} failed"
+        path = _pod_path(namespace, name, self.configuration.safe_chars_for_path_param)
         try:
-            resp = await self._call("GET", _pod_path(namespace, name, self.configuration.safe_chars_for_path_param), None)
+            resp = await self._call("GET", path, None, time_left(deadline, self.timeout_s, what))
             pod = orjson.loads(resp.data)
         except aio_client.ApiException as exc:
             return _absent(namespace, name, exc)
         except (aiohttp.ClientError, OSError, orjson.JSONDecodeError) as exc:
-            raise _failed(f"reading pod {namespace}/{name} failed", exc) from exc
+            raise _failed(what, exc) from exc
         return pod if isinstance(pod, dict) else None
 
 
@@ -335,7 +278,7 @@ class RecordingBinder:
         self._warned = False
         self._lock = threading.Lock()
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
         with self._lock:
             self.bindings.append((namespace, name, uid, node))
             first = not self._warned
@@ -353,5 +296,39 @@ class RecordingBinder:
         else:
             log.debug("recorded binding of pod %s/%s to node %s", namespace, name, node)
 
-    def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def fetch_pod(self, namespace: str, name: str, deadline: float | None = None) -> dict[str, Any] | None:
         return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class SyncBinder:
+    """A Binder for synchronous callers (kso scheduler's bind workers, tests): each call runs the wrapped binder's
+    coroutine on one event loop, in a thread of its own, and waits for it (one loop: an ApiBinder keeps one session
+    and its connections). ``close`` closes the binder on that loop and stops it."""
+
+    def __init__(self, binder: Binder) -> None:
+        self.binder = binder
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kso-binder", daemon=True)
+        self._thread.start()
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
+        self._run(self.binder.bind(namespace, name, uid, node, deadline))
+
+    def fetch_pod(self, namespace: str, name: str, deadline: float | None = None) -> dict[str, Any] | None:
+        return self._run(self.binder.fetch_pod(namespace, name, deadline))
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self.binder.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()

@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from benchmarks.e2e import api_binding_latency, apiserver_metrics, create_pods, node_manifest, pod_manifest
-from kso.core.binder import ApiBinder
+from kso.core.binder import ApiBinder, SyncBinder
 
 
 def test_api_binding_latency_counts_the_bindings_posted_between_two_scrapes(control_plane: Any,
@@ -24,7 +24,7 @@ def test_api_binding_latency_counts_the_bindings_posted_between_two_scrapes(cont
         nothing = api_binding_latency(quiet, quiet)
         assert nothing["calls"] == 0 and math.isnan(nothing["mean_ms"]) and math.isnan(nothing["p99_ms"])
         before = apiserver_metrics(api)
-        binder = ApiBinder(api)
+        binder = SyncBinder(ApiBinder(api))
         for pod in pods:
             binder.bind(kube_namespace, pod.metadata.name, pod.metadata.uid, node)
         seen = api_binding_latency(before, apiserver_metrics(api))

@@ -452,7 +452,7 @@ def test_rbac_covers_the_binding_request_kso_actually_sends() -> None:
     ("bindings" and "pods/binding" are different RBAC names for the same operation)."""
     from kubernetes import client
 
-    from kso.core.binder import ApiBinder
+    from kso.core.binder import ApiBinder, SyncBinder
 
     paths: list[str] = []
 
@@ -476,7 +476,7 @@ def test_rbac_covers_the_binding_request_kso_actually_sends() -> None:
     try:
         cfg = client.Configuration()
         cfg.host = f"http://127.0.0.1:{server.server_address[1]}"
-        ApiBinder(client.ApiClient(configuration=cfg), timeout_s=5).bind("team-a", "web-0", "uid-1", "node-1")
+        SyncBinder(ApiBinder(client.ApiClient(configuration=cfg), timeout_s=5)).bind("team-a", "web-0", "uid-1", "node-1")
     finally:
         server.shutdown()
         server.server_close()

@@ -4,13 +4,15 @@ arrival order; one still waiting KSO_BIND_MAX_WAIT_S after it arrived is answere
 KSO_MAX_CONNECTIONS wait.
 
 Against the real kube-apiserver: a refused pod stays unbound, the others are bound. The first bind is held
-back by the test (a real AsyncApiBinder that waits for the test's go before it posts): the slow API server round
+back by the test (a real ApiBinder that waits for the test's go before it posts): the slow API server round
 trip that fills the slots in production, on demand."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -26,26 +28,27 @@ from extender.app import BindQueue, create_app
 from extender.config import ExtenderSettings, load_config
 from extender.demo import BackgroundServer, Client
 from extender.verbs import Extender
-from kso.core.binder import AsyncApiBinder
+from kso.core.binder import ApiBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
+from tests.support.fixtures import until
 
 NODE = "bq-n1"
 
 
-class HeldBinder(AsyncApiBinder):
-    """An AsyncApiBinder whose binds of the pods in ``held`` wait for ``go`` (set by the test's thread) before
+class HeldBinder(ApiBinder):
+    """An ApiBinder whose binds of the pods in ``held`` wait for ``go`` (set by the test's thread) before
     posting, without holding the event loop."""
 
     def __init__(self, api: client.ApiClient, held: set[str]) -> None:
         super().__init__(api, timeout_s=10.0)
         self.held, self.go, self.started = held, threading.Event(), threading.Event()
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
         if name in self.held:
             self.started.set()
             assert await asyncio.to_thread(self.go.wait, 30)
-        await super().bind(namespace, name, uid, node)
+        await super().bind(namespace, name, uid, node, deadline)
 
 
 @pytest.fixture
@@ -57,7 +60,7 @@ def node(control_plane: Any) -> Iterator[str]:
 
 
 @contextmanager
-def extender_with(binder: AsyncApiBinder, env: dict[str, str]) -> Iterator[Extender]:
+def extender_with(binder: ApiBinder, env: dict[str, str]) -> Iterator[Extender]:
     state = ClusterState()
     state.mark_synced("test")
     ext = Extender(load_config({"KSO_AGENTS": "safe", **env}), state, binder)
@@ -259,7 +262,7 @@ def test_a_served_bind_lands_and_shutdown_closes_the_session(control_plane: Any,
     core = client.CoreV1Api(api)
     ns = kube_namespace
     create_pods(api, ns, [pod_manifest(n, scheduler="none") for n in ("one", "two")])
-    binder = AsyncApiBinder(api, timeout_s=10.0)
+    binder = ApiBinder(api, timeout_s=10.0)
     with extender_with(binder, {}) as ext:
         port = ext.port  # type: ignore[attr-defined]
         assert bind(port, ns, "one")[1] == {"Error": ""}
@@ -271,3 +274,28 @@ def test_a_served_bind_lands_and_shutdown_closes_the_session(control_plane: Any,
     assert session.closed and session.connector is None and binder._api is None
     assert {n: node_of(core, ns, n) for n in ("one", "two")} == {"one": NODE, "two": NODE}
     assert refused(ext, "ok") == 2 and refused(ext, "full") == refused(ext, "expired") == 0
+
+
+def test_a_bind_ends_within_kube_schedulers_http_timeout(control_plane: Any, kube_namespace: str, node: str) -> None:
+    """kube-scheduler waits its extender httpTimeout (KSO_HTTP_TIMEOUT_S) for a bind's answer and then binds the pod
+    itself: kso's Binding must not outlive that wait. With the API server stalled (SIGSTOP: it accepts connections
+    and answers nothing), the bind is answered with the binder's error when the httpTimeout is up, counted from the
+    bind's arrival, not at the binder's own 10 s request timeout; the pod stays unbound."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    create_pods(api, ns, [pod_manifest("stalled", scheduler="none")])
+    apiserver = next(c for c in control_plane.components if c.name == "kube-apiserver")
+    binder = ApiBinder(api, timeout_s=10.0)
+    with extender_with(binder, {"KSO_HTTP_TIMEOUT_S": "2"}) as ext:
+        os.kill(apiserver.pid, signal.SIGSTOP)
+        try:
+            took, answer = bind(ext.port, ns, "stalled")  # type: ignore[attr-defined]
+        finally:
+            os.kill(apiserver.pid, signal.SIGCONT)
+    assert 1.5 < took < 2.5, took
+    assert answer["Error"].startswith(f"binding {ns}/stalled to {NODE} failed: binding pod {ns}/stalled to node "
+                                      f"{NODE}: request failed"), answer
+    assert refused(ext, "error") == 1
+    until(lambda: core.list_namespace().items, 30, "the API server answering again")
+    assert node_of(core, ns, "stalled") is None

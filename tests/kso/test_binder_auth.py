@@ -1,4 +1,4 @@
-"""The extender's AsyncApiBinder authenticates as kso's loaded client does (kso.core.kube.load_api_client), on the
+"""kso's ApiBinder authenticates as kso's loaded client does (kso.core.kube.load_api_client), on the
 real kube-apiserver v1.36.2 with RBAC: a service account's token in-cluster (the paths a pod has, moved to files
 of the test), and a kubeconfig whose exec plugin the binder re-runs, off its event loop, when the token nears its
 expiry. (Client certificates: every other binder test, through the control plane's admin kubeconfig.)"""
@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.config import incluster_config
 
 from benchmarks.e2e import pod_manifest
-from kso.core.binder import AsyncApiBinder, BindError
+from kso.core.binder import ApiBinder, BindError
 from kso.core.kube import load_api_client
 
 NODE = "auth-n1"  # a Binding does not need its node to exist: none is created
@@ -44,7 +44,7 @@ def ca_bytes(control_plane: Any) -> bytes:
     return base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"])
 
 
-def bind_once(binder: AsyncApiBinder, ns: str, name: str) -> None:
+def bind_once(binder: ApiBinder, ns: str, name: str) -> None:
     async def run() -> None:
         try:
             await binder.bind(ns, name, "", NODE)
@@ -69,11 +69,11 @@ def test_in_cluster_service_account_token(control_plane: Any, kube_namespace: st
     assert api.configuration.refresh_api_key_hook is not None  # the loader re-reads the rotated token file
     admin = client.CoreV1Api(control_plane.api_client())
     admin.create_namespaced_pod(ns, pod_manifest("sa-pod", scheduler="none"))
-    bind_once(AsyncApiBinder(api), ns, "sa-pod")
+    bind_once(ApiBinder(api), ns, "sa-pod")
     assert admin.read_namespaced_pod("sa-pod", ns).spec.node_name == NODE
     # The token is the service account's, not an admin's: another namespace is forbidden.
     with pytest.raises(BindError, match="HTTP 403: .*forbidden"):
-        bind_once(AsyncApiBinder(api), "default", "not-ours")
+        bind_once(ApiBinder(api), "default", "not-ours")
 
 
 EXEC_PLUGIN = """
@@ -109,6 +109,6 @@ def test_kubeconfig_exec_plugin_token_is_refreshed(control_plane: Any, kube_name
     token.write_text(binder_token(control_plane, ns))
     admin = client.CoreV1Api(control_plane.api_client())
     admin.create_namespaced_pod(ns, pod_manifest("exec-pod", scheduler="none"))
-    bind_once(AsyncApiBinder(api), ns, "exec-pod")
+    bind_once(ApiBinder(api), ns, "exec-pod")
     assert runs.read_text().count("run") == 2
     assert admin.read_namespaced_pod("exec-pod", ns).spec.node_name == NODE

@@ -1,4 +1,4 @@
-"""kso.core.watcher.ClusterWatcher, kso.core.binder.ApiBinder / AsyncApiBinder and kso.core.kube.load_api_client against
+"""kso.core.watcher.ClusterWatcher, kso.core.binder.ApiBinder (and SyncBinder) and kso.core.kube.load_api_client against
 the real kube-apiserver v1.36.2.
 
 These replace the stand-in versions of the same checks: list+watch sync, changes propagating, paging with
@@ -11,8 +11,6 @@ names here are unique and the checks look at this test's objects only.
 from __future__ import annotations
 
 import asyncio
-import copy
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from benchmarks.e2e import create_nodes, create_pods, delete_nodes, node_manifest, pod_manifest
-from kso.core.binder import ApiBinder, AsyncApiBinder, BindError
+from kso.core.binder import ApiBinder, BindError, SyncBinder
 from kso.core.cluster import ClusterState
 from kso.core.kube import API_POOL_MAXSIZE, KubeConfigError, load_api_client
 from kso.core.resources import CPU, MEMORY, MIB
@@ -104,34 +102,13 @@ def test_watcher_syncs_pages_and_follows_changes(control_plane: Any, kube_namesp
         assert watcher.stop(10)
 
 
-class OnOneLoop:
-    """An AsyncApiBinder called as a synchronous binder, every call on one event loop (as the extender's are)."""
-
-    def __init__(self, binder: AsyncApiBinder) -> None:
-        self.binder, self.runner = binder, asyncio.Runner()
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.runner.run(self.binder.bind(namespace, name, uid, node))
-
-    def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.runner.run(self.binder.fetch_pod(namespace, name))
-
-    def close(self) -> None:
-        self.runner.run(self.binder.aclose())
-        self.runner.close()
-
-
-@pytest.fixture(params=["sync", "aio"])
-def binder(request: pytest.FixtureRequest, control_plane: Any) -> Iterator[Any]:
-    """Each binder kso has, on the control plane's admin client: ApiBinder (kso scheduler) and AsyncApiBinder (the
-    extender), which must make the same requests and give the same answers."""
-    api = control_plane.api_client()
-    if request.param == "sync":
-        yield ApiBinder(api, timeout_s=10.0)
-        return
-    on_loop = OnOneLoop(AsyncApiBinder(api, timeout_s=10.0))
-    yield on_loop
-    on_loop.close()
+@pytest.fixture
+def binder(control_plane: Any) -> Iterator[Any]:
+    """kso's binder (ApiBinder, on an event loop) on the control plane's admin client, called as kso scheduler's
+    bind workers call it (SyncBinder: every call on the binder's one loop)."""
+    sync = SyncBinder(ApiBinder(control_plane.api_client(), timeout_s=10.0))
+    yield sync
+    sync.close()
 
 
 def test_api_binder_on_the_real_server(control_plane: Any, kube_namespace: str, nodes: list[str], binder: Any) -> None:
@@ -172,7 +149,7 @@ def test_async_binder_concurrent_binds_on_one_loop(control_plane: Any, kube_name
     n, rounds, ns = 48, 2, kube_namespace
     api = control_plane.api_client()
     create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(n * rounds)])
-    binder = AsyncApiBinder(api, timeout_s=30.0, pool_size=8)
+    binder = ApiBinder(api, timeout_s=30.0, pool_size=8)
 
     async def scenario() -> Any:
         for r in range(rounds):
@@ -187,30 +164,31 @@ def test_async_binder_concurrent_binds_on_one_loop(control_plane: Any, kube_name
     assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
 
 
-def test_api_binder_concurrent_binds_reuse_its_pool(control_plane: Any, kube_namespace: str, nodes: list[str],
-                                                    caplog: pytest.LogCaptureFixture) -> None:
-    """kube-scheduler binds pods concurrently: the binder's own pool holds a connection per bind in flight,
-    so none is opened and thrown away ("Connection pool is full, discarding connection"), even when the
-    client it is given has a small pool."""
+def test_sync_callers_bind_concurrently_through_one_loop(control_plane: Any, kube_namespace: str,
+                                                        nodes: list[str]) -> None:
+    """kso scheduler's bind workers call the binder from their threads: 32 binds at once through SyncBinder all land,
+    over two rounds, on the one session of its loop; closing it closes that session."""
     n, rounds, ns = 32, 2, kube_namespace
     api = control_plane.api_client()
     create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(n * rounds)])
-    cfg = copy.deepcopy(api.configuration)
-    cfg.connection_pool_maxsize = 4
-    small = client.ApiClient(configuration=cfg)
-    binder = ApiBinder(small, timeout_s=10.0)
+    inner = ApiBinder(api, timeout_s=10.0)
+    binder = SyncBinder(inner)
     start = threading.Barrier(n)
 
     def bind(i: int) -> None:
         start.wait()
         binder.bind(ns, f"p{i}", "", "k-n1")
 
-    with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"), ThreadPoolExecutor(n) as pool:
-        for r in range(rounds):  # rounds on the same pool: connections are reused
-            list(pool.map(bind, range(r * n, (r + 1) * n)))
-    assert small.configuration.connection_pool_maxsize == 4  # the given client's pool is left as it was
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            for r in range(rounds):  # rounds on the same session: connections are reused
+                list(pool.map(bind, range(r * n, (r + 1) * n)))
+        session = inner._api
+        assert session is not None
+    finally:
+        binder.close()
+    assert inner._api is None and session.rest_client.pool_manager.closed
     assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
-    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
 
 
 def test_plain_client_binding_response_is_not_a_binding(control_plane: Any, kube_namespace: str,

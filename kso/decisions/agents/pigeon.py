@@ -291,11 +291,11 @@ def binpack_values_from(pre: BinpackPrelude, util_new: np.ndarray, gamma_dem: fl
     sums of products along a row ("ki,ki->k": mu with x, xn, m and mu) in one einsum over the four stacked.
 
     np.einsum sums such a row term by term in index order when the operands are F-ordered (the objective's are:
-    utilisation is gathered by column), and for any layout when R <= 2; C-ordered with R > 2 it may pair the
-    terms, and the stack (F-ordered) would not: binpack_values_einsums then."""
+    utilisation is gathered by column); C-ordered with R > 1 it may not (R = 2 included: two rows of a property
+    test differ in their last bit), and the stack (F-ordered) would: binpack_values_einsums then."""
     k, c, x, q = pre.k, pre.c, pre.x, pre.q
     r = c.shape[0]
-    if r > 2 and not (x.flags.f_contiguous and util_new.flags.f_contiguous):
+    if r > 1 and not (x.flags.f_contiguous and util_new.flags.f_contiguous):
         return binpack_values_einsums(pre, util_new, gamma_dem)
     y = np.empty((4, r, k)).transpose(0, 2, 1)  # x, xn, m, mu: (K, R) each, F-ordered
     y[0] = x
