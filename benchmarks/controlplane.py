@@ -319,7 +319,7 @@ def _spawn(name: str, argv: list[str], workdir: Path, port: int = 0) -> Componen
     return Component(name, proc, log, port)
 
 
-def _wait_ready(comp: Component, url: str, timeout: float, context: ssl.SSLContext | None = None) -> None:
+def wait_ready(comp: Component, url: str, timeout: float, context: ssl.SSLContext | None = None) -> None:
     """Polls ``url`` until it answers 200 ``ok``; StartError with the log tail if the process dies or time runs out."""
     deadline = time.monotonic() + timeout
     last = ""
@@ -337,7 +337,9 @@ def _wait_ready(comp: Component, url: str, timeout: float, context: ssl.SSLConte
     raise StartError(f"{comp.name} not ready at {url} after {timeout:.0f} s ({last}):\n{comp.log_tail()}")
 
 
-def _insecure() -> ssl.SSLContext:
+def insecure_tls_context() -> ssl.SSLContext:
+    """TLS that does not verify the peer: for the control plane's own components on 127.0.0.1, whose serving
+    certificates are self-signed."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -448,7 +450,7 @@ class ControlPlane:
         self.kubeconfig = self._dir / "kubeconfig"
         self.kubeconfig.write_text(self.kubeconfig_yaml())
         os.chmod(self.kubeconfig, 0o600)
-        _wait_ready(comp, f"{self.url}/readyz", timeout, self.ssl_context())
+        wait_ready(comp, f"{self.url}/readyz", timeout, self.ssl_context())
 
     # -- access
     def kubeconfig_yaml(self) -> str:
@@ -499,7 +501,7 @@ class ControlPlane:
             f"--root-ca-file={self._certs.ca}", f"--cert-dir={self._dir / 'kcm-certs'}",
         ], self._dir, port)
         self.components.append(comp)
-        _wait_ready(comp, f"https://127.0.0.1:{port}/healthz", timeout, _insecure())
+        wait_ready(comp, f"https://127.0.0.1:{port}/healthz", timeout, insecure_tls_context())
         self._controller_manager = comp
         return comp
 
@@ -531,7 +533,7 @@ class ControlPlane:
             f"--secure-port={port}", f"--cert-dir={self._dir / f'{name}-{port}-certs'}", *extra_args,
         ], self._dir, port)
         self.components.append(comp)
-        _wait_ready(comp, f"https://127.0.0.1:{port}/healthz", timeout, _insecure())
+        wait_ready(comp, f"https://127.0.0.1:{port}/healthz", timeout, insecure_tls_context())
         return comp
 
     def stop_component(self, comp: Component) -> None:
@@ -555,7 +557,7 @@ class ControlPlane:
 
 
 def _wait_ready_etcd(comp: Component, url: str, timeout: float) -> None:
-    _wait_ready(comp, f"{url}/health", timeout)
+    wait_ready(comp, f"{url}/health", timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ configuration and measures until every pod is bound:
 - ``kso``: kso as deploy/scheduler-config.yaml configures it, without ``bindVerb`` (NodeNames, the
   scheduler binds); ``kso-bind``: the same with kso binding (deploy/ as shipped); ``kso-full``:
   ``nodeCacheCapable: false`` (full Node objects in every call), no bind;
-- ``trivial``: a stdlib extender (``python -m benchmarks.e2e --trivial-extender PORT``) that passes every
+- ``trivial``: a stdlib extender (benchmarks.trivial_extender) that passes every
   node and scores 0, NodeNames: the cost of the extender protocol itself; ``trivial-full``: the same extender
   with ``nodeCacheCapable: false``: filter answers with the Nodes it was sent, their bytes cut from the body
   without decoding them (kube-scheduler's layout; any other body is decoded): the protocol's own cost when every
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import http.server
 import json
 import math
 import os
@@ -44,7 +43,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +53,9 @@ from typing import Any
 import orjson
 import yaml
 
-from benchmarks.controlplane import Component, ControlPlane, file_name, free_port
+from benchmarks.controlplane import Component, ControlPlane, file_name, free_port, wait_ready
+from benchmarks.prometheus_text import EMPTY, Scrape, histogram, metric_sum, parse_metrics
+from extender.client import ExtenderClient
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY_SCHEDULER_CONFIG = REPO / "deploy" / "scheduler-config.yaml"
@@ -230,6 +230,7 @@ def scheduler_config(extender_url: str | None, *, bind: bool = False, node_cache
 
 
 def tree_env(tree: Path = REPO, **extra: str) -> dict[str, str]:
+    """The environment of a process that must import kso from ``tree`` (run with cwd=tree)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
@@ -258,14 +259,15 @@ class ExtenderProcess:
             self.proc = subprocess.Popen([*self.argv, str(self.port)], env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd)
         comp = Component(self.log.stem, self.proc, self.log, self.port)
-        from benchmarks.controlplane import _wait_ready
-
-        _wait_ready(comp, self.url + self.ready_path, timeout)
+        wait_ready(comp, self.url + self.ready_path, timeout)
         return self
 
     def get(self, path: str) -> str:
-        with urllib.request.urlopen(self.url + path, timeout=10) as resp:
-            return resp.read().decode()
+        with ExtenderClient(self.port) as client:
+            status, body = client.get(path)
+        if status != 200:
+            raise RuntimeError(f"GET {self.url}{path}: HTTP {status}")
+        return body.decode()
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -304,126 +306,22 @@ def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
 
 
 def trivial_process(log: Path) -> ExtenderProcess:
-    return ExtenderProcess([sys.executable, "-m", "benchmarks.e2e", "--trivial-extender"], tree_env(), log,
-                           ready_path="/healthz")
-
-
-class TrivialHandler(http.server.BaseHTTPRequestHandler):
-    """The reference extender: filter passes every node, prioritize scores each 0, nothing else. With full
-    Nodes (``nodeCacheCapable: false``) filter answers with the NodeList it was sent, as the protocol requires."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes: without this, delayed ACKs add ~40 ms
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._reply(b"ok")
-
-    FULL_HEAD, FULL_NODES, FULL_TAIL = b'{"Pod":', b',"Nodes":{', b',"NodeNames":null}'
-    NODE_NAME = b'{"metadata":{"name":"'
-
-    def do_POST(self) -> None:  # noqa: N802
-        data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        nodes_json = self._full_nodes(data)
-        if nodes_json is not None:  # full Nodes in kube-scheduler's layout: echoed as bytes, never decoded
-            if self.path.endswith("/filter"):
-                self._reply(b'{"Nodes":' + nodes_json + b',"NodeNames":null,"FailedNodes":{},"Error":""}')
-            else:
-                self._reply(orjson.dumps([{"Host": n, "Score": 0} for n in self._names(nodes_json)]))
-            return
-        body = orjson.loads(data or b"{}")
-        nodes = body.get("Nodes") or body.get("nodes")
-        if nodes is not None:  # full Nodes
-            if self.path.endswith("/filter"):
-                out: Any = {"Nodes": nodes, "NodeNames": None, "FailedNodes": {}, "Error": ""}
-            else:
-                out = [{"Host": n["metadata"]["name"], "Score": 0} for n in nodes.get("items") or []]
-            self._reply(orjson.dumps(out))
-            return
-        names = body.get("NodeNames") or body.get("nodenames") or []
-        if self.path.endswith("/filter"):
-            out = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
-        else:
-            out = [{"Host": n, "Score": 0} for n in names]
-        self._reply(orjson.dumps(out))
-
-    def _full_nodes(self, data: bytes) -> bytes | None:
-        """The NodeList's bytes of a full-Nodes body in kube-scheduler's layout (``{"Pod":{...},"Nodes":{...},
-        "NodeNames":null}``), without decoding the Nodes: the Pod's bytes up to the first ``,"Nodes":{`` must
-        decode whole (else that text sat inside the Pod), so what follows is the Nodes value. None: another layout.
-        This is the cheapest an extender can answer full-Nodes calls (the protocol's own cost); its prioritize
-        takes each item's name by pattern, which holds for the Nodes kube-scheduler sends (metadata.name first)."""
-        if not data.startswith(self.FULL_HEAD) or not data.endswith(self.FULL_TAIL):
-            return None
-        at = data.find(self.FULL_NODES)
-        try:
-            pod = orjson.loads(data[len(self.FULL_HEAD):at]) if at > 0 else None
-        except orjson.JSONDecodeError:
-            return None
-        return data[at + len(self.FULL_NODES) - 1:-len(self.FULL_TAIL)] if isinstance(pod, dict) else None
-
-    def _names(self, nodes_json: bytes) -> list[str]:
-        """Each item's metadata.name, found by its bytes (kube-scheduler writes metadata first, name first)."""
-        out, at, start = [], 0, self.NODE_NAME
-        while (at := nodes_json.find(start, at)) >= 0:
-            end = nodes_json.find(b'"', at + len(start))
-            out.append(nodes_json[at + len(start):end].decode())
-            at = end
-        return out
-
-    def _reply(self, data: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    return ExtenderProcess([sys.executable, "-m", "benchmarks.trivial_extender"], tree_env(), log, ready_path="/healthz")
 
 
 # ------------------------------------------------------------------------------------------ metrics
 
 
-def parse_metrics(text: str) -> dict[tuple[str, str], float]:
-    """Prometheus text -> {(metric name, label text): value}."""
-    out: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$", line)
-        if m:
-            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
-    return out
-
-
-def metric_sum(metrics: dict[tuple[str, str], float], name: str, **labels: str) -> float:
-    want = [f'{k}="{v}"' for k, v in labels.items()]
-    return sum(v for (n, lab), v in metrics.items() if n == name and all(w in lab for w in want))
-
-
-def verb_latency(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], verb: str,
-                 name: str = "kso_extender_request_duration_seconds", **labels: str) -> dict[str, float]:
+def verb_latency(before: Scrape, after: Scrape, verb: str, name: str = "kso_extender_request_duration_seconds",
+                 **labels: str) -> dict[str, float]:
     """Calls, mean and p50/p99 of one verb (of histogram ``name``, its series with ``labels`` too; a histogram
-    without a verb label: verb "") over the interval between two scrapes.
-
-    A quantile is read off the cumulative histogram: the upper bound of the first bucket whose count
-    reaches q * total (an upper estimate, at bucket resolution; summed over the series that match)."""
+    without a verb label: verb "") over the interval between two scrapes (benchmarks.prometheus_text's quantile
+    rule)."""
     labels = {"verb": verb, **labels} if verb else labels
-    count = metric_sum(after, f"{name}_count", **labels) - metric_sum(before, f"{name}_count", **labels)
-    total = metric_sum(after, f"{name}_sum", **labels) - metric_sum(before, f"{name}_sum", **labels)
-    want = [f'{k}="{v}"' for k, v in labels.items()]
-    per_le: dict[float, float] = {}
-    for (n, lab), v in after.items():
-        if n == f"{name}_bucket" and all(w in lab for w in want):
-            le = re.search(r'le="([^"]+)"', lab)
-            if le:
-                per_le[float(le.group(1))] = per_le.get(float(le.group(1)), 0.0) + v - before.get((n, lab), 0.0)
-    buckets = sorted(per_le.items())
-    res = {"calls": count, "mean_ms": 1000 * total / count if count else math.nan}
-    for q in (0.5, 0.99):
-        res[f"p{int(q * 100)}_ms"] = next((1000 * le for le, c in buckets if count and c >= q * count), math.nan)
-    return res
+    return histogram(after, name, before, **labels).summary_ms()
 
 
-def apiserver_metrics(api_client: Any) -> dict[tuple[str, str], float]:
+def apiserver_metrics(api_client: Any) -> Scrape:
     """kube-apiserver's own /metrics (the cluster-admin client), parsed."""
     resp = api_client.call_api("GET", api_client.configuration.host + "/metrics", header_params={"Accept": "text/plain"},
                                _request_timeout=30)
@@ -431,7 +329,7 @@ def apiserver_metrics(api_client: Any) -> dict[tuple[str, str], float]:
     return parse_metrics(resp.data.decode())
 
 
-def api_binding_latency(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[str, float]:
+def api_binding_latency(before: Scrape, after: Scrape) -> dict[str, float]:
     """The API server's time for the Bindings posted between two scrapes (whoever posted them: kube-scheduler's
     DefaultBinder or kso), from its apiserver_request_duration_seconds: what no binder can answer faster than."""
     return verb_latency(before, after, "POST", "apiserver_request_duration_seconds", resource="pods",
@@ -494,7 +392,7 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
     try:
         watch = BindWatch(api, ns)
         create_pods(api, ns, [pod_manifest(f"p{i:05d}") for i in range(pods)])
-        before = parse_metrics(kso.get("/metrics")) if kso else {}
+        before = parse_metrics(kso.get("/metrics")) if kso else EMPTY
         api_before = apiserver_metrics(api)
         cpu0 = process_cpu_s(ext)
         t0 = time.monotonic()
@@ -509,11 +407,11 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
                                f"(scheduler log {sched.log})")
         times = sorted(t for _, t in watch.bound.values())
         cpu_ms = (process_cpu_s(ext) - cpu0) * 1e3 / pods
-        after = parse_metrics(kso.get("/metrics")) if kso else {}
+        after = parse_metrics(kso.get("/metrics")) if kso else EMPTY
         mx, p95 = pods_per_node(watch.bound)
         verbs = {v: verb_latency(before, after, v) for v in ("filter", "prioritize", "bind")} if kso else {}
         verbs["api-binding"] = api_binding_latency(api_before, apiserver_metrics(api))
-        if kso and any(n == "kso_extender_bind_api_seconds_count" for n, _ in after):  # trees before it lack it
+        if kso and any(n == "kso_extender_bind_api_seconds_count" for n, _ in after.samples):  # older trees lack it
             verbs["bind-api"] = verb_latency(before, after, "", "kso_extender_bind_api_seconds")
         filtered = (metric_sum(after, "kso_extender_nodes_filtered_total")
                     - metric_sum(before, "kso_extender_nodes_filtered_total")) if kso else 0.0
@@ -633,11 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the variant's runs (default kso)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one run's pods to bind")
     ap.add_argument("--json", metavar="PATH", help="also write every run as JSON")
-    ap.add_argument("--trivial-extender", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.trivial_extender:
-        http.server.ThreadingHTTPServer(("127.0.0.1", args.trivial_extender), TrivialHandler).serve_forever()
-        return 0
     # SIGTERM (timeout, CI) unwinds like Ctrl-C, so the control plane and extenders are stopped.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]

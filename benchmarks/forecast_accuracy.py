@@ -55,7 +55,7 @@ KSO_MODELS = (
 )
 
 
-def _factory(name: str) -> Callable[[], GridForecaster]:
+def model_factory(name: str) -> Callable[[], GridForecaster]:
     """kso models by name; ``+plain-conformal`` = split conformal of the same points without kso's local
     scale, history cap and newest-value floor; ``@no-despike`` = the model on the raw grid; ``@no-floor`` =
     without the newest-value floor; ``@param=value`` (repeatable: ``@a=1@b=2``) = the registry model built with
@@ -90,7 +90,7 @@ def evaluate(dataset: str, series: list[UtilisationSeries], origins: np.ndarray,
     the library models only at the subset's origins whose fits are cached (``seconds``: the model's time
     at that origin over its rows: resample + forecast; library: fit + forecast, counted under the longest
     horizon, one fit serving both). Returns (rows, number of library origins used)."""
-    forecasters = {m: _factory(m)() for m in models}
+    forecasters = {m: model_factory(m)() for m in models}
     frames: list[pd.DataFrame] = []
     lib_used = 0
     for origin in origins:

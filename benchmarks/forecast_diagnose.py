@@ -1,5 +1,5 @@
 """Where a model's Google 2019 forecasts miss: per row (task x origin x horizon) coverage and p95 pinball of
-the model and the peers, by the task's history length at the origin and by origin (issue 15, session 9).
+the model and the peers, by the task's history length at the origin and by origin.
 
     python -m benchmarks.forecast_diagnose [--part report] [--origins 40] [--model NAME] [--peers ibm,...]
 
@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from benchmarks.forecast_accuracy import _factory
+from benchmarks.forecast_accuracy import model_factory
 from benchmarks.forecast_data import GOOGLE, HORIZONS_S, live_at, load_google, pick_origins, split_origins
 from forecasting.models._base import resample
 
@@ -27,7 +27,7 @@ def rows_for(part: str, n_origins: int, models: list[str], seed: int = 1) -> pd.
     raw["t"] = raw.time / 1e6
     raw["key"] = "google/" + raw.collection_id.astype(str) + "/" + raw.instance_index.astype(str)
     limits = {k: g.sort_values("t") for k, g in raw.groupby("key")}
-    forecasters = {m: _factory(m)() for m in models}
+    forecasters = {m: model_factory(m)() for m in models}
     out = []
     for o in origins:
         hist, fut = live_at(series, float(o))

@@ -14,7 +14,7 @@ Why a subset: AutoARIMA + its conformal windows costs seconds per series, so the
 on ``lib_nodes`` random nodes (both resources) at ``lib_origins`` random origins of the reporting part
 (seeded; ``library_subset``). This command fits them into ``--cache`` origin by origin, so it can run in the
 background and the accuracy benchmark uses every origin that was fitted in time (it says how many). Several
-datasets in one run take turns origin by origin. A .tar.gz of the cache's files (session 8's:
+datasets in one run take turns origin by origin. A .tar.gz of the cache's files (e.g.
 benchmarks/figures/forecast-library-fits-s8.tar.gz) is read by ``forecast_accuracy --cache``: no refits.
 """
 

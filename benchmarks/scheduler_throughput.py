@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,9 @@ from typing import Any
 
 from kubernetes import client
 
-from benchmarks.controlplane import ControlPlane, _insecure
+from benchmarks.controlplane import ControlPlane, insecure_tls_context
 from benchmarks.machine import machine_facts, machine_line
+from benchmarks.prometheus_text import histogram, parse_metrics
 from kso.core.net import free_port
 from kso.core.watcher import RawWatch  # events as parsed JSON: a model per event would make the watch lag
 
@@ -101,36 +101,14 @@ class BindTimes:
         self._w.stop()
 
 
-def _histogram(text: str, name: str) -> dict[str, float]:
-    """count, mean and bucket-interpolated p50 / p99 of a Prometheus histogram (all label sets summed)."""
-    buckets: dict[float, float] = {}
-    total = count = 0.0
-    for line in text.splitlines():
-        if line.startswith(f"{name}_bucket"):
-            le = re.search(r'[{,]le="([^"]+)"', line)
-            if le:
-                bound = float("inf") if le.group(1) == "+Inf" else float(le.group(1))
-                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
-        elif line.startswith(f"{name}_sum"):
-            total += float(line.rsplit(" ", 1)[1])
-        elif line.startswith(f"{name}_count"):
-            count += float(line.rsplit(" ", 1)[1])
-
-    def quantile(q: float) -> float:
-        rank, prev_bound, prev_count = q * count, 0.0, 0.0
-        for bound in sorted(buckets):
-            c = buckets[bound]
-            if c >= rank:
-                if bound == float("inf"):
-                    return prev_bound
-                return prev_bound + (bound - prev_bound) * ((rank - prev_count) / (c - prev_count) if c > prev_count else 0)
-            prev_bound, prev_count = bound, c
-        return float("nan")
-
-    if not count:
+def latency_summary(text: str, name: str) -> dict[str, float]:
+    """count, mean_ms, p50_ms and p99_ms of histogram ``name`` (seconds; every label set summed) in one scrape's
+    text (benchmarks.prometheus_text's quantile rule); {"count": 0} when it recorded nothing."""
+    got = histogram(parse_metrics(text), name)
+    if not got.count:
         return {"count": 0}
-    return {"count": count, "mean_ms": 1000 * total / count, "p50_ms": 1000 * quantile(0.5),
-            "p99_ms": 1000 * quantile(0.99)}
+    summary = got.summary_ms()
+    return {"count": got.count, "mean_ms": summary["mean_ms"], "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"]}
 
 
 def _round(cp: ControlPlane, core: client.CoreV1Api, which: str, pods: int, index: int, kso_args: list[str],
@@ -145,7 +123,7 @@ def _round(cp: ControlPlane, core: client.CoreV1Api, which: str, pods: int, inde
     if which == "kube-scheduler":
         comp = cp.start_scheduler(KUBE_SCHEDULER_CONFIG, name=f"kube-scheduler-{index}",
                                   extra_args=("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",))
-        metrics_url, ctx = f"https://127.0.0.1:{comp.port}/metrics", _insecure()
+        metrics_url, ctx = f"https://127.0.0.1:{comp.port}/metrics", insecure_tls_context()
         stop = lambda: cp.stop_component(comp)  # noqa: E731
     else:
         port = free_port()
@@ -179,8 +157,8 @@ def _round(cp: ControlPlane, core: client.CoreV1Api, which: str, pods: int, inde
                        ("kso_scheduler_scheduling_cycle_seconds", "kso_scheduler_binding_seconds"))
     core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     return {"scheduler": which, "round": index, "bound": len(bound), "seconds": round(span, 3),
-            "pods_per_s": round((len(bound) - 1) / span, 1) if len(bound) > 1 else 0.0, "cycle": _histogram(text, decide),
-            "attempt_or_bind": _histogram(text, attempt)}
+            "pods_per_s": round((len(bound) - 1) / span, 1) if len(bound) > 1 else 0.0, "cycle": latency_summary(text, decide),
+            "attempt_or_bind": latency_summary(text, attempt)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ the first-fit / best-fit heuristics.
     python -m benchmarks.solver --cells 20x100 --policy-cell 20x100 --time-limit 3 --policy-time-limit 1
 
 What is measured
-  * Problems: ``optimizer.openb.openb_problem``: N nodes sampled (seeded) from ``openb-nodes.csv`` (cpu,
+  * Problems: ``optimizer.plan.openb.openb_problem``: N nodes sampled (seeded) from ``openb-nodes.csv`` (cpu,
     memory, 110 pods), all empty, and P pending pods sampled from ``openb-pods-cpu.csv`` (real cpu and
     memory requests), grouped into workload classes by request shape. Pod usage (mean, std) is a
     SYNTHETIC JOIN of each class with a Bitbrains VM's utilisation (the label and sources are printed).
@@ -42,12 +42,12 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from benchmarks.machine import machine_line
-from optimizer.chance import bound_comparison, z_value
-from optimizer.heuristics import HeuristicResult, best_fit_decreasing, first_fit_decreasing, lp_bound_nodes
-from optimizer.model import POLICIES, Compiled, SolveResult, SolverOptions, compile_problem, evaluate, solve
-from optimizer.openb import SOURCES, USAGE_LABEL, openb_problem, requested_share, vm_utilisation
-from optimizer.planner import ProtectedSolver, SolverDied
-from optimizer.problem import PlacementProblem
+from optimizer.plan.chance import bound_comparison, z_value
+from optimizer.plan.heuristics import HeuristicResult, best_fit_decreasing, first_fit_decreasing, lp_bound_nodes
+from optimizer.plan.model import POLICIES, Compiled, SolveResult, SolverOptions, compile_problem, evaluate, solve
+from optimizer.plan.openb import SOURCES, USAGE_LABEL, openb_problem, requested_share, vm_utilisation
+from optimizer.plan.problem import PlacementProblem
+from optimizer.plan.protected_solver import ProtectedSolver, SolverDied
 
 FULL_NODES = (100, 500, 1500)
 QUICK_NODES = (100, 500)
@@ -177,7 +177,7 @@ def time_to_gap(result: SolveResult, lp: float, start_nodes: int, target: float)
 
 
 def gap_of(obj: float, bound: float) -> float:
-    """CP-SAT's relative gap, as optimizer.model computes it."""
+    """CP-SAT's relative gap, as optimizer.plan.model computes it."""
     return 0.0 if obj == bound else abs(obj - bound) / max(abs(obj), 1e-9)
 
 

@@ -24,11 +24,10 @@ import orjson
 
 from benchmarks.clusters import cluster_state, generate
 from benchmarks.plan_checker import check_plan
-from optimizer.compiled import T_MAX, SolverOptions, compile_problem, load_index
-from optimizer.heuristics import first_fit_decreasing, lp_bound_nodes
-from optimizer.inputs import problem_from_state
-from optimizer.model import solve
-from optimizer.plan import plan_from_result
+from optimizer.plan.cluster_problem import problem_from_state
+from optimizer.plan.compiled import T_MAX, SolverOptions, compile_problem, load_index
+from optimizer.plan.heuristics import first_fit_decreasing, lp_bound_nodes
+from optimizer.plan.pipeline import plan_cluster
 
 CELLS = {(300, 2000): 30.0, (1500, 8000): 60.0}  # nodes x pods -> seconds the aim allows
 AIM_LP = 0.03
@@ -73,9 +72,8 @@ def run_cell_policy(opts: SolverOptions, n_nodes: int, n_pods: int, seed: int, p
     state = cluster_state(doc)
     t0 = time.perf_counter()
     problem = problem_from_state(state, None, 0.9, 0.3)
-    comp = compile_problem(problem)
-    result = solve(problem, dataclasses.replace(opts, policy=policy), comp)
-    plan = plan_from_result(problem, comp, result, policy)
+    planned = plan_cluster(problem, dataclasses.replace(opts, policy=policy))  # this is the protected child already
+    result, plan = planned.result, planned.plan
     seconds = time.perf_counter() - t0
     report = check_plan(doc, orjson.loads(plan.to_json()))
     base = compile_problem(problem)

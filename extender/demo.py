@@ -3,7 +3,6 @@ kube-scheduler drives it (filter -> prioritize -> bind, NodeNames mode), for eve
 
 from __future__ import annotations
 
-import http.client
 import platform
 import statistics
 import threading
@@ -15,6 +14,7 @@ import orjson
 import uvicorn
 
 from extender.app import create_app
+from extender.client import ExtenderClient as Client  # the one extender client (tests import it from here too)
 from extender.config import load_config
 from extender.server import build
 from kso.core.net import free_port
@@ -44,40 +44,6 @@ class BackgroundServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
-
-
-class Client:
-    """A keep-alive HTTP client, as kube-scheduler's is. The server closes a connection idle for longer
-    than its keep-alive timeout (uvicorn: 5 s); like Go's transport, the client then opens a new one
-    and sends the request again (once, and only when nothing of the answer was read)."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        self.latencies: dict[str, list[float]] = {}
-
-    def _send(self, method: str, path: str, data: bytes | None = None) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        for attempt in (0, 1):
-            try:
-                self.conn.request(method, path, data, headers)
-                resp = self.conn.getresponse()
-                return resp.status, resp.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.conn.close()
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    def post(self, path: str, body: Any) -> tuple[int, Any]:
-        data = orjson.dumps(body)
-        t0 = time.perf_counter()
-        status, raw = self._send("POST", path, data)
-        self.latencies.setdefault(path, []).append(time.perf_counter() - t0)
-        return status, orjson.loads(raw)
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        return self._send("GET", path)
 
 
 def _req(pod: dict[str, Any]) -> tuple[str, str]:

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from kso.core.cluster import ClusterState
+from kso.core.logs import fields
 from kso.core.objects import PodInfo
-from optimizer.plan import PlacementPlan, PlanError, load_plan, write_plan
-from optimizer.problem import PlacementProblem, class_key
+from optimizer.plan.placement_plan import PlacementPlan, PlanError, load_plan, write_plan
+from optimizer.plan.problem import PlacementProblem, class_key
 from optimizer.settings import PlanSettings
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class PlanCache:
         with self._lock:
             baseline = frozenset(plan.baseline_pods)
             setattr(self, slot, _Active(plan, source, self._free_slots(plan, baseline), baseline))
-        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, plan.summary())
+        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, fields(plan.summary()))
         self.on_event("installed", plan.plan_id)
         return True
 
@@ -230,7 +231,7 @@ class PlanCache:
 
 class PlanSolver:
     """Re-solves on a timer, or early when the cluster changed enough, through the one protected solve
-    (optimizer.planner.ProtectedSolver: a child process, seed retry, wall-clock limit, FFD fallback held
+    (optimizer.plan.protected_solver.ProtectedSolver: a child process, seed retry, wall-clock limit, FFD fallback held
     to the exact bound); installs and saves each new plan. Runs in an APScheduler thread, never on the
     request path. New pods of a class count at their running siblings' measured usage when Prometheus
     is configured (KSO_PROMETHEUS_URL), else at their requests."""
@@ -238,7 +239,7 @@ class PlanSolver:
     def __init__(self, cache: PlanCache, forecasts: Callable[[], dict[str, Any] | None] | None = None,
                  on_solved: Callable[[str, float], None] | None = None,
                  usage: Callable[[ClusterState], dict[str, Any]] | None = None) -> None:
-        from optimizer.planner import ProtectedSolver
+        from optimizer.plan.protected_solver import ProtectedSolver
 
         self.cache = cache
         self.forecasts = forecasts or (lambda: None)
@@ -262,9 +263,8 @@ class PlanSolver:
             self.solve()
 
     def solve(self) -> PlacementPlan | None:
-        from optimizer.compiled import compile_problem
-        from optimizer.inputs import problem_from_state
-        from optimizer.plan import plan_from_result
+        from optimizer.plan.cluster_problem import problem_from_state
+        from optimizer.plan.pipeline import plan_cluster
 
         if not self._busy.acquire(blocking=False):
             return None
@@ -286,9 +286,7 @@ class PlanSolver:
                 self.on_solved("no-statistics", time.perf_counter() - t0)
                 return None
             self._said_no_statistics = False
-            options = s.solver_options()
-            comp = compile_problem(problem)
-            plan = plan_from_result(problem, comp, self.solver.solve_plan(problem, options, comp), options.policy)
+            plan = plan_cluster(problem, s.solver_options(), self.solver).plan
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
             if self.closed:  # the server is stopping and close() ended the solver under this solve
                 log.info("plan solve stopped: the extender is shutting down")
@@ -319,7 +317,7 @@ def prometheus_usage(settings: PrometheusSettings | None) -> Callable[[ClusterSt
     nothing (classes at their requests). A failed query is logged once per distinct message."""
     if settings is None:
         return lambda state: {}
-    from optimizer.inputs import class_usage_from_prometheus
+    from optimizer.plan.cluster_problem import class_usage_from_prometheus
 
     last: list[str] = [""]
 

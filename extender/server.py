@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,8 +19,8 @@ from extender.config import Config
 from extender.plan_jobs import make_plan_cache, start_plan_jobs
 from extender.verbs import Extender
 from kso.core.cluster import ClusterState
+from kso.core.logs import configure_logging, uvicorn_level
 from kso.core.objects import PodMemo
-from kso.core.settings import parse_log_level
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
 from kso.decisions.forecasts import start_forecasts
@@ -112,20 +113,6 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     return Running(extender, stop, client)
 
 
-def uvicorn_level(level: int) -> str:
-    for limit, name in ((logging.DEBUG, "debug"), (logging.INFO, "info"), (logging.WARNING, "warning"),
-                        (logging.ERROR, "error")):
-        if level <= limit:
-            return name
-    return "critical"
-
-
-def configure_logging(level: int) -> None:
-    """LOG_LEVEL sets kso's own loggers ("kso.*"); other libraries log at WARNING and above (or at LOG_LEVEL
-    when it is higher). force=True: the CLI may have installed a handler already."""
-    logging.basicConfig(level=max(level, logging.WARNING), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        force=True)
-    logging.getLogger("kso").setLevel(level)
 
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one request
@@ -259,7 +246,8 @@ def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tupl
     import uvicorn
 
     s = config.settings
-    common = {"log_level": uvicorn_level(level), "access_log": False, "loop": "uvloop",
+    # log_config None: uvicorn's records go to kso's handler (kso.core.logs), in kso's format.
+    common = {"log_level": uvicorn_level(level), "log_config": None, "access_log": False, "loop": "uvloop",
               "http": timed_protocol(s.header_timeout_s, s.body_timeout_s), "limit_concurrency": s.max_connections,
               "timeout_keep_alive": 5, "server_header": False,
               # No X-Forwarded-For rewriting: the scheduler calls kso directly, and the per-request header
@@ -275,9 +263,11 @@ def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tupl
     return main, admin
 
 
-async def serve_until_stopped(main_config: Any, admin_config: Any) -> None:
+async def serve_until_stopped(main_config: Any, admin_config: Any, main_socket: socket.socket | None = None,
+                              admin_socket: socket.socket | None = None) -> None:
     """Run the scheduler-facing and admin servers on one event loop (so /healthz answers only when the
-    loop that serves the scheduler does); SIGTERM / SIGINT stop both."""
+    loop that serves the scheduler does); SIGTERM / SIGINT stop both. The sockets, when given, are already
+    listening (``listen_sockets``); else uvicorn binds its config's host and port."""
     import uvicorn
 
     class AdminServer(uvicorn.Server):
@@ -294,13 +284,39 @@ async def serve_until_stopped(main_config: Any, admin_config: Any) -> None:
                 admin.should_exit = True
 
     main = MainServer(main_config)
+    main_sockets = None if main_socket is None else [main_socket]
     if admin is None:
-        await main.serve()
+        await main.serve(main_sockets)
         return
-    admin_task = asyncio.ensure_future(admin.serve())
-    await main.serve()
+    admin_task = asyncio.ensure_future(admin.serve(None if admin_socket is None else [admin_socket]))
+    await main.serve(main_sockets)
     admin.should_exit = True
     await admin_task
+
+
+def listen_sockets(config: Config) -> tuple[socket.socket, socket.socket | None]:
+    """The scheduler-facing and admin sockets, bound and listening before anything else starts: a port that is
+    taken (or the two ports being one) is one line naming the setting (SystemExit), not uvicorn's error after
+    the cache, the plan jobs and the other server have started."""
+    s = config.settings
+    ports = [(s.host, s.http_port, "--port, HTTP_PORT")]
+    if s.admin_port:
+        if s.admin_port == s.http_port and s.admin_host == s.host:
+            raise SystemExit(f"kso: the admin port {s.admin_port} (--admin-port, KSO_ADMIN_PORT) is also the "
+                             "scheduler-facing port (--port, HTTP_PORT): give it another port, or 0 to serve "
+                             "/metrics, /healthz and /readyz on the main port")
+        ports.append((s.admin_host, s.admin_port, "--admin-port, KSO_ADMIN_PORT"))
+    sockets: list[socket.socket] = []
+    for host, port, name in ports:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            sockets.append(socket.create_server((host, port), family=family, backlog=2048))
+        except OSError as exc:
+            for sock in sockets:
+                sock.close()
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise SystemExit(f"kso: cannot listen on {host}:{port} ({name}): {why}") from None
+    return sockets[0], sockets[1] if len(sockets) > 1 else None
 
 
 def serve(config: Config) -> None:
@@ -308,12 +324,19 @@ def serve(config: Config) -> None:
 
     from extender.app import create_admin_app, create_app, outermost_hot_routes
 
-    level = parse_log_level(config.settings.log_level)
-    configure_logging(level)
+    level = config.logs.level_number
+    configure_logging(level, config.logs.format)
     s = config.settings
     if bool(s.tls_cert_file) != bool(s.tls_key_file) or (s.tls_client_ca_file and not s.tls_cert_file):
         raise SystemExit("kso: TLS needs both KSO_TLS_CERT_FILE and KSO_TLS_KEY_FILE (and KSO_TLS_CLIENT_CA_FILE needs them)")
-    running = build(config)
+    main_socket, admin_socket = listen_sockets(config)
+    try:
+        running = build(config)
+    except BaseException:
+        main_socket.close()
+        if admin_socket is not None:
+            admin_socket.close()
+        raise
     # Signals recorded, not acted on, until the servers have stopped and running.close() has run: uvicorn
     # re-raises the signal it caught once it is done, which with the default handler would kill the
     # process before the solver child was stopped (it then outlived the server, and with it the
@@ -337,10 +360,16 @@ def serve(config: Config) -> None:
         # instead of 5: /healthz under the worst allowed requests, p99 51 -> 32 ms and max 104 -> 51 ms in
         # one back-to-back run on a loaded 2-core machine (benchmarks/README.md, adversarial.py).
         sys.setswitchinterval(0.001)
+        scheme = "https" if s.tls_cert_file else "http"
+        log.info("serving kube-scheduler on %s://%s:%d%s", scheme, s.host, s.http_port,
+                 f"; /metrics, /healthz, /readyz on http://{s.admin_host}:{s.admin_port}" if admin_socket else "")
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve_until_stopped(main_config, admin_config))
+            runner.run(serve_until_stopped(main_config, admin_config, main_socket, admin_socket))
     finally:
         running.close()
+        main_socket.close()
+        if admin_socket is not None:
+            admin_socket.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if stopped_by:

@@ -14,7 +14,7 @@ import orjson
 
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs
 from extender.replies import HostScoreReplies
-from kso.core.binder import Binder
+from kso.core.binder import Binder, BindError, RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo, PodMemo, pod_from_k8s
 from kso.core.stats import NodeStatsSource
@@ -96,10 +96,17 @@ class Extender(DecisionEngine):
         return [{"Host": h, "Score": v} for h, v in zip(call.view.names, scores, strict=True)]
 
     # ---- bind --------------------------------------------------------------------------------
+    @property
+    def watched(self) -> bool:
+        """The cache follows an API server's watch (else a snapshot, the demo, a test's or the simulator's)."""
+        return self.state.source == "api"
+
     async def bind_async(self, args: BindingArgs, deadline: float | None = None) -> dict[str, Any]:
         """Bind through the binder, on the event loop; ``deadline`` (time.monotonic()): the binder's requests are
         not sent past it and given no more than what is left (kube-scheduler's httpTimeout, see app.py)."""
         pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)
+        if isinstance(self.binder, RecordingBinder) and not self.state.knows(args.node):  # no API server to refuse it
+            return self._bind_failed(args, BindError(f"node {args.node} is not in kso's cluster ({self.state.source})"))
         start = time.perf_counter()
         try:
             await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, deadline)
@@ -138,9 +145,12 @@ class Extender(DecisionEngine):
 
     def _bound(self, args: BindingArgs, pod: PodInfo | None) -> dict[str, Any]:
         """A bind that went through: the pod counts on its node (and takes its plan slot) at once."""
-        if pod is None:
+        if pod is None and self.watched:
             log.info("bound %s/%s to %s; its requests count once the watch reports it",
                      args.pod_namespace, args.pod_name, args.node)
+        elif pod is None:
+            log.info("bound %s/%s to %s; the pod is not in kso's cluster (%s), so its requests are not counted",
+                     args.pod_namespace, args.pod_name, args.node, self.state.source)
         else:
             self.place(pod, args.node)
         self.metrics.bindings.labels("ok").inc()

@@ -17,11 +17,13 @@ from typing import Any
 
 import orjson
 
-from forecasting.inputs import DEFAULT_SERIES, add_forecast_args, refresh_once, synthetic_join
+from forecasting.cli_flags import add_forecast_args, forecast_request
+from forecasting.forecast_source import DEFAULT_SERIES, refresh_once, source_failure, synthetic_join
 from forecasting.store import ForecastStore
 from forecasting.types import RESOURCES, NodeForecast
+from kso.core.cli_flags import add_cluster_args, cluster_source
 from kso.core.cluster import ANNOTATION_FORECAST_FREE, ANNOTATION_MEAN_FREE, ANNOTATION_STD_FREE
-from kso.core.inputs import add_cluster_args, load_nodes
+from kso.core.cluster_source import load_nodes
 from kso.core.objects import NodeInfo
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.settings import load_settings
@@ -52,10 +54,11 @@ def add_commands(subparsers: Any) -> None:
     an.set_defaults(func=cmd_annotate)
 
 
-def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float]:
-    """Build the source and forecaster, refresh a store once; returns (store, source, now)."""
-    store, source, _ = refresh_once(args, args.nodes or DEFAULT_SERIES)
-    return store, source, time.time()
+def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float, str | None]:
+    """Build the source and forecaster, refresh a store once; returns (store, source, now, why it failed)."""
+    request = forecast_request(args)
+    store, source, _ = refresh_once(request, args.nodes or DEFAULT_SERIES)
+    return store, source, time.time(), source_failure(request, store)
 
 
 def _rows(store: ForecastStore, now: float, limit: int | None) -> list[dict[str, Any]]:
@@ -78,7 +81,7 @@ def _pct(v: float | None) -> str:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    store, source, now = _compute(args)
+    store, source, now, failure = _compute(args)
     rows = _rows(store, now, args.nodes)
     status = store.describe(now)
     if args.json:
@@ -86,8 +89,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
                "error": status["last_error"], "notes": status["notes"], "nodes": rows}
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
         return 0 if status["last_error"] is None else 1
-    if status["last_error"]:
-        print(f"error: {status['last_error']}", file=sys.stderr)
+    if failure:
+        print(f"kso forecast: {failure}", file=sys.stderr)
         return 1
     head = f"{'NODE':<24} {'CPU MEAN':>8} {'CPU P95':>8} {'CPU STD':>8} {'MEM MEAN':>8} {'MEM P95':>8} " \
            f"{'MEM STD':>8}  {'MODEL':<24} {'AGE':>7}"
@@ -130,8 +133,10 @@ def annotations_for(node: NodeInfo, forecasts: dict[str, NodeForecast], source: 
 
 
 def _cluster_nodes(args: argparse.Namespace) -> tuple[list[NodeInfo], Any]:
-    """The nodes (kso.core.inputs) and a CoreV1Api to patch them with (None for a snapshot)."""
-    nodes, api_client = load_nodes(args, "kso annotate")
+    """The nodes (kso.core.cluster_source) and a CoreV1Api to patch them with (None for a snapshot)."""
+    nodes, api_client, skipped = load_nodes(cluster_source(args))
+    for line in skipped:
+        print(f"kso annotate: {line}", file=sys.stderr)
     if api_client is None:
         return nodes, None
     from kubernetes import client
@@ -185,9 +190,9 @@ def cmd_annotate(args: argparse.Namespace) -> int:
         print("error: --assign-traces needs --trace", file=sys.stderr)
         return 2
     nodes, api = _cluster_nodes(args)
-    store, source, now = _compute(args)
-    if store.last_error:
-        print(f"error: {store.last_error}", file=sys.stderr)
+    store, source, now, failure = _compute(args)
+    if failure:
+        print(f"kso annotate: {failure}", file=sys.stderr)
         return 1
     snap = store.snapshot(now)
     label = getattr(source, "name", "?")

@@ -65,8 +65,7 @@ MAX_POINTS_PER_SERIES = 11_000  # Prometheus's range-query resolution limit
 @dataclass(slots=True)
 class PrometheusSettings:
     url: str = setting("KSO_PROMETHEUS_URL", "http://127.0.0.1:9090", help="Prometheus base URL")
-    timeout_s: float = setting("KSO_PROMETHEUS_TIMEOUT", 10.0, lo=0.1, hi=300.0,
-                               help="per-request connect/read timeout, seconds")
+    timeout_s: float = setting("KSO_PROMETHEUS_TIMEOUT", 10.0, lo=0.1, hi=300.0, help="per-request connect/read timeout, seconds")
     retries: int = setting("KSO_PROMETHEUS_RETRIES", 1, lo=0, hi=10,
                            help="retries of a failed connection or 502/503/504 before giving up")
     insecure: bool = setting("KSO_PROMETHEUS_INSECURE", False, help="skip TLS certificate verification")
@@ -75,8 +74,7 @@ class PrometheusSettings:
     # and falls back to EWMA below that).
     step_s: int = setting("KSO_PROMETHEUS_STEP", 300, lo=1, hi=3600,
                           help="range-query step, seconds (widened if history/step would exceed 11,000 points)")
-    history_s: int = setting("KSO_PROMETHEUS_HISTORY", 7 * 86400, lo=60, hi=30 * 86400,
-                             help="history window queried, seconds")
+    history_s: int = setting("KSO_PROMETHEUS_HISTORY", 7 * 86400, lo=60, hi=30 * 86400, help="history window queried, seconds")
     node_mapping: str = setting("KSO_PROMETHEUS_NODE_MAPPING", "UNAME", kind="choice:LABEL,UNAME,REGEX",
                                 help="how a series is mapped to a node name")
     node_label: str = setting("KSO_PROMETHEUS_NODE_LABEL", "node", help="LABEL mapping: label holding the node")
@@ -85,9 +83,11 @@ class PrometheusSettings:
     node_regex_label: str = setting("KSO_PROMETHEUS_NODE_REGEX_LABEL", "instance",
                                     help="REGEX mapping: label the regex applies to")
     query_node_cpu: str = setting(
-        "KSO_QUERY_NODE_CPU", '1 - avg by ($by) (rate(node_cpu_seconds_total{mode="idle"}[5m]))')
+        "KSO_QUERY_NODE_CPU", '1 - avg by ($by) (rate(node_cpu_seconds_total{mode="idle"}[5m]))',
+        help="range query: node cpu utilisation, 0..1 ($by = the grouping labels)")
     query_node_memory: str = setting(
-        "KSO_QUERY_NODE_MEMORY", "1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes")
+        "KSO_QUERY_NODE_MEMORY", "1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
+        help="range query: node memory utilisation, 0..1")
     # Partial windows: at a step after a node's newest scrape, rate(...[5m]) sees only part of its window and
     # extrapolates (an idle node 2-3 minutes behind reads 30-70 % busy), and a gauge repeats its last value.
     # Steps whose newest raw sample is more than one scrape interval old are dropped; '' turns a check off.
@@ -108,13 +108,16 @@ class PrometheusSettings:
         help="instant query: node memory capacity in bytes ('' to skip)")
     query_node_uname: str = setting("KSO_QUERY_NODE_UNAME", "last_over_time(node_uname_info[$window])",
                                     help="UNAME mapping: instant query giving instance and nodename")
-    uname_label: str = setting("KSO_PROMETHEUS_UNAME_LABEL", "nodename")
+    uname_label: str = setting("KSO_PROMETHEUS_UNAME_LABEL", "nodename",
+                               help="UNAME mapping: label of node_uname_info holding the node name")
     query_pod_cpu: str = setting(
         "KSO_QUERY_POD_CPU",
-        'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="", image!=""}[5m]))')
+        'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="", image!=""}[5m]))',
+        help="range query: each pod's cpu use, cores (the plan's usage of a workload class)")
     query_pod_memory: str = setting(
         "KSO_QUERY_POD_MEMORY",
-        'sum by (namespace, pod) (container_memory_working_set_bytes{container!="", image!=""})')
+        'sum by (namespace, pod) (container_memory_working_set_bytes{container!="", image!=""})',
+        help="range query: each pod's memory use, bytes")
 
 
 def _finite(raw: Any) -> float:

@@ -1,6 +1,6 @@
 """Utilisation history from the real cluster traces, as ``dict[node, dict[resource, UtilisationSeries]]``.
 
-Traces (see /work/shared/data/README.md):
+Traces (in KSO_TRACE_DIR, else ../shared/data beside the checkout: forecasting.trace_dir; see its README.md):
 
 - ``bitbrains``: GWA-T-12 Bitbrains Rnd, August 2013 (Shen et al., CCGrid 2015); key = VM id, cpu =
   usage MHz / provisioned MHz, memory = usage KB / provisioned KB, capacity = cores x 1000 millicores and
@@ -19,18 +19,18 @@ from __future__ import annotations
 import gzip
 import io
 import math
-import os
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from forecasting.trace_dir import missing, require, trace_dir
 from forecasting.types import UtilisationSeries
 
 SeriesByNode = dict[str, dict[str, UtilisationSeries]]
 
-DATA_DIR = Path(os.environ.get("KSO_TRACE_DIR", "/work/shared/data"))
+DATA_DIR = trace_dir()  # at import; the readers below ask forecasting.trace_dir.trace_dir() each time
 TRACE_FILES = {"bitbrains": "bitbrains-rnd-2013-08.csv.gz", "alibaba": "alibaba2018-machine-usage.csv.gz"}
 EMBEDDED = "history-excerpt.csv.gz"
 ALIBABA_CPU_MILLI = 96_000.0  # every machine of the excerpt has 96 cores (README)
@@ -119,11 +119,11 @@ class TraceSource:
         if trace == "embedded":
             self.path = Path(str(resources.files("kso.data").joinpath(EMBEDDED)))
         elif trace in TRACE_FILES:
-            self.path = DATA_DIR / TRACE_FILES[trace]
+            self.path = trace_dir() / TRACE_FILES[trace]
         else:
             self.path = Path(trace)
         if not self.path.exists():
-            raise TraceError(f"trace {trace}: {self.path} does not exist")
+            raise TraceError(f"trace {trace}: {missing(self.path) if trace in TRACE_FILES else f'{self.path} does not exist'}")
         self.layout, self._skip = _layout(self.path)
         self.name = f"trace:{trace}"
         self.n_series = n_series
@@ -205,7 +205,7 @@ def write_embedded_excerpt(dest: str | Path | None = None, n_vms: int = 20, days
     """Write ``kso/data/history-excerpt.csv.gz``: the first ``n_vms`` Bitbrains VMs, first ``days`` days,
     columns unchanged, with a comment line naming the source. Deterministic (gzip mtime 0), so
     re-running it does not change the committed file."""
-    src = Path(source) if source else DATA_DIR / TRACE_FILES["bitbrains"]
+    src = Path(source) if source else require(trace_dir() / TRACE_FILES["bitbrains"])
     dest = Path(dest) if dest else Path(__file__).resolve().parent.parent / "kso" / "data" / EMBEDDED
     df = _read_first_keys(src, "vm", BITBRAINS_COLS, BITBRAINS_DTYPES, n_vms, None)
     df = df[df.timestamp < df.timestamp.min() + days * 86400]

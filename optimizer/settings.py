@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kso.core.node_costs import CostKeySettings
 from kso.core.safety import SafeBoundSettings
 from kso.core.settings import setting
-from optimizer.compiled import SolverOptions
+from optimizer.plan.compiled import SolverOptions
 
 
 @dataclass
@@ -16,15 +16,19 @@ class PlanSettings(SafeBoundSettings, CostKeySettings):
     the cost agent and ``kso annotate --cost``) and the plan's own settings."""
 
     policy: str = setting("KSO_PLAN_POLICY", "BINPACK", kind="choice:BINPACK,LOAD-BALANCE,CONSOLIDATE,A-BINPACK,COST,NONE",
-                          help="NONE = the extender neither solves nor follows a plan")
-    plan_file: str = setting("KSO_PLAN_FILE", "", help="where the plan is written and read; empty = in memory only")
-    interval_s: float = setting("KSO_PLAN_INTERVAL_S", 180.0, lo=5, hi=86400, help="re-solve period")
-    max_age_s: float = setting("KSO_PLAN_MAX_AGE_S", 900.0, lo=1, help="older plans are ignored")
+                          help="the plan's objective; NONE = the extender neither solves nor follows a plan")
+    plan_file: str = setting("KSO_PLAN_FILE", "",
+                             help="where plans are written (atomically) and read back; a restarted extender answers from it, "
+                                  "and plans written by kso plan / kso reoptimize are picked up within 10 s; empty = in memory "
+                                  "only")
+    interval_s: float = setting("KSO_PLAN_INTERVAL_S", 180.0, lo=5, hi=86400,
+                                help="the extender re-solves its plan this often, seconds")
+    max_age_s: float = setting("KSO_PLAN_MAX_AGE_S", 900.0, lo=1, help="an older plan is ignored (the agents decide), seconds")
     change_threshold: float = setting("KSO_PLAN_CHANGE_THRESHOLD", 0.05, lo=0, hi=1,
                                       help="re-solve early when this share of nodes/pods changed")
-    time_limit_s: float = setting("KSO_SOLVER_TIME_LIMIT_S", 30.0, lo=1, hi=3600)
-    workers: int = setting("KSO_SOLVER_WORKERS", 2, lo=1, hi=64)
-    relative_gap: float = setting("KSO_SOLVER_GAP", 0.01, lo=0, hi=1)
+    time_limit_s: float = setting("KSO_SOLVER_TIME_LIMIT_S", 30.0, lo=1, hi=3600, help="CP-SAT time limit of one solve, seconds")
+    workers: int = setting("KSO_SOLVER_WORKERS", 2, lo=1, hi=64, help="CP-SAT workers")
+    relative_gap: float = setting("KSO_SOLVER_GAP", 0.01, lo=0, hi=1, help="CP-SAT stops at this relative gap")
     configmap: str = setting("KSO_PLAN_CONFIGMAP", "kso-system/kso-plan",
                              help="namespace/name of the ConfigMap kso reoptimize --execute publishes; empty = off")
     # With no load statistics the safe bound sees requests only, and a binpack plan then fills nodes to their

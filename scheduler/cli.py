@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from extender.config import Config, load_config
 from kso.core.cluster import ClusterState
-from kso.core.settings import parse_log_level
 from kso.decisions.recent import recent_bind_hold_s
 from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
@@ -217,11 +216,15 @@ def status(running: RunningScheduler, identity: str) -> dict[str, Any]:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
-    from extender.server import configure_logging
+    from kso.core.logs import configure_logging
 
-    config = load_scheduler_config(config_file=args.config)  # a bad file or value: logged, defaults kept
+    env = dict(os.environ)
+    if getattr(args, "log_format", None):
+        env["KSO_LOG_FORMAT"] = args.log_format
+    config = load_scheduler_config(env, args.config)  # a bad file or value: ConfigError (kso.cli prints it)
     # As `kso extender`: LOG_LEVEL (environment or --config) sets kso's own loggers, not the libraries'.
-    configure_logging(parse_log_level(config.extender.settings.log_level))
+    logs = config.extender.logs
+    configure_logging(logs.level_number, logs.format)
     names = args.name or config.scheduler.names or [DEFAULT_NAME]
     done = threading.Event()
     lost: list[bool] = []

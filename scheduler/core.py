@@ -51,20 +51,24 @@ class SchedulerSettings(CostKeySettings):  # KSO_PLAN_COST_KEY: the annotation -
     order: str = setting("KSO_SCHEDULER_ORDER", "QOS", kind="choice:QOS,FIFO,PRIORITY", help="queue order")
     controller_key: str = setting("KSO_QOS_CONTROLLER_KEY", "controller", help="pod annotation naming its controller")
     slo_key: str = setting("KSO_QOS_SLO_KEY", "slo", help="pod annotation with its availability SLO")
-    default_slo: float = setting("KSO_QOS_DEFAULT_SLO", DEFAULT_SLO, lo=0.01, hi=1.0)
+    default_slo: float = setting("KSO_QOS_DEFAULT_SLO", DEFAULT_SLO, lo=0.01, hi=1.0,
+                                 help="SLO of a pod whose annotation gives none")
     debug_address: str = setting("KSO_SCHEDULER_DEBUG_ADDRESS", "127.0.0.1:10000", help="host:port of the QoS table")
     lease: str = setting("KSO_SCHEDULER_LEASE", "kube-system/kso-scheduler",
                          help="namespace/name of the Lease; empty = no election")
-    lease_duration_s: int = setting("KSO_SCHEDULER_LEASE_DURATION_S", 15, lo=2, hi=600)
-    renew_deadline_s: int = setting("KSO_SCHEDULER_RENEW_DEADLINE_S", 10, lo=2, hi=600)
-    retry_period_s: int = setting("KSO_SCHEDULER_RETRY_PERIOD_S", 2, lo=1, hi=600)
+    lease_duration_s: int = setting("KSO_SCHEDULER_LEASE_DURATION_S", 15, lo=2, hi=600,
+                                    help="leader election: lease duration, seconds")
+    renew_deadline_s: int = setting("KSO_SCHEDULER_RENEW_DEADLINE_S", 10, lo=2, hi=600,
+                                    help="leader election: renew deadline, seconds")
+    retry_period_s: int = setting("KSO_SCHEDULER_RETRY_PERIOD_S", 2, lo=1, hi=600, help="leader election: retry period, seconds")
     cost_weight: int = setting("KSO_SCHEDULER_COST_WEIGHT", 10, lo=0, hi=1000,
                                help="weight of the cost agent when KSO_WEIGHTS does not name it")
-    bind_workers: int = setting("KSO_SCHEDULER_BIND_WORKERS", 8, lo=1, hi=64)
+    bind_workers: int = setting("KSO_SCHEDULER_BIND_WORKERS", 8, lo=1, hi=64, help="binds in flight at once")
     relist_s: float = setting("KSO_SCHEDULER_RELIST_S", 30.0, lo=0, help="re-list unscheduled pods; 0 = never")
     resort_s: float = setting("KSO_SCHEDULER_RESORT_S", 0.5, lo=0, hi=60, help="re-read the queue at least this often")
-    backoff_initial_s: float = setting("KSO_SCHEDULER_BACKOFF_S", 1.0, lo=0, hi=600)
-    backoff_max_s: float = setting("KSO_SCHEDULER_BACKOFF_MAX_S", 10.0, lo=0, hi=3600)
+    backoff_initial_s: float = setting("KSO_SCHEDULER_BACKOFF_S", 1.0, lo=0, hi=600,
+                                       help="first back-off of a pod that could not be scheduled, seconds")
+    backoff_max_s: float = setting("KSO_SCHEDULER_BACKOFF_MAX_S", 10.0, lo=0, hi=3600, help="longest back-off, seconds")
     unschedulable_flush_s: float = setting("KSO_SCHEDULER_FLUSH_S", 30.0, lo=0, hi=3600,
                                            help="retry a pod that fit nowhere after this long even if nothing changed")
 

@@ -1,8 +1,9 @@
 """Write kso/data/demo-cluster.json: the embedded demo cluster.
 
-Node shapes and pod requests are real rows of Alibaba cluster-trace-gpu-v2023 ("openb",
-openb-*.csv in KSO_TRACE_DIR, default /work/shared/data); the load statistics in the kube-safe-scheduler annotations are a
-synthetic join (seeded random utilisations), labelled as such in the file. Re-run to regenerate.
+Node shapes and pod requests are real rows of Alibaba cluster-trace-gpu-v2023 ("openb", openb-*.csv in the folder
+given as the first argument, else KSO_TRACE_DIR, else ../shared/data beside the checkout: forecasting.trace_dir); the
+load statistics in the kube-safe-scheduler annotations are a synthetic join (seeded random utilisations), labelled as
+such in the file. Re-run to regenerate.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import random
 import sys
 from pathlib import Path
 
+from forecasting.trace_dir import TraceFileMissing
 from forecasting.traces import DATA_DIR
-from optimizer.openb import read_openb
+from optimizer.plan.openb import read_openb
 
 DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA_DIR
 OUT = Path(__file__).resolve().parents[1] / "kso" / "data" / "demo-cluster.json"
@@ -24,7 +26,10 @@ IMAGES = [("docker.io/library/nginx:1.27", 67_000_000), ("docker.io/library/redi
 
 def main() -> None:
     rng = random.Random(2026)
-    node_frame, pod_frame = read_openb(DATA)
+    try:
+        node_frame, pod_frame = read_openb(DATA)
+    except TraceFileMissing as exc:
+        sys.exit(f"make_demo_snapshot: {exc}")
     nodes_csv, pods_csv = node_frame.to_dict("records"), pod_frame.to_dict("records")
     picks = [r for r in nodes_csv if r["gpu"] == 0][:6] + [r for r in nodes_csv if r["gpu"] != 0][:10]
     items = []

@@ -3,7 +3,6 @@ drift apart (defaults, ranges), as U* and eps once did between the safe agent an
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -28,13 +27,11 @@ def test_every_setting_variable_is_declared_once() -> None:
     assert not twice, f"declared more than once (inherit the one declaration instead): {twice}"
 
 
-def test_a_bad_value_read_by_two_settings_classes_is_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_bad_value_read_by_two_settings_classes_is_an_error_naming_it() -> None:
     """SAFEUTILIZATION is read by the safe agent's and the planner's settings (both inherit SafeBoundSettings):
-    one typo, one warning, and both fall back to the default."""
+    one typo is an error naming the variable, its value and what it accepts (no default taken silently)."""
     from extender.config import load_config
+    from kso.core.settings import ConfigError
 
-    with caplog.at_level(logging.WARNING, logger="kso.core.settings"):
-        config = load_config({"SAFEUTILIZATION": "ninety-once", "KSO_AGENTS": "safe"})
-    warned = [r for r in caplog.records if "ninety-once" in r.getMessage()]
-    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
-    assert config.agent_params["safe"].utilization == config.plan.utilization == 90
+    with pytest.raises(ConfigError, match=r"SAFEUTILIZATION='ninety-once' \(environment\): not an integer"):
+        load_config({"SAFEUTILIZATION": "ninety-once", "KSO_AGENTS": "safe"})

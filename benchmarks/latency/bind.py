@@ -14,8 +14,6 @@ the medians close the output. The client runs beside the extender on the same co
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import statistics
 import threading
@@ -33,6 +31,7 @@ from benchmarks.e2e import (
     pod_manifest,
     process_cpu_s,
 )
+from extender.client import ExtenderClient
 
 
 def _spec(text: str) -> dict[str, str]:
@@ -54,18 +53,16 @@ def bind_round(ext: ExtenderProcess, api: object, ns: str, nodes: list[str], bin
     local, lat = threading.local(), []
 
     def one(i: int) -> None:
-        conn = getattr(local, "conn", None)
-        if conn is None:
-            conn = local.conn = http.client.HTTPConnection("127.0.0.1", ext.port, timeout=30)
+        client = getattr(local, "client", None)
+        if client is None:
+            client = local.client = ExtenderClient(ext.port, timeout=30)
         name, uid = pods[i]
-        body = json.dumps({"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": nodes[i % len(nodes)]})
+        body = {"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": nodes[i % len(nodes)]}
         t0 = time.perf_counter()
-        conn.request("POST", "/bind", body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        data = resp.read()
+        status, reply = client.post("/bind", body)
         lat.append(time.perf_counter() - t0)
-        if resp.status != 200 or json.loads(data)["Error"]:
-            raise RuntimeError(f"bind {ns}/{name}: {resp.status} {data!r}")
+        if status != 200 or reply["Error"]:
+            raise RuntimeError(f"bind {ns}/{name}: {status} {reply!r}")
 
     cpu0, t0 = process_cpu_s(ext), time.perf_counter()
     with ThreadPoolExecutor(in_flight) as pool:

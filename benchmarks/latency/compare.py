@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks.e2e import tree_env
 from benchmarks.latency.client import Body
 from benchmarks.latency.cluster import (
     OPENB_PODS,
@@ -31,7 +32,7 @@ from benchmarks.latency.cluster import (
 )
 from benchmarks.latency.matrix import build_bodies
 from benchmarks.latency.measure import Row, drive, pct
-from benchmarks.latency.server import DEFAULT_MAX_BODY, Server, server_delta, server_p99, tree_env
+from benchmarks.latency.server import DEFAULT_MAX_BODY, Server, server_delta, server_p99
 from benchmarks.machine import machine_info
 
 # Run in each tree compared (see its docstring): answers a list of requests through that tree's ASGI app.

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
-import math
-import os
 import signal
 import subprocess
 import sys
@@ -15,18 +12,15 @@ from typing import Any
 import orjson
 import psutil
 
+from benchmarks.e2e import tree_env
 from benchmarks.latency.cluster import REPO
+from benchmarks.prometheus_text import Scrape, histogram, parse_metrics
+from extender.client import ExtenderClient
 from kso.core.net import free_port
 
 HTTP_TIMEOUT_S = 5.0  # kube-scheduler's default extender httpTimeout
 DEFAULT_MAX_BODY = 1024 * 1024  # the server's KSO_MAX_BODY_BYTES default (extender/config.py)
-
-
-def tree_env(tree: Path, **extra: str) -> dict[str, str]:
-    """The environment of a process that must import kso from ``tree`` (run with cwd=tree)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    return env
+REQUEST_SECONDS = "kso_extender_request_duration_seconds"  # the server's histogram of each verb's time
 
 
 class Server:
@@ -55,12 +49,9 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/readyz")
-                resp = conn.getresponse()
-                body = resp.read()
-                conn.close()
-                if resp.status == 200:
+                with ExtenderClient(self.port, timeout=2) as client:
+                    status, body = client.get("/readyz")
+                if status == 200:
                     return dict(orjson.loads(body))
             except OSError:
                 pass
@@ -80,17 +71,13 @@ class Server:
     def rss(self) -> int:
         return int(self.ps.memory_info().rss)
 
-    def metrics(self) -> dict[str, float]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith(("kso_extender_request_duration_seconds_", "kso_extender_errors_total")):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
+    def metrics(self) -> Scrape:
+        """The server's /metrics now."""
+        with ExtenderClient(self.port) as client:
+            status, body = client.get("/metrics")
+        if status != 200:
+            raise RuntimeError(f"GET /metrics: HTTP {status}")
+        return parse_metrics(body.decode())
 
     def stop(self) -> None:
         try:
@@ -120,27 +107,13 @@ class Server:
         self._log.close()
 
 
-def server_delta(before: dict[str, float], after: dict[str, float], verb: str) -> tuple[float, float]:
+def server_delta(before: Scrape, after: Scrape, verb: str) -> tuple[float, float]:
     """(server mean ms for the verb, server-side error count) between two /metrics scrapes."""
-    s_key = f'kso_extender_request_duration_seconds_sum{{verb="{verb}"}}'
-    c_key = f'kso_extender_request_duration_seconds_count{{verb="{verb}"}}'
-    n = after.get(c_key, 0.0) - before.get(c_key, 0.0)
-    mean = (after.get(s_key, 0.0) - before.get(s_key, 0.0)) / n * 1e3 if n else math.nan
-    errors = sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith("kso_extender_errors_total"))
-    return mean, errors
+    mean = histogram(after, REQUEST_SECONDS, before, verb=verb).mean * 1e3
+    return mean, after.total("kso_extender_errors_total") - before.total("kso_extender_errors_total")
 
 
-def server_p99(before: dict[str, float], after: dict[str, float], verb: str) -> float:
-    """The server's own p99 for the verb between two /metrics scrapes, in ms: the upper bound of the
-    histogram bucket that holds the 99th percentile (so read it as "at most")."""
-    head = "kso_extender_request_duration_seconds_bucket{"
-    counts: list[tuple[float, float]] = []
-    for key, value in after.items():
-        if key.startswith(head) and f'verb="{verb}"' in key:
-            le = key.split('le="', 1)[1].split('"', 1)[0]
-            counts.append((math.inf if le == "+Inf" else float(le), value - before.get(key, 0.0)))
-    counts.sort()
-    if not counts or counts[-1][1] <= 0:
-        return math.nan
-    target = 0.99 * counts[-1][1]
-    return next(le for le, c in counts if c >= target) * 1e3
+def server_p99(before: Scrape, after: Scrape, verb: str) -> float:
+    """The server's own p99 for the verb between two /metrics scrapes, in ms (benchmarks.prometheus_text's
+    quantile rule: at bucket resolution)."""
+    return histogram(after, REQUEST_SECONDS, before, verb=verb).quantile(0.99) * 1e3

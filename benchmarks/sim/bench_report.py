@@ -1,174 +1,371 @@
-"""The multi-seed report: tables with 95% intervals, the trade-off plot (provisioned node-hours vs overload
-episodes, one curve per policy family over its packing knob), and the issue's aims checked as measured."""
+"""The multi-seed report: the cost-harm frontier first (figure, which policies lie on the Pareto frontier,
+kso's harm at each peer's cost), then harm and cost per policy (mean and 95% interval over seeds), then the
+other counters. Cells written by an older engine lack the newer metrics: those show as n/a."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sim.frontier import Point, cost_range, dominated_by, interpolate, pareto_front
 from benchmarks.sim.report import machine_line
-from benchmarks.sim.runner import aggregate
+from benchmarks.sim.runner import aggregate, parse_spec
 
-COLUMNS = (("overload_episodes", "overload episodes", 0), ("overload_node_steps", "overload node-steps", 0),
-           ("unmet_cpu_core_min", "unmet cpu core-min", 0), ("oom_kills", "OOM kills", 0),
-           ("provisioned_node_hours", "node-hours", 1), ("pending_mean", "pending pods (mean)", 1),
-           ("pending_p95_min", "p95 pending min", 0), ("failed", "pods deleted while pending", 0), ("pods_moved", "moves", 0),
-           ("ca_evictions", "CA evictions", 0))
+Agg = dict[tuple[str, str], dict[str, tuple[float, float, int]]]
+NAN3 = (math.nan, math.nan, 0)
 
 
-KNOBS = ("target", "cpu_threshold", "SAFEUTILIZATION")  # each policy's packing knob: the points of one curve
+@dataclass(frozen=True)
+class Column:
+    key: str  # the metric's name in cells.jsonl
+    label: str
+    digits: int
+    better: str = "lower"  # or "higher"
+
+    @property
+    def header(self) -> str:
+        return f"{self.label} {'↓' if self.better == 'lower' else '↑'}"
+
+
+BETTER_NOTE = "↓ lower is better, ↑ higher is better"
+HARM = (Column("overloaded_node_hours", "overloaded node-h", 1), Column("unmet_cpu_core_hours", "unmet cpu core-h", 1),
+        Column("memory_overcommit_tib_hours", "memory overcommit TiB-h", 2),
+        Column("pods_oom_killed", "pods OOM-killed", 0), Column("oom_kills", "OOM kills (events)", 0),
+        Column("pod_hours_lost_to_kills", "pod-h lost to kills", 1), Column("pending_pod_hours", "pending pod-h", 1),
+        Column("pods_never_served", "pods never served", 0), Column("pod_time_served_pct", "pod-time served %", 2, "higher"),
+        Column("mem_pressure_node_hours", "memory-pressure node-h", 1),
+        Column("overload_episodes", "overload episodes (secondary)", 0))
+COST = (Column("provisioned_node_hours", "node-h", 1), Column("provisioned_core_hours", "core-h", 0),
+        Column("provisioned_memory_tib_hours", "memory TiB-h", 2))
+OTHER = (Column("overload_node_steps", "overload node-steps", 0), Column("unmet_cpu_core_min", "unmet cpu core-min", 0),
+         Column("pending_mean", "pending pods (mean)", 1), Column("pending_p95_min", "p95 pending min", 0),
+         Column("failed", "pods deleted while pending", 0), Column("pods_moved", "moves", 0),
+         Column("ca_evictions", "CA evictions", 0), Column("scale_ups", "scale-ups", 0), Column("scale_downs", "scale-downs", 0))
+COST_KEY = "provisioned_node_hours"
+FRONTIER_HARMS = (("overloaded_node_hours", "overloaded node-hours"), ("pods_oom_killed", "pods OOM-killed"))
+ORACLE_NOTE = ("the oracle is a labelled reference, not a scheduler anyone could run: it reads each pod's true usage over "
+               "the next hour and packs best-fit-decreasing so that no node passes U* in that hour "
+               "(benchmarks/sim/policies/oracle.py); it is left out of the Pareto frontier")
+
+KNOBS = ("target", "cpu_threshold", "SAFEUTILIZATION", "u_star")  # each policy's packing knob: the points of one curve
 
 
 def family(policy: str) -> str:
-    """The curve a policy spec belongs to: its knob points share one line in the trade-off plot; any other
+    """The curve a policy spec belongs to: its knob points share one line in the frontier plot; any other
     setting (kso's stats, prior, eps) makes its own curve."""
-    from benchmarks.sim.runner import parse_spec
-
     name, kwargs = parse_spec(policy)
     if name in ("default", "default-most"):
         return "default (Least/MostAllocated)"
     env = {k: v for k, v in (kwargs.pop("env", None) or {}).items() if k not in KNOBS}
-    rest = [f"{k}={v}" for k, v in sorted(kwargs.items()) if k not in KNOBS] + [f"{k}={v}" for k, v in sorted(env.items())]
+    rest = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(kwargs.items()) if k not in KNOBS]
+    rest += [f"{k}={v}" for k, v in sorted(env.items())]
     return f"{name} ({', '.join(rest)})" if rest else name
 
 
 def knob(policy: str) -> str:
     """A point's label on its curve: the knob's value, or the policy's name."""
-    from benchmarks.sim.runner import parse_spec
-
     name, kwargs = parse_spec(policy)
     values = {**kwargs, **(kwargs.get("env") or {})}
     got = [f"{k}={values[k]:g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in KNOBS if k in values]
     return ", ".join(got) or name
 
 
+def _knob_value(policy: str) -> float:
+    name, kwargs = parse_spec(policy)
+    values = {**kwargs, **(kwargs.get("env") or {})}
+    for k in KNOBS:
+        try:
+            return float(values[k])
+        except (KeyError, ValueError):
+            continue
+    return {"default": 0.0, "default-most": 1.0}.get(name, math.nan)
+
+
+def is_oracle(policy: str) -> bool:
+    return parse_spec(policy)[0] == "oracle"
+
+
+def is_kso(policy: str) -> bool:
+    return parse_spec(policy)[0].startswith("kso")
+
+
 def fmt(mean: float, half: float, digits: int) -> str:
     if math.isnan(mean):
-        return "-"
+        return "n/a"
     return f"{mean:.{digits}f}" if math.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
-def table(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]], scenario: str, policies: Sequence[str]) -> str:
-    head = ["policy", "seeds", *(label for _, label, _ in COLUMNS)]
+def seeds_of(agg: Agg, scenario: str) -> int:
+    """The most seeds any policy of the scenario has (the interval's n)."""
+    return max((max((n for _, _, n in a.values()), default=0) for (s, _), a in agg.items() if s == scenario), default=0)
+
+
+def interval_note(n_seeds: int) -> str:
+    return "one seed: no interval" if n_seeds <= 1 else f"mean ± 95% over {n_seeds} seeds (Student t)"
+
+
+def ordered(agg: Agg, scenario: str, policies: Sequence[str]) -> list[str]:
+    """The requested policies in their order, then any other policy the rows have (report-only runs)."""
+    have = [p for (s, p) in agg if s == scenario]
+    return [p for p in policies if p in have] + sorted(p for p in have if p not in policies)
+
+
+def table(agg: Agg, scenario: str, policies: Sequence[str], columns: Sequence[Column] = HARM) -> str:
+    head = ["policy", "seeds", *(c.header for c in columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for p in policies:
-        a = agg.get((scenario, p))
-        if a is None:
-            continue
-        cells = [fmt(*a[m][:2], d) for m, _, d in COLUMNS]
-        lines.append(f"| {p} | {a['overload_episodes'][2]} | " + " | ".join(cells) + " |")
+    for p in ordered(agg, scenario, policies):
+        a = agg[(scenario, p)]
+        cells = [fmt(*a.get(c.key, NAN3)[:2], c.digits) for c in columns]
+        label = f"{p} (reference)" if is_oracle(p) else p
+        n = max((m[2] for m in a.values()), default=0)
+        lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def aims(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]], scenario: str, policies: Sequence[str]) -> list[str]:
-    """The issue's aims, measured on means (intervals in the table): met or not, per kso policy point."""
-    most, least = agg.get((scenario, "default-most")), agg.get((scenario, "default"))
+def frontier_points(agg: Agg, scenario: str, harm: str) -> list[Point]:
     out = []
-    for p in policies:
-        if not p.startswith("kso") or (scenario, p) not in agg:
+    for (s, p), a in sorted(agg.items()):
+        if s != scenario:
             continue
-        a = agg[(scenario, p)]
-        nh, ep, unmet, oom = (a[m][0] for m in ("provisioned_node_hours", "overload_episodes", "unmet_cpu_core_min",
-                                                   "oom_kills"))
-        gone = a["failed"][0]  # the aims do not count pods that never ran: said beside them
-        if most is not None:
-            m_nh, m_ep, m_unmet, m_oom = (most[m][0] for m in ("provisioned_node_hours", "overload_episodes",
-                                                               "unmet_cpu_core_min", "oom_kills"))
-            ok = nh <= m_nh and ep <= 0.5 * m_ep and unmet <= 0.5 * m_unmet and oom <= m_oom
-            vacuous = " (MostAllocated has no episode and no unmet cpu here: only node-hours and OOM decide)" \
-                if m_ep == 0 and m_unmet == 0 else ""
-            out.append(f"- `{p}` vs default MostAllocated: node-hours {nh:.0f} vs {m_nh:.0f}, episodes {ep:.1f} vs {m_ep:.1f}, "
-                       f"unmet cpu {unmet:.0f} vs {m_unmet:.0f} core-min, OOM kills {oom:.0f} vs {m_oom:.0f}: "
-                       "aim 1 (no more node-hours, >= 50% fewer episodes and unmet cpu, no more OOM) "
-                       f"**{'met' if ok else 'not met'}**{vacuous}; pods deleted while pending {gone:.0f} vs "
-                       f"{most['failed'][0]:.0f}")
-        if least is not None:
-            l_nh, l_ep = least["provisioned_node_hours"][0], least["overload_episodes"][0]
-            ok = ep <= l_ep and nh <= 0.85 * l_nh
-            out.append(f"- `{p}` vs default LeastAllocated: episodes {ep:.1f} vs {l_ep:.1f}, node-hours {nh:.0f} vs {l_nh:.0f} "
-                       f"({(nh / l_nh - 1) if l_nh else math.nan:+.1%}): aim 2 (no more episodes, >= 15% fewer node-hours) "
-                       f"**{'met' if ok else 'not met'}**; pods deleted while pending {gone:.0f} vs {least['failed'][0]:.0f}")
+        c, c_ci, _ = a.get(COST_KEY, NAN3)
+        h, h_ci, _ = a.get(harm, NAN3)
+        out.append(Point(p, family(p), c, h, c_ci, h_ci))
     return out
 
 
-def frontier_note(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]], scenario: str) -> str:
-    """Aim 3 as measured: is every peer point dominated by some kso point (fewer or equal node-hours and episodes)?"""
-    pts = {p: (a["provisioned_node_hours"][0], a["overload_episodes"][0]) for (s, p), a in agg.items() if s == scenario}
-    kso = {p: v for p, v in pts.items() if p.startswith("kso")}
-    peers = {p: v for p, v in pts.items() if not p.startswith("kso")}
-    if not kso or not peers:
-        return "aim 3: not measurable (no kso or no peer points)"
-    undominated = [p for p, (nh, ep) in peers.items() if not any(k_nh <= nh and k_ep <= ep for k_nh, k_ep in kso.values())]
-    if not undominated:
-        return "aim 3 (kso's curve below every peer's): **met** on means: every peer point has a kso point with no more " \
-               "node-hours and no more overload episodes"
-    return ("aim 3 (kso's curve below every peer's): **not met** on means: no kso point has both no more node-hours and no "
-            f"more episodes than {', '.join(f'`{p}`' for p in sorted(undominated))}")
+def _finite(p: Point) -> bool:
+    return math.isfinite(p.cost) and math.isfinite(p.harm)
 
 
-def tradeoff_plot(agg: dict[tuple[str, str], dict[str, tuple[float, float, int]]], scenario: str, path: Path,
-                  title: str) -> None:
+def frontier_lines(agg: Agg, scenario: str, harm: str, harm_label: str) -> list[str]:
+    """The Pareto statement for one harm metric (means), the oracle's place, and kso's harm at each peer's cost."""
+    pts = [p for p in frontier_points(agg, scenario, harm) if _finite(p)]
+    runnable = [p for p in pts if not is_oracle(p.label)]
+    if not runnable:
+        return [f"- {harm_label}: n/a (the cells have no `{harm}` or no `{COST_KEY}`: written by an older engine)"]
+    xy = [(p.cost, p.harm) for p in runnable]
+    front = pareto_front(xy)
+    on = [f"`{p.label}`" for p, f in zip(runnable, front, strict=True) if f]
+    out = [f"- **Pareto frontier, cost = provisioned node-hours vs harm = {harm_label}** (means; a point is on it when "
+           f"no other point has no more cost and no more harm, one of them strictly less): {', '.join(on)}"]
+    dominated = [f"`{p.label}` (by {', '.join(f'`{runnable[j].label}`' for j in dominated_by(xy, i))})"
+                 for i, (p, f) in enumerate(zip(runnable, front, strict=True)) if not f]
+    if dominated:
+        out.append(f"  - dominated: {'; '.join(dominated)}")
+    for o in (p for p in pts if is_oracle(p.label)):
+        beaten = sum(1 for q in runnable if (o.cost, o.harm) != (q.cost, q.harm) and o.cost <= q.cost and o.harm <= q.harm)
+        out.append(f"  - `{o.label}` (reference, not runnable): {o.cost:.1f} node-h, {harm_label} {o.harm:.1f}; "
+                   f"it dominates {beaten} of the {len(runnable)} runnable points")
+    return out
+
+
+def interpolation_table(agg: Agg, scenario: str, harm: str, harm_label: str) -> list[str]:
+    """At each peer point's cost, each kso curve's harm, linear in cost between its neighbouring points."""
+    pts = [p for p in frontier_points(agg, scenario, harm) if _finite(p) and not is_oracle(p.label)]
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for p in pts:
+        if is_kso(p.label):
+            curves.setdefault(p.family, []).append((p.cost, p.harm))
+    peers = [p for p in pts if not is_kso(p.label)]
+    if not curves or not peers:
+        return []
+    head = ["peer point", "its node-h", f"its {harm_label}", *(f"`{f}` at that node-h" for f in curves)]
+    lines = [f"kso's {harm_label} at each peer's cost (means; linear in node-hours between the neighbouring points of "
+             "the kso curve; no extrapolation):", "",
+             "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for p in sorted(peers, key=lambda q: q.cost):
+        cells = []
+        for curve in curves.values():
+            got = interpolate(curve, p.cost)
+            if got is None:
+                lo, hi = cost_range(curve)  # type: ignore[misc]
+                cells.append(f"outside kso's range ({lo:.1f}-{hi:.1f} node-h)" if lo != hi else
+                             f"outside kso's range (one point, {lo:.1f} node-h)")
+            else:
+                cells.append(f"{got:.1f} ({got - p.harm:+.1f})")
+        lines.append(f"| `{p.label}` | {p.cost:.1f} | {p.harm:.1f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _curve_order(points: list[Point]) -> list[Point]:
+    """A curve's points in knob order (the sweep), by cost when the knob is not a number."""
+    return sorted(points, key=lambda p: (_knob_value(p.label), p.cost) if not math.isnan(_knob_value(p.label))
+                  else (math.inf, p.cost))
+
+
+# Label placement: each point's knob label tries these offsets (points; ha, va) in turn and takes the first
+# whose box overlaps no other text, marker or legend; a label that fits nowhere is left off the axes (its
+# value is in the legend entry of its curve).
+LABEL_OFFSETS = tuple((dx * r, dy * r, ha, va) for r in (1.0, 2.5, 4.0)
+                      for dx, dy, ha, va in ((4, 4, "left", "bottom"), (4, -4, "left", "top"),
+                                             (-4, 4, "right", "bottom"), (-4, -4, "right", "top"),
+                                             (0, 6, "center", "bottom"), (0, -6, "center", "top")))
+
+
+def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float = math.nan) -> Any:
+    """The headline figure: per harm metric a panel of cost (x) against harm (y), one curve per policy family over
+    its knob, the oracle as a star, the fluid lower bound as a vertical line. Returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
-    for ax, metric, label in ((axes[0], "overload_episodes", "overload episodes (runs of node-steps with demand > U* = 90%)"),
-                              (axes[1], "oom_kills", "OOM kills (memory demand above allocatable)")):
-        fams: dict[str, list[tuple[float, float, float, float, str]]] = {}
-        for (s, p), a in agg.items():
-            if s != scenario:
-                continue
-            nh, nh_ci, _ = a["provisioned_node_hours"]
-            y, y_ci, _ = a[metric]
-            fams.setdefault(family(p), []).append((nh, y, nh_ci, y_ci, p))
-        for fam, pts in sorted(fams.items()):
-            pts.sort()
-            kso = fam.startswith("kso")
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], xerr=[0 if math.isnan(p[2]) else p[2] for p in pts],
-                        yerr=[0 if math.isnan(p[3]) else p[3] for p in pts], marker="o" if kso else "s", capsize=3,
-                        linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=fam)
-            for nh, y, _, _, p in pts:
-                ax.annotate(knob(p), (nh, y), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
-        ax.set_xlabel("provisioned node-hours (autoscaler, billed)")
-        ax.set_ylabel(label)
+    fig, axes = plt.subplots(1, len(FRONTIER_HARMS), figsize=(13, 6.2), layout="constrained")
+    handles: dict[str, Any] = {}
+    markers: list[list[tuple[float, float]]] = []
+    labels: list[list[tuple[float, float, str]]] = []
+    fams = sorted({family(p) for (s, p) in agg if s == scenario and not is_oracle(p)})
+    colors = {f: plt.get_cmap("tab10")(i % 10) for i, f in enumerate(fams)}
+    for ax, (harm, harm_label) in zip(axes, FRONTIER_HARMS, strict=True):
+        pts = [p for p in frontier_points(agg, scenario, harm) if _finite(p)]
+        ax_markers: list[tuple[float, float]] = []
+        ax_labels: list[tuple[float, float, str]] = []
+        extent: list[tuple[float, float]] = []  # the points with their intervals: the axes' limits
+        by_fam: dict[str, list[Point]] = {}
+        for p in pts:
+            by_fam.setdefault("oracle" if is_oracle(p.label) else p.family, []).append(p)
+        for fam, fpts in sorted(by_fam.items()):
+            fpts = _curve_order(fpts)
+            xs, ys = [p.cost for p in fpts], [p.harm for p in fpts]
+            xerr = [0.0 if math.isnan(p.cost_ci) else p.cost_ci for p in fpts]
+            yerr = [0.0 if math.isnan(p.harm_ci) else p.harm_ci for p in fpts]
+            values = ", ".join(knob(p.label) for p in fpts)
+            if fam == "oracle":
+                values = "" if values == "oracle" else f" ({values})"
+                h = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="*", markersize=13, color="black", linestyle=":",
+                                capsize=3, label=f"oracle{values}: knows next-hour usage; a reference, not a scheduler")
+            else:
+                kso = fam.startswith("kso")
+                label = fam if values == fam else f"{fam} ({values})"
+                h = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o" if kso else "s", capsize=3, color=colors[fam],
+                                linewidth=2.2 if kso else 1.2, linestyle="-" if kso else "--", label=label)
+            handles.setdefault(fam, h)
+            ax_markers += list(zip(xs, ys, strict=True))
+            extent += [(x - dx, y - dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
+            extent += [(x + dx, y + dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
+            ax_labels += [(p.cost, p.harm, knob(p.label)) for p in fpts]
+        if math.isfinite(bound_node_hours):
+            h = ax.axvline(bound_node_hours, color="grey", linestyle="-.", linewidth=1.2,
+                           label=f"fluid lower bound on node-h with no node above U* ({bound_node_hours:.1f})")
+            handles.setdefault("bound", h)
+        xs = [x for x, _ in extent] + ([bound_node_hours] if math.isfinite(bound_node_hours) else [])
+        ys = [y for _, y in extent]
+        if xs and ys:
+            x_lo, x_hi = min(xs), max(xs)
+            y_hi = max(ys)
+            pad_x = 0.08 * (x_hi - x_lo or max(abs(x_hi), 1.0))
+            ax.set_xlim(x_lo - pad_x, x_hi + pad_x)
+            y_lo = min(0.0, min(ys))
+            ax.set_ylim(y_lo - 0.06 * (y_hi - y_lo or 1.0), y_hi + 0.12 * (y_hi - y_lo or 1.0))
+        else:
+            ax.text(0.5, 0.5, f"n/a: the cells have no {harm}", transform=ax.transAxes, ha="center", va="center")
+        ax.set_xlabel("cost: provisioned node-hours (lower is better)")
+        ax.set_ylabel(f"harm: {harm_label} (lower is better)")
+        ax.set_title(f"{harm_label} against node-hours", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        markers.append(ax_markers)
+        labels.append(ax_labels)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    if handles:
+        fig.legend(list(handles.values()), [h.get_label() for h in handles.values()], loc="outside lower center",
+                   ncol=2, fontsize=7, frameon=False)
+    fig.canvas.draw()
+    fig.set_layout_engine("none")  # the layout is fixed from here: labels are placed against final positions
+    place_labels(fig, list(axes), markers, labels)
+    return fig
+
+
+def place_labels(fig: Any, axes: list[Any], markers: list[list[tuple[float, float]]],
+                 labels: list[list[tuple[float, float, str]]]) -> int:
+    """Annotate each (x, y, text) at the first offset of ``LABEL_OFFSETS`` whose box overlaps no text already on the
+    figure (ticks, axis labels, titles, legend, earlier labels) and no marker; returns how many were left off."""
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    taken: list[Any] = [t.get_window_extent(renderer) for t in fig.findobj(match=lambda a: hasattr(a, "get_text"))
+                        if t.get_visible() and t.get_text()]
+    taken += [leg.get_window_extent(renderer) for leg in fig.legends]
+    left_off = 0
+    for ax, ax_markers, ax_labels in zip(axes, markers, labels, strict=True):
+        frame = ax.get_window_extent(renderer)
+        for x, y in ax_markers:
+            px, py = ax.transData.transform((x, y))
+            taken.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
+        for x, y, text in ax_labels:
+            for dx, dy, ha, va in LABEL_OFFSETS:
+                ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6, ha=ha, va=va,
+                                  arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.5} if abs(dx) > 6 or abs(dy) > 8
+                                  else None)
+                box = ann.get_window_extent(renderer)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                if inside and not any(box.overlaps(t) for t in taken):
+                    taken.append(box)
+                    break
+                ann.remove()
+            else:
+                left_off += 1
+    return left_off
+
+
+def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_hours: float = math.nan) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = frontier_figure(agg, scenario, title, bound_node_hours)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, list[str]], sources: Sequence[str],
-                       autoscaler: str, command: str, policies: Sequence[str], with_plots: bool = True) -> Path:
+                       autoscaler: str, command: str, policies: Sequence[str], with_plots: bool = True,
+                       bounds: dict[str, list[float]] | None = None, appendix: Sequence[str] = (),
+                       title: str = "kso bench: trace replay, cost against harm") -> Path:
+    """``bounds``: scenario -> the fluid lower bound's node-hours per seed (benchmarks/sim/bound.py), scored over the
+    same steps as the cells. ``appendix``: Markdown put after the scenarios (``kso demo``'s steps 1-3)."""
     agg = aggregate(rows)
     scenarios = sorted({r["scenario"] for r in rows})
-    parts = ["# kso bench: trace replay, several seeds", "", f"- machine: {machine_line()}", f"- command: `{command}`",
-             f"- engine: {autoscaler}; cpu throttled above allocatable (unmet cpu counted), memory above allocatable "
-             "OOM-kills the pod with the largest usage over request (re-queued); overload episode = a run of consecutive "
-             "node-steps whose cpu or memory demand exceeds U* = 90% of allocatable",
-             "- intervals: 95% (Student t over seeds, mean ± half-width)", ""]
+    parts = [f"# {title}", "", f"- machine: {machine_line()}", f"- command: `{command}`",
+             f"- engine: {autoscaler}; overloaded node-hours = node-time whose cpu or memory demand exceeds U* = 90% of "
+             "allocatable; cost = provisioned (billed) node-hours, core-hours and memory TiB-hours",
+             f"- columns: {BETTER_NOTE}", ""]
+    warm = sorted({int(r["warmup_steps"]) for r in rows if isinstance(r.get("warmup_steps"), int | float)})
+    if warm:
+        parts[-1:-1] = [f"- scored after a warm-up of {', '.join(map(str, warm))} step(s) of the replay (every metric, "
+                        "the bound too)"]
+    if any(is_oracle(r["policy"]) for r in rows):
+        parts[-1:-1] = [f"- {ORACLE_NOTE}"]
     errors = [r for r in rows if "error" in r]
     if errors:
         parts += ["**Failed cells:**", "",
                   *(f"- {r['scenario']} seed {r['seed']} {r['policy']}: {r['error']}" for r in errors), ""]
     for s in scenarios:
         seeds = sorted({r["seed"] for r in rows if r["scenario"] == s})
-        size = next((f"{r['nodes']} nodes, {r['hours']:g} h" for r in rows if r["scenario"] == s), "")
-        parts += [f"## {s} ({size}, seeds {', '.join(map(str, seeds))})", "", "Rules (every one stated):", "",
-                  *(f"- {n}" for n in notes.get(s, [])), "", table(agg, s, policies), ""]
+        n = seeds_of(agg, s)
+        size = next((f"{r['nodes']} nodes, {r['hours']:g} h" for r in rows if r["scenario"] == s and "nodes" in r), "")
+        bound = (bounds or {}).get(s) or []
+        bound_mean = sum(bound) / len(bound) if bound else math.nan
+        parts += [f"## {s} ({size}, seeds {', '.join(map(str, seeds))}; {interval_note(n)})", "",
+                  "### The frontier: cost against harm", ""]
         if with_plots:
-            name = f"tradeoff-{s}.png"
-            tradeoff_plot(agg, s, out / name, f"{s} ({size}): provisioned node-hours vs overload episodes and OOM kills, "
-                          "mean ± 95% over seeds")
-            parts += [f"![trade-off {s}]({name})", ""]
-        parts += ["Aims, as measured (means):", "", *aims(agg, s, policies), f"- {frontier_note(agg, s)}", ""]
-    parts += ["## Data sources", "", *(f"- {src}" for src in sources), ""]
+            name = f"frontier-{s}.png"
+            frontier_plot(agg, s, out / name, f"{s} ({size}): cost against harm, {interval_note(n)}", bound_mean)
+            parts += [f"![frontier {s}]({name})", ""]
+        for harm, label in FRONTIER_HARMS:
+            parts += frontier_lines(agg, s, harm, label)
+        if math.isfinite(bound_mean):
+            parts.append(f"- fluid lower bound (benchmarks/sim/bound.py, mean over {len(bound)} seed(s)): any policy with "
+                         f"no node above U* provisions at least {bound_mean:.1f} node-hours")
+        parts.append("")
+        for harm, label in FRONTIER_HARMS:
+            lines = interpolation_table(agg, s, harm, label)
+            parts += [*lines, ""] if lines else []
+        parts += [f"### Harm per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, HARM), "",
+                  f"### Cost per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, COST), "",
+                  f"### Other counters ({interval_note(n)})", "", table(agg, s, policies, OTHER), "",
+                  "Rules (every one stated):", "", *(f"- {n_}" for n_ in notes.get(s, [])), ""]
+    parts += [*appendix, "## Data sources", "", *(f"- {src}" for src in sources), ""]
     path = out / "report.md"
     path.write_text("\n".join(parts))
     return path

@@ -60,11 +60,15 @@ def _fewest(cap_sorted_cum: np.ndarray, need: np.ndarray) -> np.ndarray:
     return np.searchsorted(cap_sorted_cum, need - 1e-6, side="left") + 1
 
 
-def fluid_bound(scenario: Scenario, u_star: float = 0.9, hot_nodes: int = 0) -> FluidBound:
+def fluid_bound(scenario: Scenario, u_star: float = 0.9, hot_nodes: int = 0, from_step: int = 0) -> FluidBound:
     """``hot_nodes`` = E > 0 relaxes "no episode" to "at most E nodes above U* at any step" (E nodes over U*
     at one step are E distinct episodes, so a run with at most E episodes has at most E at every step),
-    none above 100% (no OOM kill): the E largest of the m nodes count at 100%, the rest at U*."""
+    none above 100% (no OOM kill): the E largest of the m nodes count at 100%, the rest at U*.
+    ``from_step``: count steps from_step..T-1 only (a report that scores after a warm-up)."""
+    if not 0 <= from_step <= scenario.n_steps:
+        raise ValueError(f"from_step {from_step} outside 0..{scenario.n_steps}")
     demand, requested = step_totals(scenario)
+    demand, requested = demand[from_step:], requested[from_step:]
     alloc = np.stack([scenario.node_cpu, scenario.node_memory], axis=1).astype(float)  # (N, 2)
     N = len(alloc)
     counts = {}

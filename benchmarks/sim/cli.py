@@ -1,4 +1,8 @@
-"""``kso bench`` (and ``python -m benchmarks.sim``): replay a trace through several policies and compare."""
+"""``kso bench`` (and ``python -m benchmarks.sim``): replay a trace through several policies and compare.
+
+With no --scenario and no --trace, ``kso bench`` runs the embedded Google excerpt (``--scenario
+google-embedded``): real requests and usage of the same tasks, with the autoscaler, so the policies differ.
+An option that cannot apply to the run asked for is an error (exit 2), never silently changed or dropped."""
 
 from __future__ import annotations
 
@@ -11,13 +15,38 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_POLICIES = "default,trimaran-tlp,trimaran-lvrb,trimaran-lroc,koordinator,kso"
-# the scenarios with an autoscaler and seeds (``--scenario``): what users actually pick, and kso
+# the scenarios with an autoscaler and seeds (``--scenario``): what users actually pick, kso, and the oracle reference
 SCENARIO_POLICIES = ("default,default-most,trimaran-tlp,trimaran-lvrb,trimaran-lroc,koordinator,kso-inproc,kso-plan,"
-                     "kso-plan-lb,kso-plan+reopt")
-# each policy's packing knob (added by --sweep): TLP target, LoadAware cpu threshold, kso's U* (SAFEUTILIZATION)
-SWEEP_POLICIES = ("trimaran-tlp:target=60,trimaran-tlp:target=80,koordinator:cpu_threshold=45,"
-                  "koordinator:cpu_threshold=85,kso-inproc:env=SAFEUTILIZATION=70,kso-inproc:env=SAFEUTILIZATION=80,"
-                  "kso-plan:env=SAFEUTILIZATION=70,kso-plan:env=SAFEUTILIZATION=80")
+                     "kso-plan-lb,kso-plan+reopt,oracle")
+SCENARIOS = ("google-rightsized", "google-limits", "google-embedded", "openb", "embedded")
+FIXED_EXCERPTS = ("google-embedded",)  # one fixed excerpt: its own nodes, load and seed
+OWN_NODES = ("google-embedded", "embedded")  # the shipped excerpts: their own 40 node shapes and load
+DEFAULT_SCENARIO = "google-embedded"
+# Named knob sweeps (``--policies frontier`` or any name below, mixed freely with specs): each policy's packing knob.
+SWEEPS: dict[str, tuple[str, ...]] = {
+    "default-fit": ("default", "default-most"),  # NodeResourcesFit LeastAllocated vs MostAllocated
+    "tlp-target": tuple(f"trimaran-tlp:target={t}" for t in (20, 40, 60, 80)),  # TargetLoadPacking's target (40)
+    "koord-threshold": tuple(f"koordinator:cpu_threshold={t}" for t in (45, 65, 85)),  # LoadAware cpu threshold (65)
+    "kso-ustar": tuple(f"kso-inproc:env=SAFEUTILIZATION={u}" for u in (60, 70, 80, 90)),  # kso's U* (90)
+    "kso-plan-ustar": tuple(f"kso-plan:env=SAFEUTILIZATION={u}" for u in (70, 80, 90)),
+    "oracle": ("oracle",),
+}
+SWEEPS["frontier"] = tuple(dict.fromkeys(spec for specs in list(SWEEPS.values()) for spec in specs))
+SWEEPS_EPILOG = "\n".join([
+    "named sweeps (--policies NAME, mixed freely with specs; each point is a cell, its spec the label in every table):",
+    *(f"  {name:<16} {', '.join(specs)}" for name, specs in SWEEPS.items() if name != "frontier"),
+    f"  {'frontier':<16} all of the above: the cost-harm frontier's curves",
+    "oracle: a reference that knows each pod's next-hour usage (benchmarks/sim/policies/oracle.py), not a scheduler.",
+    "One seed: the report says 'one seed: no interval'; several: mean +- 95% over seeds (Student t)."])
+
+
+def expand_policies(text: str) -> list[str]:
+    """Comma-separated specs and sweep names -> specs, in order, each once."""
+    out: list[str] = []
+    for item in (p.strip() for p in text.split(",")):
+        if item:
+            out += SWEEPS.get(item, (item,))
+    return list(dict.fromkeys(out))
 
 
 class Progress:
@@ -43,36 +72,128 @@ class Progress:
         self.stream.flush()
 
 
+# Options whose default is None so that "given" can be told from "defaulted"; the defaults applied after the check.
+SINGLE_DEFAULTS = {"trace": "embedded", "nodes": 100, "hours": 4.0, "seed": 0, "u_star": 0.9, "start_hour": 9.0,
+                   "kso_stats": "forecast"}
+SCENARIO_DEFAULTS = {"nodes": 100, "hours": 4.0, "seeds": 5, "seed_from": 0, "jobs": 1, "executor": "local"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", default="embedded", choices=("openb", "embedded"),
-                   help="openb: ../shared/data openb + Bitbrains; embedded: the excerpt shipped in kso/data")
-    p.add_argument("--scenario", default="", help="comma-separated: google-rightsized (the headline: requests = p90 of "
-                   "each job's first third), google-limits (requests = Borg limits), google-embedded (kso/data "
-                   "excerpt); runs every seed with the autoscaler, in --jobs processes, and writes the trade-off report")
-    p.add_argument("--seeds", type=int, default=5, help="with --scenario: seeds 0..N-1 (default 5)")
-    p.add_argument("--seed-from", type=int, default=0, help="with --scenario: the first seed (seeds FROM..FROM+N-1)")
-    p.add_argument("--jobs", type=int, default=1, help="with --scenario: worker processes (default 1)")
+    p.set_defaults(bench_parser=p)
+    p.epilog = SWEEPS_EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--scenario", default="", help=f"comma-separated, of {', '.join(SCENARIOS)}: google-rightsized (the "
+                   "headline: requests = p90 of each job's first third), google-limits (requests = Borg limits), "
+                   "google-embedded (kso/data excerpt: 40 nodes, 4 h, one fixed seed; the default when neither "
+                   "--scenario nor --trace is given); runs every seed with the autoscaler and writes the cost-harm report")
+    p.add_argument("--seeds", type=int, default=None, help="with --scenario: seeds FROM..FROM+N-1 (default 5; "
+                   "google-embedded is one fixed excerpt: seed 0 only)")
+    p.add_argument("--seed-from", type=int, default=None, help="with --scenario: the first seed (default 0)")
+    p.add_argument("--jobs", type=int, default=None, help="with --scenario and the local executor: worker processes "
+                   "(default 1)")
+    p.add_argument("--executor", choices=("local", "ray"), default=None,
+                   help="with --scenario: where the cells run. local (default): --jobs worker processes here; ray: each "
+                        "cell a Ray task (1 CPU) on the cluster ray.init() finds (RAY_ADDRESS, else a local one); its "
+                        "workers need this package and its data: pip install 'kube-safe-optimizer[bench,ray]'")
     p.add_argument("--report-only", action="store_true", help="with --scenario: no replays; rewrite the report from the "
                    "rows already in --out/cells.jsonl (e.g. of a run that was stopped: its finished cells)")
-    p.add_argument("--sweep", action="store_true", help=f"with --scenario: add each policy's packing knob ({SWEEP_POLICIES})")
-    p.add_argument("--policies", default="", help=f"comma-separated specs (default {DEFAULT_POLICIES}; with --scenario "
-                   f"{SCENARIO_POLICIES}); a spec may set a knob: trimaran-tlp:target=80, kso-plan:env=SAFEUTILIZATION=80")
-    p.add_argument("--nodes", type=int, default=100, help="nodes to sample (openb; the embedded scenario has its own)")
-    p.add_argument("--hours", type=float, default=4.0, help="replay length")
-    p.add_argument("--seed", type=int, default=0, help="trace sampling, usage join and tie-breaks")
+    p.add_argument("--sweep", action="store_true", help="with --scenario: add the 'frontier' sweep to --policies")
+    p.add_argument("--policies", default="", help=f"comma-separated policy specs and sweep names (default "
+                   f"{DEFAULT_POLICIES}; with --scenario {SCENARIO_POLICIES}). A spec may set a knob: "
+                   "trimaran-tlp:target=80, kso-plan:env=SAFEUTILIZATION=80, oracle:u_star=0.8; a sweep name (below) "
+                   "stands for its specs: --policies frontier")
+    p.add_argument("--trace", default=None, choices=("openb", "embedded"),
+                   help="a single run (no autoscaler, one seed) of openb: ../shared/data openb + Bitbrains, or embedded: "
+                        "the openb/Bitbrains excerpt shipped in kso/data")
+    p.add_argument("--nodes", type=int, default=None, help="nodes to sample (default 100; not for the embedded "
+                   "excerpts, which have their own 40)")
+    p.add_argument("--hours", type=float, default=None, help="replay length (default 4; at most what the scenario holds)")
+    p.add_argument("--seed", type=int, default=None, help="single run (--trace): trace sampling, usage join and tie-breaks")
     p.add_argument("--out", default="bench-report", help="folder for report.md and the plots")
-    p.add_argument("--u-star", type=float, default=0.9, help="overload threshold, fraction of allocatable (default 0.9)")
+    p.add_argument("--u-star", type=float, default=None, help="single run: overload threshold, fraction of allocatable "
+                   "(default 0.9)")
     p.add_argument("--target-load", type=float, default=None,
                    help="time-averaged requested load the scenario's pods reach, fraction of the pool's capacity "
-                        "(default 0.75 for --trace openb, 0.6 for --scenario google-*)")
-    p.add_argument("--start-hour", type=float, default=9.0, help="time of day of the Bitbrains profiles at replay start")
-    p.add_argument("--kso-stats", default="forecast", choices=("forecast", "window"),
-                   help="kso's node annotations: forecaster std/mean (default) or the 15-minute window only")
+                        "(default 0.75 for --trace openb, 0.6 for --scenario google-*; fixed in the embedded excerpts)")
+    p.add_argument("--start-hour", type=float, default=None, help="single run: time of day of the Bitbrains profiles at "
+                   "replay start (default 9)")
+    p.add_argument("--kso-stats", default=None, choices=("forecast", "window"),
+                   help="single run: kso's node annotations: forecaster std/mean (default) or the 15-minute window only")
     p.add_argument("--kso-env", default="",
-                   help="extender settings for the kso policies, e.g. 'KSO_AGENTS=safe;SAFEPERCENTILE=10' (the policy "
-                        "name then shows them); default: kso's defaults")
-    p.add_argument("--no-sampling", action="store_true", help="score every feasible node (no percentageOfNodesToScore)")
+                   help="single run: extender settings for the kso policies, e.g. 'KSO_AGENTS=safe;SAFEPERCENTILE=10' "
+                        "(with --scenario: per policy, kso-inproc:env=K=V&K=V)")
+    p.add_argument("--no-sampling", action="store_true", help="single run: score every feasible node")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+def _given(args: argparse.Namespace, *names: str) -> list[str]:
+    flags = []
+    for name in names:
+        value = getattr(args, name)
+        if value not in (None, False, ""):
+            flags.append("--" + name.replace("_", "-"))
+    return flags
+
+
+def check_options(args: argparse.Namespace) -> str | None:
+    """The reason an option cannot apply to the run asked for, or None. Fills in the defaults."""
+    if not args.scenario and args.trace is None:
+        if args.nodes is not None or args.target_load is not None:
+            return "--nodes / --target-load need a sampled scenario: add --trace openb or --scenario google-rightsized"
+        args.scenario = DEFAULT_SCENARIO
+        args.default_scenario = True
+    if args.scenario:
+        kinds = [k.strip() for k in args.scenario.split(",") if k.strip()]
+        if unknown := [k for k in kinds if k not in SCENARIOS]:
+            return f"--scenario: unknown {', '.join(unknown)} (known: {', '.join(SCENARIOS)})"
+        if args.trace is not None:
+            return "--trace picks a single run; with --scenario the scenario names the trace (drop one of the two)"
+        if bad := _given(args, "seed", "u_star", "start_hour", "kso_stats", "kso_env", "no_sampling"):
+            return (f"{', '.join(bad)}: single-run options (--trace), they do not apply with --scenario (the seeds are "
+                    "--seeds/--seed-from; kso settings go in the spec: kso-inproc:env=K=V)")
+        own = [k for k in kinds if k in OWN_NODES]
+        if own and len(own) == len(kinds) and (bad := _given(args, "nodes", "target_load")):
+            return f"{', '.join(bad)}: {', '.join(own)} ha{'s' if len(own) == 1 else 've'} its own 40 nodes and load"
+        fixed = [k for k in kinds if k in FIXED_EXCERPTS]
+        if fixed and len(fixed) == len(kinds) and ((args.seeds not in (None, 1)) or args.seed_from not in (None, 0)):
+            return (f"--seeds/--seed-from: {', '.join(fixed)} is one fixed excerpt (seed 0); more seeds need "
+                    "--scenario google-rightsized")
+        if args.executor == "ray" and args.jobs is not None:
+            return "--jobs sets local worker processes; with --executor ray each cell is a 1-CPU Ray task"
+        for key, value in SCENARIO_DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        if args.seeds < 1 or args.jobs < 1:
+            return "--seeds and --jobs must be at least 1"
+        args.target_load = 0.6 if args.target_load is None else args.target_load
+    else:
+        if bad := _given(args, "seeds", "seed_from", "jobs", "executor", "report_only", "sweep"):
+            return f"{', '.join(bad)}: only with --scenario (a --trace run is one seed, in this process)"
+        if args.trace == "embedded" and (bad := _given(args, "nodes", "target_load")):
+            return f"{', '.join(bad)}: the embedded excerpt has its own 40 nodes and load (use --trace openb)"
+        for key, value in SINGLE_DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        args.target_load = 0.75 if args.target_load is None else args.target_load
+    if args.hours <= 0:
+        return "--hours must be positive"
+    return None
+
+
+def usage_error(args: argparse.Namespace, message: str) -> int:
+    """argparse's error (usage, the message, exit 2) from the parser the options came from."""
+    parser = getattr(args, "bench_parser", None)
+    if parser is not None:
+        parser.error(message)  # raises SystemExit(2)
+    print(f"kso bench: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _short(hours: float, scenario: Any) -> str | None:
+    have = scenario.n_steps * scenario.step_s / 3600.0
+    if have + 1e-9 < hours:
+        return f"--hours {hours:g}: {scenario.name} holds {have:g} h; ask for at most that"
+    return None
 
 
 def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -80,29 +201,35 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     from benchmarks.sim.metrics import compute
     from benchmarks.sim.policies import POLICIES, make_policy
     from benchmarks.sim.report import machine_line, terminal_table, write_report
+    from benchmarks.sim.runner import parse_spec
     from benchmarks.sim.trace import build_scenario
 
+    if (problem := check_options(args)) is not None:
+        return usage_error(args, problem)
     if args.scenario:
         return run_scenarios(args, argv)
-    names = [p.strip() for p in (args.policies or DEFAULT_POLICIES).split(",") if p.strip()]
-    args.target_load = 0.75 if args.target_load is None else args.target_load
-    unknown = [p for p in names if p not in POLICIES]
+    specs = expand_policies(args.policies or DEFAULT_POLICIES)
+    unknown = [p for p in specs if parse_spec(p)[0] not in POLICIES]
     if unknown:
-        print(f"kso bench: unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
-        return 2
+        return usage_error(args, f"unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)}; sweeps: "
+                                 f"{', '.join(SWEEPS)})")
     logging.getLogger("kso").setLevel(logging.ERROR)  # the offline binder's one-time warning is expected here
     t0 = time.perf_counter()
     scenario = build_scenario(args.trace, args.nodes, args.hours, args.seed, args.target_load, args.start_hour)
+    if (problem := _short(args.hours, scenario)) is not None:
+        return usage_error(args, problem)
     print(f"scenario built in {time.perf_counter() - t0:.1f} s: {scenario.describe()}", file=sys.stderr)
     results = []
-    for name in names:
-        kwargs: dict[str, Any] = {"sample": not args.no_sampling}
+    for spec in specs:
+        name, kwargs = parse_spec(spec)
+        kwargs["sample"] = not args.no_sampling
         if name.startswith("kso") and name != "kso-plan":
-            kwargs["stats"] = args.kso_stats
+            kwargs.setdefault("stats", args.kso_stats)
             if args.kso_env:
                 kwargs["env"] = dict(item.split("=", 1) for item in args.kso_env.split(";") if "=" in item)
         policy = make_policy(name, args.seed, **kwargs)
-        result = run(scenario, policy, Progress(name))
+        policy.name = spec if ":" in spec else policy.name
+        result = run(scenario, policy, Progress(spec))
         results.append(compute(result, args.u_star))
     print(terminal_table(results, scenario))
     print(f"machine: {machine_line()}")
@@ -112,50 +239,92 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     return 0
 
 
+def fluid_bounds(kinds: list[str], seeds: dict[str, list[int]], args: argparse.Namespace,
+                 rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """The fluid lower bound's node-hours per scenario and seed, scored from the cells' warm-up step on."""
+    from benchmarks.sim.bound import fluid_bound
+    from benchmarks.sim.metrics import DEFAULT_U_STAR
+    from benchmarks.sim.runner import scenario_for
+
+    out: dict[str, list[float]] = {}
+    for kind in kinds:
+        for seed in seeds[kind]:
+            warm = {int(r["warmup_steps"]) for r in rows if r["scenario"] == kind and r.get("seed") == seed
+                    and isinstance(r.get("warmup_steps"), int | float)}
+            s = scenario_for(kind, args.nodes, args.hours, seed, args.target_load)
+            out.setdefault(kind, []).append(fluid_bound(s, DEFAULT_U_STAR, from_step=min(warm, default=0)).best_node_hours)
+    scenario_for.cache_clear()  # a 500-node day is hundreds of MB; the report needs only these numbers
+    return out
+
+
 def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> int:
-    """Every scenario x seed x policy with the autoscaler (multi-process), then the report with 95% intervals."""
+    """Every scenario x seed x policy with the autoscaler (local processes or Ray), then the cost-harm report."""
     from benchmarks.sim.bench_report import write_bench_report
     from benchmarks.sim.engine import Autoscaler
     from benchmarks.sim.policies import POLICIES
     from benchmarks.sim.runner import Cell, parse_spec, read_rows, run_cells, scenario_for
 
-    specs = [p.strip() for p in (args.policies or SCENARIO_POLICIES).split(",") if p.strip()]
+    specs = expand_policies(args.policies or SCENARIO_POLICIES)
     if args.sweep:
-        specs += [p for p in SWEEP_POLICIES.split(",") if p not in specs]
+        specs += [p for p in SWEEPS["frontier"] if p not in specs]
     unknown = [p for p in specs if parse_spec(p)[0] not in POLICIES]
     if unknown:
-        print(f"kso bench: unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
-        return 2
+        return usage_error(args, f"unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)}; sweeps: "
+                                 f"{', '.join(SWEEPS)})")
+    if args.executor == "ray" and not args.report_only:
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            return usage_error(args, "--executor ray needs ray: pip install 'kube-safe-optimizer[ray]' (or pip install ray)")
     kinds = [k.strip() for k in args.scenario.split(",") if k.strip()]
-    args.target_load = 0.6 if args.target_load is None else args.target_load
-    seeds = [0] if "google-embedded" in kinds else list(range(args.seed_from, args.seed_from + args.seeds))
+    asked = list(range(args.seed_from, args.seed_from + args.seeds))
+    seeds = {k: [0] if k in FIXED_EXCERPTS else asked for k in kinds}
     out = Path(args.out)
     notes, sources = {}, ()
     for kind in kinds:
-        s = scenario_for(kind, args.nodes, args.hours, 0, args.target_load)
+        try:
+            s = scenario_for(kind, args.nodes, args.hours, seeds[kind][0], args.target_load)
+        except ValueError as exc:  # e.g. more hours than the trace's jobs hold
+            return usage_error(args, f"--scenario {kind}: {exc}")
+        if (problem := _short(args.hours, s)) is not None:
+            return usage_error(args, problem)
         notes[kind] = [s.describe(), *s.notes]
         sources = s.sources
         print(f"{kind}: {s.describe()}", file=sys.stderr)
-    cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p) for k in kinds for seed in seeds for p in specs]
-    print(f"{len(cells)} replays ({len(kinds)} scenario(s) x {len(seeds)} seed(s) x {len(specs)} policies) in {args.jobs} "
-          f"process(es); rows written to {out / 'cells.jsonl'}", file=sys.stderr)
+        if kind in FIXED_EXCERPTS and len(kinds) > 1:
+            print(f"{kind}: one fixed excerpt, seed 0 only; the other scenarios run seeds {asked[0]}..{asked[-1]}",
+                  file=sys.stderr)
+        if kind in OWN_NODES and len(kinds) > 1:
+            print(f"{kind}: its own {s.n_nodes} nodes and load (--nodes / --target-load are for the others)", file=sys.stderr)
+    if getattr(args, "default_scenario", False):
+        print(f"no --scenario or --trace: the default, --scenario {DEFAULT_SCENARIO}", file=sys.stderr)
+    cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p) for k in kinds for seed in seeds[k] for p in specs]
+    where = "Ray tasks" if args.executor == "ray" else f"{args.jobs} process(es)"
+    print(f"{len(cells)} replays ({' + '.join(f'{k}: {len(seeds[k])} seed(s)' for k in kinds)}, x {len(specs)} "
+          f"policies) as {where}; rows written to {out / 'cells.jsonl'}", file=sys.stderr)
     if args.report_only:
         rows = [r for r in read_rows(out) if r["scenario"] in kinds and r["policy"] in specs]
         print(f"report only: {len(rows)} finished rows of {len(cells)} cells in {out / 'cells.jsonl'}", file=sys.stderr)
     else:
-        rows = run_cells(cells, out, args.jobs)
+        rows = run_cells(cells, out, args.jobs, executor=args.executor)
     given = argv if argv is not None else sys.argv[1:]
     command = "kso bench " + " ".join(shlex.quote(a) for a in (given[1:] if given[:1] == ["bench"] else given))
-    path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots)
-    print(path.read_text().split("## Data sources")[0])
+    bounds = fluid_bounds(kinds, seeds, args, rows)
+    path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots,
+                              bounds=bounds, appendix=getattr(args, "appendix", ()),
+                              **({"title": args.report_title} if getattr(args, "report_title", "") else {}))
+    print(path.read_text().split("### Harm per policy")[0])
     print(f"report: {path}")
+    if failed := sum("error" in r for r in rows):
+        print(f"kso bench: {failed} cell(s) failed (listed in the report)", file=sys.stderr)
+        return 1
     return 0
 
 
 def add_commands(subparsers: Any) -> None:
     """Register ``kso bench`` on the ``kso`` command's subparsers."""
-    p = subparsers.add_parser("bench", help="replay a trace through the default scheduler, the peers and kso, "
-                                            "and write a comparison report")
+    p = subparsers.add_parser("bench", help="replay a trace through the default scheduler, the peers, kso and the oracle "
+                                            "reference, and write the cost-harm report", description=__doc__)
     add_arguments(p)
     p.set_defaults(func=run_bench)
 

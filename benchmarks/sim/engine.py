@@ -8,24 +8,42 @@ Step k (time ``k * step_s`` from the replay start), in this order:
 2. nodes whose provisioning ends at k become ready (schedulable);
 3. pods arriving at step k join the queue (ordered by (step queued, index));
 4. ``policy.observe(view)``: the policy sees what monitoring knows by now: every node's measured usage up
-   to the end of step k-1, requests, the recent bindings, the queue; then ``policy.evictions(view)`` may
-   name bound pods to move (re-optimisation): each is evicted and re-queued (a *move*, counted);
+   to the end of step k-1, requests, the recent bindings, the queue, every node's taints (``view.taints``: its
+   own plus the memory-pressure taint while it carries it, ``view.memory_pressure``); then
+   ``policy.evictions(view)`` may name bound pods to move (re-optimisation): each is evicted and re-queued (a
+   *move*, counted);
 5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
-   engine checks the node is ready and the requests fit (a policy cannot overcommit requests), binds, and
-   calls ``policy.bound``; unplaced pods stay queued;
+   engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint) and
+   the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``; unplaced pods
+   stay queued;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
    trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
-   allocatable, the pod using the most memory above its request is OOM-killed (counted) and re-queued for
-   step k+1. Cpu is compressible: a node's cpu demand above allocatable is throttled; the excess is
-   counted as unmet cpu (core-minutes). Monitoring records what ran (throttled cpu, memory after kills);
-   overload episodes are judged on demand;
-7. the autoscaler (``Autoscaler``, when given): pods the scheduler could not place this step and that no
-   ready or provisioning node could hold by requests (a first-fit with the scheduler's resource
-   predicates, as the cluster-autoscaler simulates) start the provisioning of the next nodes of the pool,
-   ready ``provision_steps`` later; a ready node whose requested cpu and memory have both been below
-   ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is removed if empty, or (at
-   most ``max_nonempty_per_step`` per step) if its pods fit elsewhere by requests; its pods are evicted and
-   re-queued for step k+1. Every step a node is provisioning or ready is billed (node-hours).
+   allocatable, the node is under memory pressure and the pod using the most memory above its request is
+   killed (the kubelet's eviction or the kernel's OOM kill; counted) and re-queued for step k+1 as a new
+   pod of its Deployment. The node then carries ``node.kubernetes.io/memory-pressure:NoSchedule`` (the
+   kubelet's MemoryPressure condition as TaintNodesByCondition shows it) from step k+1 until the pressure has
+   been gone for ``EngineRules.pressure_transition_s`` (the kubelet's ``evictionPressureTransitionPeriod``,
+   5 min: the taint is on for the scheduling of steps k+1 .. k+ceil(period / step)): no scheduler model and
+   no autoscaler simulation puts a pod there meanwhile. Cpu is compressible: a node's cpu demand above
+   allocatable is throttled; the excess is counted as unmet cpu (core-minutes). Monitoring records what ran
+   (throttled cpu, memory after kills); overload is judged on demand;
+7. the autoscaler (``Autoscaler``, when given): every pod in the queue now (the ones this step could not
+   place and the ones killed in it, which are pending at once in a real cluster) that no ready or
+   provisioning node without the memory-pressure taint could hold by requests (a first-fit with the
+   scheduler's resource predicates, as the cluster-autoscaler simulates) starts the provisioning of the next
+   nodes of the pool, ready ``provision_steps`` later; a ready node whose requested cpu and memory have both
+   been below ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is removed if empty,
+   or (at most ``max_nonempty_per_step`` per step) if its pods fit elsewhere by requests (untainted nodes);
+   its pods are evicted and re-queued for step k+1. Every step a node is provisioning or ready is billed
+   (node-hours).
+
+Cold start and warm-up: at step 0 no policy has any usage history (the pods alive at the replay's start arrive
+then and are placed by requests, which the scenarios derive from each job's history third); the metrics score
+the steps after ``EngineRules.warmup_s`` (one hour, at most a quarter of the replay; ``RunResult.warmup_steps``),
+by when every policy has the statistics it reads (load-watcher's 15-minute window, kso's hour of per-pod usage).
+The warm-up's placements stay the policy's own and what they cause later is scored. History fed before step 0
+was not chosen: node-level history needs a placement before step 0, which is either each policy's own (a
+warm-up under another name) or a common one (then the cluster at step 0 is not the policy's doing).
 
 The engine, the trace and the seed are the same for every policy; only ``place`` (and ``evictions``) differ.
 """
@@ -43,6 +61,28 @@ import numpy as np
 from benchmarks.sim.trace import Scenario
 
 MAX_PODS_PER_NODE = 110  # kubelet's default maxPods: the scenario's nodes' allocatable pods
+# TaintNodesByCondition's taint for the kubelet's MemoryPressure condition (key, value, effect)
+MEMORY_PRESSURE_TAINT = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """The replay's cluster rules that have a real-cluster setting behind them (defaults: Kubernetes').
+
+    ``pressure_transition_s``: the kubelet's ``evictionPressureTransitionPeriod`` (5 min): a node whose memory
+    demand exceeded its allocatable keeps the MemoryPressure condition, hence the
+    ``node.kubernetes.io/memory-pressure:NoSchedule`` taint, until the pressure has been gone that long.
+    ``warmup_s``: scoring starts after this much replay time (the metrics ignore earlier steps), capped at a
+    quarter of the replay; every policy places and measures from step 0 with no usage history."""
+
+    pressure_transition_s: float = 300.0
+    warmup_s: float = 3600.0
+
+    def transition_steps(self, step_s: float) -> int:
+        return int(np.ceil(self.pressure_transition_s / step_s - 1e-9))
+
+    def warmup_steps(self, step_s: float, n_steps: int) -> int:
+        return min(int(np.ceil(self.warmup_s / step_s - 1e-9)), n_steps // 4)
 
 
 @dataclass(slots=True)
@@ -98,7 +138,11 @@ class SimView:
         self.alloc = np.stack([scenario.node_cpu, scenario.node_memory], axis=1).astype(float)  # (N, 2) milli, bytes
         self.max_pods = np.full(len(self.node_names), MAX_PODS_PER_NODE)
         self.labels: list[dict[str, str]] = scenario.node_labels
-        self.taints: list[list[tuple[str, str, str]]] = scenario.node_taints
+        self.scenario_taints: list[list[tuple[str, str, str]]] = scenario.node_taints  # the nodes' own taints
+        # the kubelet's MemoryPressure condition as TaintNodesByCondition shows it: MEMORY_PRESSURE_TAINT on the node
+        self.memory_pressure = np.zeros(len(self.node_names), dtype=bool)
+        self._taints: list[list[tuple[str, str, str]]] | None = None
+        self._taints_of: bytes = b""
         self.unschedulable = np.zeros(len(self.node_names), dtype=bool)
         self.requested = np.zeros((len(self.node_names), 2))  # sum of bound pods' requests
         self.pod_count = np.zeros(len(self.node_names), dtype=np.int64)
@@ -112,6 +156,19 @@ class SimView:
         self.active = np.ones(len(self.node_names), dtype=bool)  # provisioned and ready (the autoscaler's pool)
         self._scenario = scenario
         self._forecasts: dict[tuple[int, str, float], dict[str, np.ndarray]] = {}
+
+    @property
+    def taints(self) -> list[list[tuple[str, str, str]]]:
+        """Every node's taints now, (key, value, effect): its own plus the memory-pressure taint while the
+        node carries it."""
+        if not self.memory_pressure.any():
+            return self.scenario_taints
+        key = self.memory_pressure.tobytes()
+        if self._taints is None or key != self._taints_of:
+            self._taints = [[*t, MEMORY_PRESSURE_TAINT] if self.memory_pressure[i] else t
+                            for i, t in enumerate(self.scenario_taints)]
+            self._taints_of = key
+        return self._taints
 
     # ---- time ----
     @property
@@ -289,12 +346,24 @@ class RunResult:
     pending_per_step: np.ndarray | None = None  # (T,) pods in the queue after scheduling
     waits_steps: list[int] = field(default_factory=list)  # per queue entry: steps until bound (or until it ended)
     autoscaler: str = "none (fixed pool)"
+    ran: np.ndarray | None = None  # (P, T) bool: the pod ran through step k (a pod killed in step k did not)
+    memory_pressure: np.ndarray | None = None  # (N, T) bool: the node had the MemoryPressure condition during step k
+    served: np.ndarray | None = None  # (P,) bool: the pod was running when its life ended (departure or replay end)
+    warmup_steps: int = 0  # the metrics score steps warmup_steps..T-1
+    rules: EngineRules = field(default_factory=EngineRules)
 
 
 def _fits(view: SimView, node: int, pod: SimPod) -> bool:
     free = view.alloc[node] - view.requested[node]
-    return bool(view.active[node] and free[0] >= pod.cpu and free[1] >= pod.memory
+    tainted = view.memory_pressure[node] and not tolerates(pod, MEMORY_PRESSURE_TAINT)
+    return bool(view.active[node] and not tainted and free[0] >= pod.cpu and free[1] >= pod.memory
                 and view.pod_count[node] < view.max_pods[node])
+
+
+def tolerates(pod: SimPod, taint: tuple[str, str, str]) -> bool:
+    """The pod tolerates the taint (key, value, effect): a toleration (key, effect) with its key and its effect or
+    every effect (the trace's pods tolerate nothing)."""
+    return any(k == taint[0] and (e == "" or e == taint[2]) for k, e in pod.tolerations)
 
 
 # First-fit of requests (cpu, memory, one pod slot) into free capacity; returns the node chosen or -1 and
@@ -314,8 +383,11 @@ def first_fit(free: np.ndarray, slots: np.ndarray, req: tuple[float, float], can
 class _Replay:
     """One run's mutable state and the engine's rules; ``run`` drives it step by step."""
 
-    def __init__(self, scenario: Scenario, policy: Policy, autoscaler: Autoscaler | None) -> None:
+    def __init__(self, scenario: Scenario, policy: Policy, autoscaler: Autoscaler | None,
+                 rules: EngineRules | None = None) -> None:
         self.s, self.policy, self.ca = scenario, policy, autoscaler
+        self.rules = rules or EngineRules()
+        self.transition_steps = self.rules.transition_steps(scenario.step_s)
         self.view = view = SimView(scenario)
         lim_c = scenario.pod_cpu_limit if scenario.pod_cpu_limit is not None else np.zeros(scenario.n_pods)
         lim_m = scenario.pod_memory_limit if scenario.pod_memory_limit is not None else np.zeros(scenario.n_pods)
@@ -342,6 +414,10 @@ class _Replay:
         self.provisioned = np.zeros((N, T), dtype=bool)
         self.unmet = np.zeros((N, T))
         self.pending_t = np.zeros(T, dtype=np.int64)
+        self.ran = np.zeros((scenario.n_pods, T), dtype=bool)
+        self.pressure_t = np.zeros((N, T), dtype=bool)
+        self.served = np.zeros(scenario.n_pods, dtype=bool)
+        self.last_pressure = np.full(N, -(10**9), dtype=np.int64)  # the last step whose memory demand exceeded allocatable
         self.oom: list[tuple[int, int, int]] = []
         self.waits: list[int] = []
         self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
@@ -384,6 +460,7 @@ class _Replay:
         view.step = k
         for i in self.departures.pop(k, []):
             if i in view.running:
+                self.served[i] = True
                 self.release(i)
         gone = [(a, i) for a, i in self.queue if self.pods[i].departure_step <= k]
         for a, _ in gone:  # waited until it left unplaced: a censored wait
@@ -408,13 +485,14 @@ class _Replay:
 
     def schedule(self, k: int) -> list[int]:
         view, still, unplaced = self.view, [], []
-        free = np.where(view.active[:, None], view.alloc - view.requested, -1.0)
+        # tainted nodes count as full for the shortcut below (the trace's pods tolerate no taint; _fits decides)
+        free = np.where((view.active & ~view.memory_pressure)[:, None], view.alloc - view.requested, -1.0)
         for a, i in self.queue:
             pod = self.pods[i]
             pod.attempts += 1
             self.attempts += 1
             # No ready node can hold the requests: every policy must answer None, so skip asking (saves time).
-            if not ((free[:, 0] >= pod.cpu) & (free[:, 1] >= pod.memory)).any():
+            if not pod.tolerations and not ((free[:, 0] >= pod.cpu) & (free[:, 1] >= pod.memory)).any():
                 still.append((a, i))
                 unplaced.append(i)
                 continue
@@ -439,7 +517,9 @@ class _Replay:
             use = s.pod_usage[idx, k, :].astype(float) * np.stack([s.pod_cpu[idx], s.pod_memory[idx]], axis=1)
             for r in range(2):
                 self.demand[:, k, r] = np.bincount(nodes, weights=use[:, r], minlength=N)
+            self.ran[idx, k] = True
             mem = self.demand[:, k, 1].copy()
+            self.last_pressure[mem > view.alloc[:, 1]] = k
             for node in np.flatnonzero(mem > view.alloc[:, 1]).tolist():
                 on = np.flatnonzero(nodes == node)
                 alive = np.ones(len(on), dtype=bool)
@@ -449,6 +529,7 @@ class _Replay:
                     alive[j] = False
                     mem[node] -= use[on[j], 1]
                     victim = int(idx[on[j]])
+                    self.ran[victim, k] = False  # killed in step k: monitoring has the node without it, not served
                     self.oom.append((k, victim, node))
                     self.evict(victim, k + 1)
             view._usage[:, k, 1] = mem
@@ -456,25 +537,32 @@ class _Replay:
             view._usage[:, k, 0] = np.minimum(cpu, view.alloc[:, 0])
             # unmet cpu (core-minutes) = (demand - allocatable)+ [millicores] / 1000 x step minutes
             self.unmet[:, k] = np.clip(cpu - view.alloc[:, 0], 0.0, None) / 1000.0 * s.step_s / 60.0
+        # MemoryPressure during step k: pressure seen now, or the taint carried into this step's scheduling
+        self.pressure_t[:, k] = view.memory_pressure | (self.last_pressure == k)
+        # the taint from the next step's scheduling on, until the pressure has been gone for the transition period
+        view.memory_pressure[:] = (k + 1 - self.last_pressure) <= self.transition_steps
         self.requested_t[:, k] = view.requested
         self.count_t[:, k] = view.pod_count
 
-    def autoscale(self, k: int, unplaced: list[int]) -> None:
+    def autoscale(self, k: int) -> None:
         view, ca = self.view, self.ca
         # billed for step k: the nodes that were provisioning or ready during it (a node removed at the end of
         # step k is billed for k; one ordered at the end of step k from k+1)
         self.provisioned[:, k] = view.active | (self.ready_at >= 0)
         self.pending_t[k] = len(self.queue)
         if ca is not None:
-            self._scale_up(k, [i for i in unplaced if self.pods[i].node < 0], ca)
+            # every pod in the queue now: the ones this step could not place and the ones evicted or OOM-killed
+            # during it (new pods of their Deployments, pending at once; CA's simulation decides whether they fit)
+            self._scale_up(k, [i for _, i in self.queue], ca)
             self._scale_down(k, ca)
 
     def _scale_up(self, k: int, pending: list[int], ca: Autoscaler) -> None:
         view = self.view
         up = view.active | (self.ready_at >= 0)
+        spare = np.flatnonzero(~up)  # the pool's nodes not provisioned, in pool order
+        up &= ~view.memory_pressure  # CA's simulation honours the taint: a tainted node holds no pending pod
         free = np.where(up[:, None], view.alloc - view.requested, 0.0)
         slots = np.where(up, view.max_pods - view.pod_count, 0)
-        spare = np.flatnonzero(~up)  # the pool's nodes not provisioned, in pool order
         opened: list[int] = []
         for i in pending:
             req = (self.pods[i].cpu, self.pods[i].memory)
@@ -512,7 +600,8 @@ class _Replay:
         for node in nonempty.tolist():
             if drained >= ca.max_nonempty_per_step or n_up - len(removed) <= ca.min_nodes:
                 break
-            others = np.flatnonzero(view.active & ~np.isin(np.arange(len(share)), [*removed, node]))
+            others = np.flatnonzero(view.active & ~view.memory_pressure
+                                    & ~np.isin(np.arange(len(share)), [*removed, node]))
             free = view.alloc - view.requested
             slots = view.max_pods - view.pod_count
             on = [p for p in view.running.values() if p.node == node]
@@ -524,6 +613,8 @@ class _Replay:
                 self.ca_evictions += 1
                 self.evict(p.index, k + 1)
             view.active[node] = False
+            view.memory_pressure[node] = False  # a node provisioned again later starts without the condition
+            self.last_pressure[node] = -(10**9)
             self.unneeded[node] = 0
         self.scale_downs += len(removed)
 
@@ -532,6 +623,7 @@ class _Replay:
         T = s.n_steps
         for a, _ in self.queue:  # still waiting at the end: a censored wait
             self.waits.append(T - a)
+        self.served[list(view.running)] = True  # running when the replay ended
         median_pod = np.array([np.median(s.pod_cpu), np.median(s.pod_memory)]) if s.n_pods else np.zeros(2)
         return RunResult(self.policy.name, self.policy.mode, s.name, view._usage, view.alloc.copy(), self.requested_t,
                          self.count_t, self.pods, self.attempts, self.rejected, wall_s, self.policy.latencies, s.step_s,
@@ -539,21 +631,24 @@ class _Replay:
                          provisioned=self.provisioned, unmet_cpu_core_min=self.unmet, oom_kills=self.oom,
                          ca_evictions=self.ca_evictions, moves=self.moves, scale_ups=self.scale_ups,
                          scale_downs=self.scale_downs, pending_per_step=self.pending_t, waits_steps=self.waits,
-                         autoscaler=self.ca.describe() if self.ca else "none (fixed pool)")
+                         autoscaler=self.ca.describe() if self.ca else "none (fixed pool)", ran=self.ran,
+                         memory_pressure=self.pressure_t, served=self.served,
+                         warmup_steps=self.rules.warmup_steps(s.step_s, T), rules=self.rules)
 
 
 def run(scenario: Scenario, policy: Policy, progress: Callable[[int, int], None] | None = None,
-        autoscaler: Autoscaler | None = None) -> RunResult:
-    """Replay ``scenario`` with ``policy`` (and the autoscaler, if given); returns the truth and the accounting."""
+        autoscaler: Autoscaler | None = None, rules: EngineRules | None = None) -> RunResult:
+    """Replay ``scenario`` with ``policy`` (and the autoscaler, if given) under ``rules`` (default: Kubernetes'
+    defaults); returns the truth and the accounting."""
     t_start = time.perf_counter()
-    replay = _Replay(scenario, policy, autoscaler)
+    replay = _Replay(scenario, policy, autoscaler, rules)
     policy.setup(replay.view)
     T = scenario.n_steps
     for k in range(T):
         replay.begin(k)
-        unplaced = replay.schedule(k)
+        replay.schedule(k)
         replay.truth(k)
-        replay.autoscale(k, unplaced)
+        replay.autoscale(k)
         if progress is not None:
             progress(k + 1, T)
     policy.close()

@@ -1,4 +1,31 @@
-"""What happened in one run, counted from the engine's truth (true usage per node and step)."""
+"""What happened in one run, counted from the engine's truth (true usage per node and step).
+
+Scored window: steps ``W..T-1``, W = ``RunResult.warmup_steps`` (``EngineRules.warmup_s``: the first hour, at most
+a quarter of the replay). Every harm and cost figure below counts those steps only; ``scheduled``,
+``pending_end``, ``failed``, ``attempts``, ``pending_p95_min``, the autoscaler's and the policy's counters
+(``scale_ups``, ``scale_downs``, ``ca_evictions``, ``pods_moved``) and the per-step arrays cover the whole run.
+
+Harm (what users pay for; h = step length in hours, demand = what the node's pods asked for):
+
+- ``overloaded_node_hours``: node-steps whose cpu or memory demand exceeds U* of allocatable, x h;
+- ``unmet_cpu_core_hours``: sum over node-steps of (cpu demand - allocatable)+ in cores, x h (throttled cpu);
+- ``memory_overcommit_tib_hours``: sum over node-steps of (memory demand - allocatable)+ in TiB, x h;
+- ``oom_kills``: pods killed or evicted for memory (events); ``pods_oom_killed``: distinct pods among them;
+- ``pod_hours_lost_to_kills``: per kill in step k, the pod-steps from k until the pod runs again, or until its
+  departure or the replay's end, x h (the step of the kill counts: the engine's monitoring has the node without
+  the victim in it, so the victim did not serve it; a pod killed again before it ran through a step is one
+  stretch, counted once; a part of ``pending_pod_hours``);
+- ``pending_pod_hours``: pod-steps in which a pod was alive (arrived, not departed) and not running through the
+  step (in the queue, or killed in it), x h;
+- ``pods_never_served``: pods alive after the warm-up that were not running when their life ended (at their
+  departure or the replay's end): never placed, or killed / evicted / drained and not placed again;
+- ``pod_time_served_pct``: 100 x pod-steps running / pod-steps alive (what the trace asked for);
+- ``mem_pressure_node_hours``: node-steps with the kubelet's MemoryPressure condition (memory demand above
+  allocatable in the step, or the taint carried over the transition period), x h;
+- ``overload_episodes`` (secondary): runs of consecutive overloaded node-steps, per node.
+
+Cost: ``provisioned_node_hours`` (billed node-steps: provisioning or ready, x h), ``provisioned_core_hours``
+and ``provisioned_memory_tib_hours`` (the same weighted by each node's allocatable cpu cores / memory TiB)."""
 
 from __future__ import annotations
 
@@ -48,6 +75,18 @@ class RunMetrics:
     ca_evictions: int = 0
     scale_ups: int = 0
     scale_downs: int = 0
+    overloaded_node_hours: float = 0.0
+    unmet_cpu_core_hours: float = 0.0
+    memory_overcommit_tib_hours: float = 0.0
+    pods_oom_killed: int = 0
+    pod_hours_lost_to_kills: float = 0.0
+    pending_pod_hours: float = 0.0
+    pods_never_served: int = 0
+    pod_time_served_pct: float = 100.0
+    provisioned_core_hours: float = 0.0
+    provisioned_memory_tib_hours: float = 0.0
+    mem_pressure_node_hours: float = 0.0
+    warmup_steps: int = 0
     per_step_overloads: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     per_step_nodes_in_use: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     util: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # (N, T, 2)
@@ -81,18 +120,41 @@ def episodes(above: np.ndarray) -> int:
     return int(above[:, 0].sum() + starts.sum())
 
 
+TIB = 1024.0**4
+
+
+# Pod-time lost to kills: per pod p, the union over its kills k of the steps [max(k, W), min(next run of p after k,
+# departure, T)) (a pod killed again before it ran through a step is in one stretch, counted once).
+def lost_to_kills(kills: list[tuple[int, int, int]], ran: np.ndarray, departure: np.ndarray, warmup: int) -> int:
+    """Pod-steps from each kill until the pod ran again (or departed, or the replay ended), from step ``warmup``."""
+    T = ran.shape[1]
+    lost = 0
+    covered: dict[int, int] = {}  # pod -> the end of its stretch counted so far
+    for k, p, _ in sorted(kills):
+        after = ran[p, k + 1:]
+        back = k + 1 + int(np.argmax(after)) if after.any() else T
+        end = min(back, int(departure[p]), T)
+        lost += max(0, end - max(k, warmup, covered.get(p, 0)))
+        covered[p] = max(covered.get(p, 0), end)
+    return lost
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values) * 1e3, q)) if values else float("nan")
 
 
 def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
     T = result.usage.shape[1]
+    W = min(result.warmup_steps, T)
+    h = result.step_s / 3600.0
     util = result.usage / result.alloc[:, None, :]
-    demand = (result.demand if result.demand is not None else result.usage) / result.alloc[:, None, :]
+    absolute = result.demand if result.demand is not None else result.usage
+    demand = absolute / result.alloc[:, None, :]
     events, severity = overload_counts(demand, u_star)
+    scored, severity_w, demand_w = events[:, W:], severity[:, W:], demand[:, W:]
     in_use = result.pods_on_node > 0
     placed = [p for p in result.pods if p.ever_bound or p.node >= 0]
-    billed = result.provisioned if result.provisioned is not None else in_use
+    billed = (result.provisioned if result.provisioned is not None else in_use)[:, W:]
     waits = np.array(result.waits_steps, dtype=float) * result.step_s / 60.0
     never = [p for p in result.pods if not (p.ever_bound or p.node >= 0)]
     pending_end = sum(1 for p in never if p.departure_step >= T)
@@ -104,12 +166,24 @@ def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
         if used.sum() > 1:
             spread[k] = util[used, k].std(axis=0)
     n_used = in_use.sum()
+    P = len(result.pods)
+    departure = np.array([p.departure_step for p in result.pods], dtype=np.int64)
+    arrival = np.array([p.arrival_step for p in result.pods], dtype=np.int64)
+    steps = np.arange(W, T)
+    alive = (arrival[:, None] <= steps[None, :]) & (departure[:, None] > steps[None, :])  # (P, T - W)
+    ran = result.ran[:, W:] if result.ran is not None else np.zeros((P, T - W), dtype=bool)
+    asked, running = int(alive.sum()), int((ran & alive).sum())
+    served = result.served if result.served is not None else np.zeros(P, dtype=bool)
+    kills = [kill for kill in result.oom_kills if kill[0] >= W]
+    overcommit = np.clip(absolute[:, W:, 1] - result.alloc[:, None, 1], 0.0, None)
+    pressure = result.memory_pressure[:, W:] if result.memory_pressure is not None else np.zeros((0, 0), dtype=bool)
+    unmet = result.unmet_cpu_core_min[:, W:] if result.unmet_cpu_core_min is not None else np.zeros((0, 0))
     return RunMetrics(
         policy=result.policy, mode=result.mode, u_star=u_star, pods_total=len(result.pods), scheduled=len(placed),
         pending_end=pending_end, failed=len(never) - pending_end, attempts=result.attempts,
-        overload_events=int(events.sum()), overload_events_100=int((demand.max(axis=2) > 1.0).sum()),
-        overload_cpu=int((demand[:, :, 0] > u_star).sum()), overload_memory=int((demand[:, :, 1] > u_star).sum()),
-        severity_sum=float(severity.sum()), severity_max=float(severity.max()) if severity.size else 0.0,
+        overload_events=int(scored.sum()), overload_events_100=int((demand_w.max(axis=2) > 1.0).sum()),
+        overload_cpu=int((demand_w[:, :, 0] > u_star).sum()), overload_memory=int((demand_w[:, :, 1] > u_star).sum()),
+        severity_sum=float(severity_w.sum()), severity_max=float(severity_w.max()) if severity_w.size else 0.0,
         node_hours=float(n_used * result.step_s / 3600.0), nodes_in_use_mean=float(in_use.sum(axis=0).mean()),
         fragmentation_cpu=float(frag[:, 0].mean()), fragmentation_memory=float(frag[:, 1].mean()),
         spread_cpu=float(spread[:, 0].mean()), spread_memory=float(spread[:, 1].mean()),
@@ -117,9 +191,16 @@ def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
         latency_ms={verb: (_pct(v, 50), _pct(v, 99), len(v)) for verb, v in result.latencies.items()},
         wall_s=result.wall_s, extra=dict(result.extra), per_step_overloads=events.sum(axis=0),
         per_step_nodes_in_use=in_use.sum(axis=0),
-        util=demand, overload_episodes=episodes(events), overload_node_steps=int(events.sum()),
-        unmet_cpu_core_min=float(result.unmet_cpu_core_min.sum()) if result.unmet_cpu_core_min is not None else 0.0,
-        oom_kills=len(result.oom_kills), provisioned_node_hours=float(billed.sum() * result.step_s / 3600.0),
-        pending_mean=float(result.pending_per_step.mean()) if result.pending_per_step is not None else 0.0,
+        util=demand, overload_episodes=episodes(scored), overload_node_steps=int(scored.sum()),
+        unmet_cpu_core_min=float(unmet.sum()), oom_kills=len(kills), provisioned_node_hours=float(billed.sum() * h),
+        pending_mean=float(result.pending_per_step[W:].mean()) if result.pending_per_step is not None and T > W else 0.0,
         pending_p95_min=float(np.percentile(waits, 95)) if len(waits) else 0.0, ca_evictions=result.ca_evictions,
-        scale_ups=result.scale_ups, scale_downs=result.scale_downs)
+        scale_ups=result.scale_ups, scale_downs=result.scale_downs,
+        overloaded_node_hours=float(scored.sum() * h), unmet_cpu_core_hours=float(unmet.sum() / 60.0),
+        memory_overcommit_tib_hours=float(overcommit.sum() / TIB * h), pods_oom_killed=len({p for _, p, _ in kills}),
+        pod_hours_lost_to_kills=lost_to_kills(kills, result.ran, departure, W) * h if result.ran is not None else 0.0,
+        pending_pod_hours=(asked - running) * h, pods_never_served=int((~served & (departure > W)).sum()),
+        pod_time_served_pct=100.0 * running / asked if asked else 100.0,
+        provisioned_core_hours=float((billed * result.alloc[:, None, 0]).sum() / 1000.0 * h),
+        provisioned_memory_tib_hours=float((billed * result.alloc[:, None, 1]).sum() / TIB * h),
+        mem_pressure_node_hours=float(pressure.sum() * h), warmup_steps=W)

@@ -35,6 +35,39 @@ def sensitivity(metrics: Sequence[RunMetrics], u_stars: Sequence[float] = SENSIT
     return [[m.policy, *(str(int(overload_counts(m.util, u)[0].sum())) for u in u_stars)] for m in metrics]
 
 
+def no_overload(metrics: Sequence[RunMetrics]) -> bool:
+    return all(int(np.sum(m.per_step_overloads)) == 0 for m in metrics)
+
+
+def peak_demand(m: RunMetrics) -> np.ndarray:
+    """(T,) per step, the fullest node's max(cpu, memory) demand / allocatable (0 with no node)."""
+    return m.util.max(axis=2).max(axis=0) if m.util.size else np.zeros(0)
+
+
+def usage_share(scenario: Scenario) -> tuple[float, float]:
+    """What the scenario's pods use, as a share of what they request (cpu, memory), over every pod-step they exist."""
+    steps = np.arange(scenario.n_steps)
+    alive = (scenario.pod_arrival[:, None] <= steps[None, :]) & (steps[None, :] < scenario.pod_departure[:, None])
+    out = []
+    for r, req in enumerate((scenario.pod_cpu, scenario.pod_memory)):
+        used = (np.where(alive, np.nan_to_num(scenario.pod_usage[:, :, r]), 0.0) * req[:, None]).sum()
+        asked = (alive * req[:, None]).sum()
+        out.append(float(used / asked) if asked else 0.0)
+    return out[0], out[1]
+
+
+def no_overload_note(metrics: Sequence[RunMetrics], scenario: Scenario) -> str:
+    """Why a run has no overload at all, in numbers (empty when some policy had one)."""
+    if not metrics or not no_overload(metrics):
+        return ""
+    cpu, mem = usage_share(scenario)
+    top = max(float(peak_demand(m).max(initial=0.0)) for m in metrics)
+    return (f"No policy had a node above U* = {metrics[0].u_star:.0%} at any step (the fullest node reached {top:.0%}): "
+            f"this scenario's pods use {cpu:.0%} of their cpu request and {mem:.0%} of their memory request on average "
+            f"({scenario.usage_label}), so no packing here comes near U*. For a scenario where policies differ: "
+            "kso bench --scenario google-embedded (real requests and usage of the same tasks, with the autoscaler).")
+
+
 def terminal_table(metrics: Sequence[RunMetrics], scenario: Scenario) -> str:
     table = [list(HEADERS), *rows(metrics)]
     widths = [max(len(r[c]) for r in table) for c in range(len(HEADERS))]
@@ -50,6 +83,8 @@ def terminal_table(metrics: Sequence[RunMetrics], scenario: Scenario) -> str:
     lines.append("")
     for m in metrics:
         lines.append(f"  {m.policy}: {m.mode}{_extra(m)}")
+    if note := no_overload_note(metrics, scenario):
+        lines += ["", note]
     return "\n".join(lines)
 
 
@@ -93,15 +128,26 @@ def plots(metrics: Sequence[RunMetrics], scenario: Scenario, out: Path) -> list[
     files.append("heatmap.png")
     fig.savefig(out / files[-1], dpi=110)
     plt.close(fig)
-    for fname, attr, ylabel in (("overloads.png", "per_step_overloads", f"nodes above U*={metrics[0].u_star:.0%}"),
+    u_star = metrics[0].u_star
+    none_over = no_overload(metrics)
+    for fname, attr, ylabel in (("overloads.png", "per_step_overloads", f"nodes above U*={u_star:.0%} (lower is better)"),
                                 ("nodes_in_use.png", "per_step_nodes_in_use", "nodes with at least one pod")):
         fig, ax = plt.subplots(figsize=(8, 3.6))
-        for m in metrics:
-            ax.step(hours, getattr(m, attr), where="post", label=m.policy)
+        title = f"{scenario.name} ({scenario.usage_label})"
+        if attr == "per_step_overloads" and none_over:
+            # every policy's count is 0 at every step: a flat line says nothing; how close the fullest node came does
+            for m in metrics:
+                ax.step(hours, peak_demand(m), where="post", label=m.policy)
+            ax.axhline(u_star, color="black", linestyle="--", linewidth=1, label=f"U* = {u_star:.0%}")
+            ylabel = "fullest node's demand / allocatable"
+            title = f"no node above U* = {u_star:.0%} for any policy: the fullest node's demand per step\n{title}"
+        else:
+            for m in metrics:
+                ax.step(hours, getattr(m, attr), where="post", label=m.policy)
         ax.set_xlabel("hours since replay start")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8, ncol=2)
-        ax.set_title(f"{scenario.name} ({USAGE_LABEL})", fontsize=9)
+        ax.set_title(title, fontsize=9)
         fig.tight_layout()
         fig.savefig(out / fname, dpi=110)
         plt.close(fig)
@@ -134,6 +180,7 @@ def write_report(metrics: Sequence[RunMetrics], scenario: Scenario, out: Path, c
         "frag = free capacity on used nodes that cannot hold the median pod, as a share of free capacity there; "
         "spread = std of cpu utilisation across used nodes; ext = extender call latency, client side.",
         "",
+        *([no_overload_note(metrics, scenario), ""] if no_overload(metrics) else []),
         "## Sensitivity: overload events at other U* (same runs)",
         "",
         _md_table(["policy", *(f"U*={u:.0%}" for u in SENSITIVITY_U_STARS)], sensitivity(metrics)),

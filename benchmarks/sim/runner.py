@@ -1,5 +1,6 @@
-"""The multi-seed runner behind ``kso bench --seeds``: every (scenario, seed, policy) cell in its own task,
-spread over worker processes, each cell's metrics written to ``cells.jsonl`` as it finishes (a long run
+"""The multi-seed runner behind ``kso bench --scenario``: every (scenario, seed, policy) cell in its own task,
+spread over local worker processes (the default) or handed to Ray (``--executor ray``: one task per cell, on
+the cluster ``ray.init()`` finds), each cell's metrics written to ``cells.jsonl`` as it finishes (a long run
 keeps what it has), then aggregated over seeds with 95% intervals (Student t).
 
 A policy spec is ``name`` or ``name:key=value;key=value``: ``trimaran-tlp:target=80``,
@@ -14,7 +15,7 @@ import math
 import multiprocessing as mp
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +25,10 @@ import numpy as np
 
 SCALAR_METRICS = ("overload_episodes", "overload_node_steps", "unmet_cpu_core_min", "oom_kills", "provisioned_node_hours",
                   "pending_mean", "pending_p95_min", "pods_moved", "ca_evictions", "scheduled", "pods_total", "failed",
-                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s")
+                  "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s", "overloaded_node_hours",
+                  "unmet_cpu_core_hours", "memory_overcommit_tib_hours", "pods_oom_killed", "pod_hours_lost_to_kills",
+                  "pending_pod_hours", "pods_never_served", "pod_time_served_pct", "provisioned_core_hours",
+                  "provisioned_memory_tib_hours", "mem_pressure_node_hours", "warmup_steps")
 
 
 @dataclass(frozen=True)
@@ -98,9 +102,35 @@ def _worker(cell: Cell) -> dict[str, Any]:
     return row
 
 
-def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = None) -> list[dict[str, Any]]:
-    """Run every cell (``jobs`` processes), writing rows to ``out/cells.jsonl`` as they finish (a fresh file);
-    prints one progress line per cell."""
+EXECUTORS = ("local", "ray")  # where cells run: worker processes here, or Ray tasks (the optional ``ray`` extra)
+
+
+def _local_rows(cells: Sequence[Cell], jobs: int) -> Iterator[dict[str, Any]]:
+    ctx = mp.get_context("fork")
+    with ctx.Pool(max(1, jobs)) as pool:
+        yield from pool.imap_unordered(_worker, cells, chunksize=1)
+
+
+def _ray_rows(cells: Sequence[Cell]) -> Iterator[dict[str, Any]]:
+    """Each cell a Ray task asking for 1 CPU, on the cluster ``ray.init()`` finds (``RAY_ADDRESS``, else a local one
+    started here); rows come back as tasks finish."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init()
+    remote = ray.remote(num_cpus=1)(_worker)
+    pending = [remote.remote(c) for c in cells]
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        yield ray.get(done[0])
+
+
+def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = None,
+              executor: str = "local") -> list[dict[str, Any]]:
+    """Run every cell (``executor``: "local" = ``jobs`` worker processes, "ray" = Ray tasks), writing rows to
+    ``out/cells.jsonl`` as they finish (a fresh file); prints one progress line per cell."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
     stream = stream or sys.stderr
     out.mkdir(parents=True, exist_ok=True)
     path = out / "cells.jsonl"
@@ -108,14 +138,16 @@ def run_cells(cells: Sequence[Cell], out: Path, jobs: int = 1, stream: Any = Non
     t0 = time.perf_counter()
     # seed by seed (a run stopped early keeps whole seeds), expensive policies first within a seed
     order = sorted(cells, key=lambda c: (c.seed, not c.policy.startswith("kso")))
-    ctx = mp.get_context("fork")
-    with path.open("w") as f, ctx.Pool(max(1, jobs)) as pool:
-        for n, row in enumerate(pool.imap_unordered(_worker, order, chunksize=1), 1):
+    source = _ray_rows(order) if executor == "ray" else _local_rows(order, jobs)
+    with path.open("w") as f:
+        for n, row in enumerate(source, 1):
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()
-            status = row.get("error") or (f"episodes {row['overload_episodes']:.0f}, node-h "
-                                          f"{row['provisioned_node_hours']:.1f}, OOM {row['oom_kills']:.0f}")
+            harm = f"overloaded node-h {row['overloaded_node_hours']:.1f}" if "overloaded_node_hours" in row else \
+                f"episodes {row.get('overload_episodes', math.nan):.0f}"
+            status = row.get("error") or (f"{harm}, node-h {row.get('provisioned_node_hours', math.nan):.1f}, "
+                                          f"OOM kills {row.get('oom_kills', math.nan):.0f}")
             stream.write(f"[{n}/{len(order)}] {time.perf_counter() - t0:7.0f} s  {row['scenario']} seed {row['seed']} "
                          f"{row['policy']}: {status} ({row['wall_s']:.0f} s)\n")
             stream.flush()
@@ -140,10 +172,21 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(t.ppf(0.975, n - 1) * v.std(ddof=1) / math.sqrt(n)), n
 
 
+ROW_KEYS = frozenset({"scenario", "nodes", "hours", "seed", "policy", "mode", "scenario_name", "extra", "error"})
+
+
 def aggregate(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, tuple[float, float, int]]]:
-    """(scenario, policy) -> metric -> (mean, 95% half-width, seeds)."""
+    """(scenario, policy) -> metric -> (mean, 95% half-width, seeds), for every numeric metric of the rows
+    (``SCALAR_METRICS`` and any a newer engine wrote). A metric only some seeds' rows have is averaged over
+    those (its n says how many); one no row has is (NaN, NaN, 0): the report shows it as n/a."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         if "error" not in r:
             groups.setdefault((r["scenario"], r["policy"]), []).append(r)
-    return {key: {m: mean_ci([r[m] for r in rs]) for m in SCALAR_METRICS} for key, rs in groups.items()}
+    out = {}
+    for key, rs in groups.items():
+        names = list(SCALAR_METRICS) + sorted({k for r in rs for k, v in r.items() if k not in ROW_KEYS
+                                               and k not in SCALAR_METRICS and isinstance(v, int | float)
+                                               and not isinstance(v, bool)})
+        out[key] = {m: mean_ci([float(r[m]) for r in rs if isinstance(r.get(m), int | float)]) for m in names}
+    return out

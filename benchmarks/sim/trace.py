@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from forecasting.traces import TraceSource
-from optimizer.openb import read_openb
+from optimizer.plan.openb import read_openb
 
 STEP_S = 300.0  # the replay's step: 5 minutes, the Bitbrains sampling period
 DAY_STEPS = 288

@@ -55,7 +55,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None,
     raise KubeConfigError(
         "cannot reach the Kubernetes API: "
         + "; ".join(problems)
-        + " (run kso in a pod with a service account, pass a kubeconfig, or use a snapshot instead)"
+        + " (run kso in a pod with a service account, or pass a kubeconfig)"
     )
 
 

@@ -19,8 +19,9 @@ class SafeBoundSettings:
     safe agent (kso.decisions.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
     inherit them, judge nodes alike."""
 
-    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent", help="U*, percent")
-    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps, percent")
+    utilization: int = setting("SAFEUTILIZATION", 90, kind="percent",
+                               help="U*: the utilisation a node should stay under (safe agent and plans), percent")
+    percentile: int = setting("SAFEPERCENTILE", 30, kind="percent", help="eps: the risk of passing U* that is accepted, percent")
 
     @property
     def u_star(self) -> float:

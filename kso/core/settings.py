@@ -1,24 +1,21 @@
 """Settings: dataclasses whose fields name their environment variable, parsed in one place.
 
-A field declared with ``setting("SAFEUTILIZATION", 90, kind="percent")`` reads that variable; a value
-that does not parse or lies outside its range falls back to the default with a logged warning, as
-kube-safe-scheduler did. A config file (YAML/JSON mapping of the same variable names) may supply
-values; the environment wins over the file.
+A field declared with ``setting("SAFEUTILIZATION", 90, kind="percent", help=...)`` reads that variable. A
+config file (YAML/JSON mapping of the same variable names) may supply values; the environment wins over
+the file. One rule everywhere: a value that does not parse or lies outside its range, a config file that is
+missing or unreadable, and a name kso does not read are errors (``ConfigError``, one line naming the setting
+and what it accepts), never a fallback to the default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
-from collections.abc import Mapping
-from functools import lru_cache
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
-
-log = logging.getLogger("kso.core.settings")
 
 T = TypeVar("T")
 
@@ -29,10 +26,15 @@ LOG_LEVELS = {"TRACE": TRACE, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WAR
               "ERROR": logging.ERROR, "ALERT": ALERT}
 logging.addLevelName(TRACE, "TRACE")
 logging.addLevelName(ALERT, "ALERT")
+log = logging.getLogger("kso.core.settings")
+
+# Every variable declared by a setting() of the modules imported so far: name -> its field's metadata.
+DECLARED: dict[str, dict[str, Any]] = {}
 
 
 class ConfigError(ValueError):
-    """A config file that cannot be used at all (unreadable, not a mapping)."""
+    """A configuration kso cannot use: a missing or unreadable config file, a name kso does not read, a bad
+    value. The message is one line naming the file or setting."""
 
 
 def setting(env: str, default: Any, kind: str = "", lo: float | None = None, hi: float | None = None,
@@ -42,10 +44,22 @@ def setting(env: str, default: Any, kind: str = "", lo: float | None = None, hi:
     kind: "" (type of the default), "percent" (integer 0..100), "choice:A,B,C" (case-insensitive),
     "list" (comma-separated strings), "weights" (name=int,name=int).
     """
-    meta = {"env": env, "kind": kind, "lo": lo, "hi": hi, "help": help}
+    meta = {"env": env, "kind": kind, "lo": lo, "hi": hi, "help": help, "default": default}
+    DECLARED.setdefault(env, meta)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass
+class ConfigFileSettings:
+    path: str = setting("KSO_CONFIG", "", help="settings file every command reads when not given --config (a YAML/JSON "
+                        "mapping of these names to values; the environment wins over it)")
+
+
+def choices(kind: str) -> list[str]:
+    """The allowed values of a "choice:A,B,C" kind (else [])."""
+    return kind[len("choice:"):].split(",") if kind.startswith("choice:") else []
 
 
 def _parse(raw: str, default: Any, kind: str, lo: float | None, hi: float | None) -> Any:
@@ -53,13 +67,12 @@ def _parse(raw: str, default: Any, kind: str, lo: float | None, hi: float | None
     if kind == "percent":
         value = int(raw)
         if not 0 <= value <= 100:
-            raise ValueError("outside 0..100")
+            raise ValueError("not an integer percentage 0..100")
         return value
-    if kind.startswith("choice:"):
-        choices = kind[len("choice:"):].split(",")
+    if allowed := choices(kind):
         up = raw.upper()
-        if up not in choices:
-            raise ValueError(f"not one of {', '.join(choices)}")
+        if up not in allowed:
+            raise ValueError(f"not one of {', '.join(allowed)}{did_you_mean(up, allowed)}")
         return up
     if kind == "list":
         return [p.strip() for p in raw.split(",") if p.strip()]
@@ -79,7 +92,7 @@ def _parse(raw: str, default: Any, kind: str, lo: float | None, hi: float | None
             return True
         if raw.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError("not a boolean")
+        raise ValueError("not a boolean (true/false, 1/0, yes/no, on/off)")
     if isinstance(default, int):
         value = int(raw)
     elif isinstance(default, float):
@@ -89,15 +102,43 @@ def _parse(raw: str, default: Any, kind: str, lo: float | None, hi: float | None
     else:
         return raw
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"outside {lo}..{hi}")
+        raise ValueError(f"outside {accepted(lo, hi)}")
     return value
+
+
+def accepted(lo: float | None, hi: float | None) -> str:
+    """A range as the errors and the settings table write it: "1..65535", ">= 0.1", "<= 60"."""
+    def num(x: float) -> str:
+        return f"{x:g}" if isinstance(x, float) else str(x)
+
+    if lo is not None and hi is not None:
+        return f"{num(lo)}..{num(hi)}"
+    return f">= {num(lo)}" if lo is not None else f"<= {num(hi)}" if hi is not None else ""
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """' (did you mean X?)' for the closest candidate, else ''."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _text(value: Any) -> str:
+    """A config file's value as the environment would spell it (a YAML list for a list, a mapping for weights)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
 
 
 def load_settings(cls: type[T], env: Mapping[str, str] | None = None,
                   file_values: Mapping[str, Any] | None = None) -> T:
-    """Build ``cls`` from the file values, then the environment; bad values keep the default."""
+    """Build ``cls`` from the file values, then the environment; ConfigError naming every bad value."""
     env = os.environ if env is None else env
     kwargs: dict[str, Any] = {}
+    problems: list[str] = []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         meta = f.metadata
         name = meta.get("env")
@@ -107,38 +148,113 @@ def load_settings(cls: type[T], env: Mapping[str, str] | None = None,
         for source, values in (("config file", file_values or {}), ("environment", env)):
             if name not in values:
                 continue
-            raw = values[name]
+            raw = _text(values[name])
             try:
-                kwargs[f.name] = _parse(str(raw) if not isinstance(raw, str) else raw, default,
-                                        meta["kind"], meta["lo"], meta["hi"])
+                kwargs[f.name] = _parse(raw, default, meta["kind"], meta["lo"], meta["hi"])
             except ValueError as exc:
-                _warn_ignored(source, name, str(raw), str(exc), repr(kwargs.get(f.name, default)))
+                problems.append(f"{name}={raw!r} ({source}): {_reason(exc)}")
+    if problems:
+        raise ConfigError("; ".join(problems))
     return cls(**kwargs)
 
 
-@lru_cache(maxsize=256)
-def _warn_ignored(source: str, name: str, raw: str, why: str, using: str) -> None:
-    """Once per bad value: several settings classes share a name (U* and eps in SafeParams and PlanSettings),
-    and one typo should be one warning, not one per class that reads it."""
-    log.warning("%s %s=%r ignored (%s); using %s", source, name, raw, why, using)
+def _reason(exc: ValueError) -> str:
+    """int('x') and float('x') say "invalid literal for int() with base 10: 'x'": say what was expected."""
+    text = str(exc)
+    if text.startswith("invalid literal for int()"):
+        return "not an integer"
+    if text.startswith("could not convert string to float"):
+        return "not a number"
+    return text
 
 
 def read_config_file(path: str | Path | None) -> dict[str, Any]:
-    """Read a YAML/JSON mapping of setting names. A corrupt file is reported and ignored as a whole
-    (never half-loaded): the caller gets {} and a logged error."""
+    """A YAML/JSON mapping of setting names; {} when ``path`` is empty. A file that is missing, unreadable or
+    not such a mapping is a ConfigError (never half-loaded, never ignored)."""
     if not path:
         return {}
+    import yaml
+
     try:
         data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        log.error("config file %s ignored: %s", path, exc)
-        return {}
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not YAML/JSON: {' '.join(str(exc).split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        log.error("config file %s ignored: expected a mapping of setting names to values", path)
-        return {}
+        raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
     return data
+
+
+def check_names(names: Iterable[str], known: Iterable[str], where: str) -> None:
+    """ConfigError naming each of ``names`` that is not in ``known`` (with the closest known name)."""
+    known = sorted(known)
+    unknown = [f"{name}{did_you_mean(name, known)}" for name in sorted(names) if name not in known]
+    if unknown:
+        raise ConfigError(f"{where} names {'a setting' if len(unknown) == 1 else 'settings'} kso does not read: "
+                          + ", ".join(unknown))
+
+
+def settings_fields(classes: Iterable[type]) -> list[tuple[type, dataclasses.Field[Any]]]:
+    """(class, field) of every declared setting of ``classes``, each variable once (the first class that has
+    it: inherited settings are listed with their base)."""
+    seen: set[str] = set()
+    out = []
+    for cls in classes:
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            name = f.metadata.get("env")
+            if name and name not in seen:
+                seen.add(name)
+                out.append((cls, f))
+    return out
+
+
+def describe_default(meta: Mapping[str, Any]) -> str:
+    """A setting's default as the settings table writes it (in backticks; "(none)" when empty)."""
+    default = meta["default"]
+    if default == "" or default == [] or default == {}:
+        return "(none)"
+    text = f"{default:g}" if isinstance(default, float) else _text(default)
+    return f"`{text}`"
+
+
+def describe_values(meta: Mapping[str, Any]) -> str:
+    """What a setting accepts, as the settings table writes it."""
+    kind, default = meta["kind"], meta["default"]
+    if kind == "percent":
+        return "0..100"
+    if allowed := choices(kind):
+        return ", ".join(allowed)
+    if kind == "list":
+        return "comma-separated"
+    if kind == "weights":
+        return "name=weight,..."
+    if isinstance(default, bool):
+        return "true, false"
+    if isinstance(default, (int, float)):
+        kind_name = "integer" if isinstance(default, int) else "number"
+        bounds = accepted(meta["lo"], meta["hi"])
+        return f"{kind_name} {bounds}".strip()
+    return "text"
+
+
+def markdown_table(sections: Iterable[tuple[str, Iterable[type]]]) -> str:
+    """The configuration table: one row per variable, grouped under each section's title."""
+    rows = ["| variable | default | accepts | meaning |", "|---|---|---|---|"]
+    seen: set[str] = set()
+    for title, classes in sections:
+        fields = [(c, f) for c, f in settings_fields(classes) if f.metadata["env"] not in seen]
+        if not fields:
+            continue
+        rows.append(f"| **{title}** | | | |")
+        for _, f in fields:
+            meta = f.metadata
+            seen.add(meta["env"])
+            cells = [f"`{meta['env']}`", describe_default(meta), describe_values(meta), meta["help"]]
+            rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def parse_log_level(raw: str | None) -> int:

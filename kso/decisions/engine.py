@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kso.core.cluster import ClusterState
+from kso.core.logs import fields
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import NodeStatsSource
@@ -179,7 +180,7 @@ class DecisionEngine:
         self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         if plan is not None:
             self.metrics.plan_age.set_function(plan.age_s)
-        log.info("agents %s; filters %s; weights %s", list(self.agents), self.filters, self.weights)
+        log.info("%s", fields({"agents": list(self.agents), "filters": self.filters, "weights": self.weights}))
 
     # ---- inputs ------------------------------------------------------------------------------
     def parse_pod(self, pod: dict[str, Any], shared: bool = False) -> PodInfo:

@@ -8,11 +8,10 @@ import time
 import pytest
 
 from benchmarks import solver
-from forecasting.traces import DATA_DIR
-from optimizer.model import POLICIES
-from optimizer.openb import SOURCES, USAGE_LABEL
+from optimizer.plan.model import POLICIES
+from optimizer.plan.openb import SOURCES, USAGE_LABEL
 
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "openb-nodes.csv").exists(), reason=f"no openb trace in {DATA_DIR}")
+pytestmark = pytest.mark.usefixtures("openb_trace")  # fails naming KSO_TRACE_DIR when the trace is missing
 
 
 def _table(text: str, first_column: str) -> tuple[list[str], list[list[str]]]:
@@ -86,7 +85,7 @@ def _power(options: object, base: int, exp: int) -> int:
 
 
 def test_a_crashing_solve_is_reported_not_fatal() -> None:
-    from optimizer.compiled import SolverOptions
+    from optimizer.plan.compiled import SolverOptions
 
     opts = SolverOptions(time_limit_s=5)
     result, notes = solver.with_retries(_abort, opts)

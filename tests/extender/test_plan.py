@@ -20,10 +20,10 @@ from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.objects import node_from_k8s
 from kso.core.settings import load_settings
-from optimizer.inputs import problem_from_state
-from optimizer.model import SolverOptions
-from optimizer.plan import PlacementPlan, write_plan
-from optimizer.planner import make_plan
+from optimizer.plan.cluster_problem import problem_from_state
+from optimizer.plan.model import SolverOptions
+from optimizer.plan.pipeline import plan_cluster
+from optimizer.plan.placement_plan import PlacementPlan, write_plan
 from optimizer.settings import PlanSettings
 from tests.support.fixtures import make_node, make_pod, make_state
 
@@ -45,7 +45,7 @@ def plan_extender(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator
 
 def solved_plan(ext: Extender, policy: str = "binpack") -> PlacementPlan:
     problem = problem_from_state(ext.state, None, 0.9, 0.3)
-    return make_plan(problem, SolverOptions(policy=policy, time_limit_s=5))
+    return plan_cluster(problem, SolverOptions(policy=policy, time_limit_s=5)).plan
 
 
 def scores(client: Client, pod: dict[str, Any]) -> dict[str, int]:
@@ -249,8 +249,8 @@ def test_plan_solver_close_ends_its_process() -> None:
     stops a solve in flight, and the caller gets the FFD fallback at once."""
     import threading
 
-    from optimizer.openb import openb_problem
-    from optimizer.planner import FFD_STATUS, ProtectedSolver
+    from optimizer.plan.openb import openb_problem
+    from optimizer.plan.protected_solver import FFD_STATUS, ProtectedSolver
 
     solver = ProtectedSolver(retries=1)
     got: list[Any] = []

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from extender.config import load_config
-from kso.core.settings import ALERT, TRACE, parse_log_level
+from kso.core.settings import ALERT, TRACE, ConfigError, parse_log_level
 from tests.support.fixtures import make_node, make_pod, running_extender
 
 # (mean free cpu, std free cpu, pod cpu) -> (mu, sigma, risk, passes, balance, overload)
@@ -61,7 +61,7 @@ def test_safe_env_settings_change_the_bound() -> None:
     body = {"Pod": make_pod("p", cpu="500m", memory=None), "NodeNames": ["n1"]}
     with running_extender([node], env={"SAFEPERCENTILE": "50"}) as c:  # eps 0.5 > risk 0.3425
         assert c.post("/scheduler/predicates/safe-overload", body)[1]["NodeNames"] == ["n1"]
-    with running_extender([node], env={"SAFEPERCENTILE": "abc"}) as c:  # bad value -> default 30
+    with running_extender([node]) as c:  # the default eps 0.3 < risk 0.3425
         assert c.post("/scheduler/predicates/safe-overload", body)[1]["NodeNames"] == []
 
 
@@ -125,11 +125,13 @@ def test_log_levels(raw, level) -> None:
     assert parse_log_level(raw) == level
 
 
-def test_percent_settings_fall_back_to_defaults() -> None:
-    cfg = load_config({"SAFEUTILIZATION": "150", "SAFEPERCENTILE": "x", "SAFEFORECASTWEIGHT": "35",
-                       "HTTP_PORT": "5401", "POLICY_OBJECTIVE": "load_balance", "NUM_RESOURCES": "9"})
-    safe = cfg.agent_params["safe"]
-    assert (safe.utilization, safe.percentile, safe.forecast_weight) == (90, 30, 35)
+def test_percent_settings_are_read_and_bad_ones_are_errors() -> None:
+    # kube-safe-scheduler fell back to the default on a bad value; kso's one rule is an error naming each one.
+    cfg = load_config({"SAFEFORECASTWEIGHT": "35", "HTTP_PORT": "5401", "POLICY_OBJECTIVE": "load_balance"})
+    assert cfg.agent_params["safe"].forecast_weight == 35
     assert cfg.settings.http_port == 5401
     assert cfg.agent_params["pigeon"].policy_objective == "LOAD_BALANCE"
-    assert cfg.agent_params["pigeon"].num_resources == 2
+    with pytest.raises(ConfigError) as bad:
+        load_config({"SAFEUTILIZATION": "150", "SAFEPERCENTILE": "x", "NUM_RESOURCES": "9"})
+    for name in ("SAFEUTILIZATION='150'", "SAFEPERCENTILE='x'", "NUM_RESOURCES='9'"):
+        assert name in str(bad.value)

@@ -434,7 +434,7 @@ def test_each_series_gets_the_volatility_memory_that_fits_it() -> None:
 
 
 def test_short_history_fallback_centre_can_differ_for_cpu() -> None:
-    """Benchmark candidates (issue 15, session 9): ``fallback_half_life`` sets the centre that calibrates a history too
+    """Benchmark candidates: ``fallback_half_life`` sets the centre that calibrates a history too
     short for Holt-Winters (0 = the last value), ``fallback_cpu_half_life`` the one for cpu rows only."""
     y = 0.3 + 0.01 * (np.arange(150) % 7)
     cpu = grid_series(y, key="a")

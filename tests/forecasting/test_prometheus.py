@@ -258,8 +258,8 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
     """kso plan --prometheus: a workload class's usage is its running pods' measured usage over the last hour
     (pooled samples: mean and spread), read from the real server."""
     from kso.core.objects import pod_from_k8s
-    from optimizer.inputs import MIN_USAGE_SAMPLES, class_usage_from_history, pod_usage_samples
-    from optimizer.problem import class_key
+    from optimizer.plan.cluster_problem import MIN_USAGE_SAMPLES, class_usage_from_history, pod_usage_samples
+    from optimizer.plan.problem import class_key
     from tests.support.fixtures import make_pod
 
     raw = make_pod(ps.POD[1], cpu="2", memory="4Gi", namespace=ps.POD[0], node="worker-0")
@@ -282,7 +282,7 @@ def test_class_usage_from_the_pods_cadvisor_history(prom: ps.PromServer) -> None
 
 
 def test_lagging_node_is_not_read_as_busy(prom: ps.PromServer) -> None:
-    """Issue 15, finding 5: an idle node whose newest scrapes are 2-3 minutes older than the query end read
+    """An idle node whose newest scrapes are 2-3 minutes older than the query end read
     30-70 % busy (rate() over a partial window, extrapolated). Steps whose newest raw sample is more than one
     scrape interval old are dropped, and the node's series and forecast are marked."""
     now = float(prom.scrapes[-1]) + ps.STEP + 1.0  # query end: one minute after the healthy nodes' last scrape

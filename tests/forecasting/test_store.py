@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import math
 import threading
-from pathlib import Path
 
 import numpy as np
-import orjson
 import pytest
 
 from forecasting.cli import annotations_for
-from forecasting.cli import main as cli_main
 from forecasting.models import get_forecaster
 from forecasting.stats_source import ForecastStats
 from forecasting.store import ForecastStore, StoreSettings
@@ -191,19 +188,3 @@ def test_annotations_round_trip_through_annotation_stats() -> None:
     via_fc = ForecastStats(store).free_stats(view)
     np.testing.assert_allclose(via_ann.mean_free, via_fc.mean_free, atol=0.5)
     np.testing.assert_allclose(via_ann.std_free, via_fc.std_free, atol=0.5)
-
-
-def test_cli_annotate_dry_run_from_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    snap = tmp_path / "cluster.json"
-    snap.write_bytes(orjson.dumps({"nodes": [make_node("node-a", cpu="2", memory="8Gi"),
-                                             make_node("node-b", cpu="4", memory="16Gi")]}))
-    rc = cli_main(["annotate", "--trace", "embedded", "--nodes", "2", "--model", "last-value", "--snapshot",
-                   str(snap), "--assign-traces", "--dry-run"])
-    assert rc == 0
-    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [x["node"] for x in lines] == ["node-a", "node-b"]
-    ann = lines[0]["patch"]["metadata"]["annotations"]
-    assert set(ann) >= {"mean-free-cpu", "std-free-cpu", "mean-free-memory", "std-free-memory",
-                        "forcasted-free-cpu", "forcasted-free-memory"}
-    assert ann["kso.io/forecast-source"] == "synthetic:trace:embedded:vm-001"
-    assert 0 <= float(ann["mean-free-cpu"]) <= 2000 and 0 <= float(ann["mean-free-memory"]) <= 8192

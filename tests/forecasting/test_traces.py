@@ -6,19 +6,17 @@ import gzip
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pandas as pd
 import pytest
 
 from forecasting import traces
-from forecasting.cli import main as cli_main
 from forecasting.traces import TraceError, TraceSource, write_embedded_excerpt
 
 BITBRAINS = traces.DATA_DIR / traces.TRACE_FILES["bitbrains"]
 ALIBABA = traces.DATA_DIR / traces.TRACE_FILES["alibaba"]
 EMBEDDED = Path(traces.__file__).resolve().parent.parent / "kso" / "data" / traces.EMBEDDED
 
-needs_data = pytest.mark.skipif(not BITBRAINS.exists() or not ALIBABA.exists(), reason="traces not in /work/shared/data")
+needs_data = pytest.mark.usefixtures("real_traces")  # fails naming KSO_TRACE_DIR when the traces are missing
 
 
 def test_embedded_excerpt_is_20_vms_by_3_days_and_names_its_source() -> None:
@@ -103,15 +101,3 @@ def test_trace_errors(tmp_path: Path) -> None:
         TraceSource(str(bad))
     with pytest.raises(TraceError, match="no samples"):
         TraceSource("embedded", n_series=2, start_offset_s=30 * 86400).node_series()
-
-
-def test_cli_forecast_from_embedded_trace(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["forecast", "--trace", "embedded", "--nodes", "3", "--model", "last-value", "--json"]) == 0
-    doc = orjson.loads(capsys.readouterr().out)
-    assert doc["source"] == "trace:embedded" and doc["error"] is None
-    assert [n["node"] for n in doc["nodes"]] == ["vm-001", "vm-002", "vm-003"]
-    cpu = doc["nodes"][0]["cpu"]
-    assert cpu["model"] == "last-value" and 0 <= cpu["mean"] <= cpu["p95"] and cpu["age_s"] < 3600
-    assert cli_main(["forecast", "--trace", "embedded", "--nodes", "2", "--model", "last-value"]) == 0
-    table = capsys.readouterr().out.splitlines()
-    assert table[1].split()[:3] == ["NODE", "CPU", "MEAN"] and table[2].startswith("vm-001")

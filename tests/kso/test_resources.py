@@ -26,8 +26,8 @@ def test_bad_quantities_are_a_quantity_error(text: str) -> None:
 
 
 def test_the_solver_side_imports_no_kubernetes_client() -> None:
-    # Every solver child imports optimizer.planner; the whole client costs it 1-2 s of start-up.
-    code = ("import sys, optimizer.planner, optimizer.migration, kso.core.objects\n"
+    # Every solver child imports optimizer.plan.protected_solver; the whole client costs it 1-2 s of start-up.
+    code = ("import sys, optimizer.plan.protected_solver, optimizer.reoptimize.migration, kso.core.objects\n"
             "from kso.core.resources import parse_quantity\n"
             "assert parse_quantity('1Mi') == 2**20\n"
             "print(sorted(m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.')))")

@@ -1,8 +1,7 @@
-"""``kso plan`` end to end on the embedded demo cluster, and the protected solve it shares with the
-extender and ``kso reoptimize`` (optimizer.planner.ProtectedSolver): the solve runs in a child process; a
-child that dies (for real: the ``abort_attempts`` test parameter makes the first N children call
-os.abort(), as google/or-tools#5288 does) is retried with another seed, a child past its wall-clock
-limit is stopped, and when no attempt returns the plan is first-fit-decreasing's held to the exact bound."""
+"""``kso plan`` (optimizer.plan.cli) end to end on the embedded demo cluster and on the real API server, and what
+it prints when its protected solve's child dies (for real: the ``abort_attempts`` test parameter makes the first N
+children call os.abort(), as google/or-tools#5288 does): a retry with another seed, and when no attempt returns,
+first-fit-decreasing's plan held to the exact bound."""
 
 from __future__ import annotations
 
@@ -10,17 +9,19 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from kso.cli import main
-from optimizer.cli import cmd_plan, parse_plan_args
-from optimizer.plan import PlacementPlan, load_plan
-from optimizer.planner import FFD_STATUS, ORTOOLS_ABORT, ProtectedSolver
+from kso.core.net import free_port
+from optimizer.plan.cli import cmd_plan, parse_plan_args
+from optimizer.plan.placement_plan import PlacementPlan, load_plan
+from optimizer.plan.protected_solver import FFD_STATUS, ORTOOLS_ABORT
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout under test, also for a child in another folder
 ARGS = ["--demo", "--time-limit", "5", "--workers", "1"]
 
 
@@ -65,10 +66,10 @@ def test_a_dead_solver_process_is_retried_with_another_seed(tmp_path: Path, caps
 def test_every_attempt_dead_falls_back_to_ffd(tmp_path: Path) -> None:
     # A separate process, so that the terminal's stderr (fd 2, the children's included) is what is checked.
     out = tmp_path / "plan.json"
-    script = ("import sys; from optimizer.cli import cmd_plan, parse_plan_args; "
+    script = ("import sys; from optimizer.plan.cli import cmd_plan, parse_plan_args; "
               "sys.exit(cmd_plan(parse_plan_args(sys.argv[1:]), abort_attempts=2))")
     proc = subprocess.run([sys.executable, "-c", script, *ARGS, "--out", str(out), "--json"], cwd=tmp_path,
-                          env=dict(os.environ), capture_output=True, text=True, timeout=300)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr.splitlines()
     assert err == [
@@ -90,60 +91,62 @@ def test_every_attempt_dead_falls_back_to_ffd(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("core*"))
 
 
-def test_an_exception_in_the_child_is_raised_not_retried() -> None:
-    from kso.core.snapshot import load_snapshot
-    from optimizer.inputs import problem_from_state
-    from optimizer.model import SolverOptions
+def test_kso_plan_reads_the_real_api_server(control_plane: Any, kube_namespace: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """kso plan's cluster comes from kso.core.cluster_source.load_cluster (one raw list): a pending pod of our
+    namespace is planned onto one of our nodes."""
+    from kubernetes import client
 
-    problem = problem_from_state(load_snapshot(None), None, 0.9, 0.3)
-    crashes: list[str] = []
-    with pytest.raises(ValueError, match="unknown policy 'nope'"):
-        ProtectedSolver(on_crash=crashes.append).solve_plan(problem, SolverOptions(policy="nope"))
-    assert crashes == []
+    from benchmarks.e2e import create_nodes, delete_nodes, node_manifest
 
-
-def test_a_solve_past_its_wall_clock_limit_is_stopped_and_ffd_used() -> None:
-    from optimizer.compiled import SolverOptions
-    from optimizer.openb import openb_problem
-
-    problem = openb_problem(60, 400, seed=0)
-    # Decomposed search runs until its own time limit (120 s); the wall-clock limit stops it first.
-    options = SolverOptions(time_limit_s=120, full_model_limit=0, lns_nodes=8, lns_step_s=0.5)
-    crashes: list[str] = []
-    t0 = time.perf_counter()
-    result = ProtectedSolver(on_crash=crashes.append, timeout_s=10).solve_plan(problem, options)
-    assert time.perf_counter() - t0 < 60
-    assert crashes[0] == "attempt 1 (seed 0): the solver process ran past its wall-clock limit of 10 s and was stopped; given up"
-    assert result.status == FFD_STATUS and result.violations == 0
-    assert result.x.sum() > 0
-
-
-def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
-    """The extender's re-solve (extender.plan_cache.PlanSolver) takes class usage from its usage source (Prometheus
-    when KSO_PROMETHEUS_URL is set, see prometheus_usage) and solves through the protected child."""
-    from benchmarks.clusters import cluster_state, generate
-    from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
-    from kso.core.settings import load_settings
-    from optimizer.problem import UsageModel, class_key
-    from optimizer.settings import PlanSettings
-
-    state = cluster_state(generate(8, 12, seed=0, best_effort_share=0.0, daemonset_pods=0))
-    pending = state.pending_pods()
-    measured = {class_key(p): UsageModel({"cpu": 50.0, "memory": 64.0 * 2**20}, {"cpu": 10.0, "memory": 0.0}, "history")
-                for p in pending}
-    asked: list[int] = []
-
-    def usage(seen: object) -> dict[str, UsageModel]:
-        asked.append(id(seen))
-        return measured
-
-    cache = PlanCache(load_settings(PlanSettings, {"KSO_SOLVER_TIME_LIMIT_S": "3"}), state)
-    solver = PlanSolver(cache, usage=usage)
+    api = control_plane.api_client()
+    names = [f"inputs-{kube_namespace[-6:]}-{i}" for i in range(2)]
+    create_nodes(api, [node_manifest(n, "4", "16Gi", labels={"kso-test/group": kube_namespace}) for n in names])
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": kube_namespace},
+           "spec": {"nodeSelector": {"kso-test/group": kube_namespace}, "containers": [container]}}
+    client.CoreV1Api(api).create_namespaced_pod(kube_namespace, pod)
+    out = tmp_path / "plan.json"
     try:
-        plan = solver.solve()
+        assert main(["plan", "--kubeconfig", str(control_plane.kubeconfig), "--time-limit", "5",
+                         "--out", str(out), "--json"]) == 0
     finally:
-        solver.close()
-    assert plan is not None and asked == [id(state)]
-    assert all(c.detail["usage"]["source"] == "history" and c.detail["usage"]["mean"]["cpu"] == 50.0
-               for c in plan.classes.values())
-    assert prometheus_usage(None)(state) == {}  # Prometheus not in use: classes at their requests
+        delete_nodes(api, names)
+    capsys.readouterr()
+    ours = [c for c in load_plan(str(out)).classes.values() if any(kube_namespace in p for p in c.detail.get("pods", []))]
+    assert len(ours) == 1 and sum(ours[0].slots.values()) == 1 and set(ours[0].slots) <= set(names), ours
+
+
+def kso(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m kso.cli ARGV`` of this checkout in its own process: what a terminal or a CronJob sees."""
+    return subprocess.run([sys.executable, "-m", "kso.cli", *argv], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_prometheus_that_fails_is_an_error_in_one_line_not_a_fall_back(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # a real closed port: nothing listens there
+    out = tmp_path / "plan.json"
+    proc = kso("plan", *ARGS, "--prometheus", url, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("kso plan: ") and f"Prometheus {url}: cannot connect (Connection refused)" in proc.stderr
+    assert not out.exists()
+
+
+def test_a_url_without_its_scheme_gets_a_hint(tmp_path: Path) -> None:
+    proc = kso("plan", *ARGS, "--prometheus", "localhost:9090", "--out", str(tmp_path / "plan.json"), cwd=tmp_path)
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "did you mean http://localhost:9090?" in proc.stderr
+
+
+def test_plan_with_the_real_prometheus(prom: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same flag with a Prometheus that answers plans (the demo's nodes have no series there: their annotations
+    count, as for any node without a fresh forecast)."""
+    out = tmp_path / "plan.json"
+    assert main(["plan", *ARGS, "--prometheus", prom.url, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    load_from = next(line for line in printed.out.splitlines() if line.startswith("load from: "))
+    assert load_from.startswith(f"load from: prometheus {prom.url} ("), load_from
+    assert "classes at their pods' measured usage" in load_from, load_from  # the pods' series were read too
+    assert load_plan(out).status in ("OPTIMAL", "FEASIBLE")

@@ -317,7 +317,7 @@ def test_kso_scheduler_reads_its_settings_from_the_config_file_and_sets_only_kso
     config = load_scheduler_config(config_file=str(path))
     assert config.scheduler.names == ["kso-a", "kso-b"] and config.scheduler.order == "PRIORITY"
     assert config.scheduler.cost_key == config.extender.plan.cost_key == "example.com/price"
-    assert config.extender.plan.policy == "COST" and config.extender.settings.log_level == "DEBUG"
+    assert config.extender.plan.policy == "COST" and config.extender.logs.level == "DEBUG"
 
     root, kso = logging.getLogger(), logging.getLogger("kso")
     monkeypatch.setattr(root, "handlers", list(root.handlers))

@@ -20,6 +20,8 @@ from extender.app import create_app
 from extender.config import load_config
 from extender.demo import BackgroundServer, Client
 from extender.verbs import Extender
+from forecasting.trace_dir import CHECKOUT, TraceFileMissing, require
+from forecasting.traces import DATA_DIR, TRACE_FILES
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
@@ -28,11 +30,10 @@ from tests.support.foo_agent import foo_registered
 
 
 def _shared() -> Path:
-    """The team's shared folder: $KSO_SHARED, else ../shared beside the checkout, else /work/shared."""
+    """The team's shared folder (captured requests, docs): $KSO_SHARED, else ../shared beside the checkout."""
     if os.environ.get("KSO_SHARED"):
         return Path(os.environ["KSO_SHARED"])
-    beside = Path(__file__).resolve().parents[3] / "shared"
-    return beside if beside.exists() else Path("/work/shared")
+    return CHECKOUT.parent / "shared"
 
 
 SHARED = _shared()
@@ -114,9 +115,34 @@ def running_extender(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (
 
 @pytest.fixture
 def fixtures_dir() -> Path:
+    """The captured kube-scheduler requests. Missing, a test fails saying where they were looked for (a skip
+    would pass CI without them)."""
     if not FIXTURES.exists():
-        pytest.skip(f"captured kube-scheduler requests not present at {FIXTURES}")
+        where = "KSO_SHARED" if os.environ.get("KSO_SHARED") else "KSO_SHARED is not set, so ../shared beside the checkout"
+        pytest.fail(f"captured kube-scheduler requests not at {FIXTURES} ({where}; set KSO_SHARED to the shared folder)")
     return FIXTURES
+
+
+def _trace_files(*names: str) -> dict[str, Path]:
+    """The named files of the trace folder (forecasting.trace_dir: KSO_TRACE_DIR, else ../shared/data beside the
+    checkout); a test needing one that is missing fails naming the setting, never skips."""
+    try:
+        return {name: require(DATA_DIR / name) for name in names}
+    except TraceFileMissing as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture
+def real_traces() -> dict[str, Path]:
+    """The Bitbrains and Alibaba trace files, by trace name."""
+    files = _trace_files(*TRACE_FILES.values())
+    return {trace: files[name] for trace, name in TRACE_FILES.items()}
+
+
+@pytest.fixture
+def openb_trace() -> dict[str, Path]:
+    """The openb trace's node and pod files."""
+    return _trace_files("openb-nodes.csv", "openb-pods-cpu.csv")
 
 
 @contextmanager

@@ -8,9 +8,9 @@ faults the real server does not produce on demand:
   expiry of a live watch; dropped watch connections; a server that goes away and comes back (``partition``
   / ``heal``); watch timeouts and bookmarks at chosen times; malformed objects; a stale pending event
   racing an assumed bind; a 503 on bind; the request log (which query parameters the client sent).
-* tests/optimizer/test_reoptimize.py: eviction answers forced per pod (``fail_evictions``: 404, 409, 500).
+* tests/optimizer/test_eviction.py: eviction answers forced per pod (``fail_evictions``: 404, 409, 500).
   Its dry-run, execute, PodDisruptionBudget and publishing cases run on the real control plane
-  (tests/optimizer/test_reoptimize_on_control_plane.py, with kube-controller-manager's disruption controller).
+  (tests/optimizer/test_reoptimize_cli_on_control_plane.py, with kube-controller-manager's disruption controller).
 
 It serves the REST paths the client calls, with the semantics kso depends on, modelled on the real server:
 

@@ -109,33 +109,10 @@ class PromServer:
     def start(self, timeout_s: float = 30.0) -> None:
         """Start (or restart, on the same port so URLs held by tests stay valid) and wait until ready."""
         self.port = self.port or free_port()
-        config = self.workdir / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")  # nothing to scrape
-        args = [
-            self.prometheus,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            # Retention counts back from the newest block; generous so no block is ever deleted.
-            "--storage.tsdb.retention.time=3650d",
-            # Must exceed the 60 s scrape interval, or instant selectors see gaps between scrapes.
-            "--query.lookback-delta=5m",
-            "--log.level=warn",
-        ]
-        log = open(self.workdir / "prometheus.log", "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"prometheus not ready after {timeout_s}s: {self.log_tail()}")
+        # Nothing to scrape. The lookback must exceed the 60 s scrape interval, or instant selectors see gaps
+        # between scrapes; retention counts back from the newest block: generous so no block is ever deleted.
+        self.proc = launch(self.prometheus, self.workdir, self.port, "global:\n  scrape_interval: 1h\nscrape_configs: []\n",
+                           "--storage.tsdb.retention.time=3650d", "--query.lookback-delta=5m", timeout_s=timeout_s)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -153,6 +130,34 @@ class PromServer:
             return (self.workdir / "prometheus.log").read_text()[-2000:]
         except OSError:
             return ""
+
+
+def launch(prometheus: str, workdir: Path, port: int, config: str, *args: str,
+           timeout_s: float = 30.0) -> subprocess.Popen[bytes]:
+    """The ``prometheus`` binary on 127.0.0.1:``port`` with ``config`` (prometheus.yml text), its TSDB and log in
+    ``workdir``, once ready; RuntimeError with the log's tail when it exits or is not ready in time."""
+    (workdir / "prometheus.yml").write_text(config)
+    log = open(workdir / "prometheus.log", "ab")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen([prometheus, f"--config.file={workdir / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--log.level=warn", *args], stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+
+    def tail() -> str:
+        return (workdir / "prometheus.log").read_text(errors="replace")[-2000:]
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited with {proc.returncode}: {tail()}")
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).status_code == 200:
+                return proc
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    proc.terminate()
+    proc.wait(10)
+    raise RuntimeError(f"prometheus not ready after {timeout_s}s: {tail()}")
 
 
 def _step_values(trace_t: np.ndarray, trace_y: np.ndarray, at: np.ndarray) -> np.ndarray:

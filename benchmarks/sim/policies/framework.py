@@ -47,14 +47,16 @@ class Framework:
     def _node_taints(self, sim: SimView) -> tuple[np.ndarray, np.ndarray]:
         """(has a NoSchedule/NoExecute taint, count of PreferNoSchedule taints) per node, for pods with no
         tolerations (all the trace's pods)."""
-        if self._static is None:
-            hard = np.array([any(e in ("NoSchedule", "NoExecute") for _, _, e in t) for t in sim.taints], dtype=bool)
-            soft = np.array([sum(e == "PreferNoSchedule" for _, _, e in t) for t in sim.taints], dtype=np.int64)
+        if self._static is None:  # the nodes' own taints never change; the memory-pressure taint does (filter_mask)
+            hard = np.array([any(e in ("NoSchedule", "NoExecute") for _, _, e in t) for t in sim.scenario_taints],
+                            dtype=bool)
+            soft = np.array([sum(e == "PreferNoSchedule" for _, _, e in t) for t in sim.scenario_taints], dtype=np.int64)
             self._static = hard, soft
         return self._static
 
-    # Filters in order: NodeUnschedulable, TaintToleration (NoSchedule/NoExecute), NodeAffinity (nodeSelector),
-    # NodeResourcesFit (pod count + 1 <= allocatable pods; request <= allocatable - requested per resource).
+    # Filters in order: NodeUnschedulable, TaintToleration (NoSchedule/NoExecute, the memory-pressure taint
+    # included), NodeAffinity (nodeSelector), NodeResourcesFit (pod count + 1 <= allocatable pods; request <=
+    # allocatable - requested per resource).
     def filter_mask(self, pod: SimPod, sim: SimView) -> np.ndarray:
         free = sim.alloc - sim.requested
         ok = (free[:, 0] >= pod.cpu) & (free[:, 1] >= pod.memory) & (sim.pod_count + 1 <= sim.max_pods)
@@ -63,6 +65,8 @@ class Framework:
         if pod.tolerations:
             hard = np.array([any(e in ("NoSchedule", "NoExecute") and not _tolerated(pod, k, e) for k, _, e in t)
                              for t in sim.taints], dtype=bool)
+        else:
+            hard = hard | sim.memory_pressure
         ok &= ~hard
         if pod.node_selector:
             ok &= np.array([all(lbl.get(k) == v for k, v in pod.node_selector.items()) for lbl in sim.labels], dtype=bool)

@@ -44,7 +44,8 @@ MIB = 1024.0 * 1024.0
 FORECAST_HORIZON_S = 900.0
 WINDOW_S = 900.0
 # the extender's "recent bind" window is wall-clock based; the replay runs faster than real time, so it is
-# reset at each step boundary (the new metrics cover everything bound before) and left open within the step.
+# reset at each step boundary and left open within the step; a pod bound at an earlier step that the statistics
+# window has not fully seen is counted at its request by the statistics themselves (settled_window_stats).
 OPEN_WINDOW_S = 1e9
 # kso filters whose verdict is a function of the pod's requests and the nodes' cached rows alone (see
 # KsoExtenderPolicy._repeat_key)
@@ -74,10 +75,38 @@ def trend_stats(window_mean: np.ndarray, window_std: np.ndarray, series: np.ndar
     return window_mean + np.maximum(slope, 0.0) * horizon_steps, np.maximum(window_std, series.std(axis=1))
 
 
+# A pod bound at step b is in the window's samples b..s-1 only: until the window (steps s-w..s-1) has fully
+# seen it (b <= s-w, or b = 0 while the window is still filling), its samples are taken out of its node's
+# series and it counts at its request instead. Per node n and resource r, with R = those pods on n:
+#   settled[n, t, r] = (usage[n, t, r] - sum_{p in R, t >= b_p} usage_p[t, r])+   (cpu is throttled: never below 0)
+#   mean = mean_t settled + sum_{p in R} request_p,   std = std_t settled.
+def settled_window_stats(sim: SimView, window_steps: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(N, 2) mean and std of each node's usage over the last ``window_steps`` steps with every pod the window
+    has not fully seen counted at its request (the rule above), and whether any metric exists yet."""
+    mean, std, has = sim.window_stats(window_steps)
+    lo = max(sim.step - window_steps, 0)
+    pods = [p for p in sim.running.values() if p.node >= 0 and lo < p.bound_step < sim.step]
+    if not has or not pods:
+        return mean, std, has
+    idx = np.fromiter((p.index for p in pods), dtype=np.int64, count=len(pods))
+    since = np.fromiter((p.bound_step - lo for p in pods), dtype=np.int64, count=len(pods))
+    node = np.fromiter((p.node for p in pods), dtype=np.int64, count=len(pods))
+    req = np.array([(p.cpu, p.memory) for p in pods])
+    use = np.nan_to_num(sim.pod_usage_window(idx, lo)) * req[:, None, :]  # (P, w, 2)
+    use = np.where((np.arange(use.shape[1])[None, :] >= since[:, None])[:, :, None], use, 0.0)
+    partial = np.zeros((len(sim.node_names), use.shape[1], 2))
+    np.add.at(partial, node, use)
+    settled = np.clip(sim.usage_history[:, lo:] - partial, 0.0, None)
+    held = np.zeros_like(sim.alloc)
+    np.add.at(held, node, req)
+    return settled.mean(axis=1) + held, settled.std(axis=1), True
+
+
 def node_load_stats(sim: SimView, stats: str, horizon_steps: float) -> tuple[np.ndarray, np.ndarray, bool]:
     """(N, 2) mean and std of absolute usage kso's statistics give each node (``STATS_MODES``, not "forecast"),
-    and whether any metric exists yet."""
-    mean, std, has = sim.window_stats(max(1, int(round(WINDOW_S / sim.step_s))))
+    and whether any metric exists yet; a pod the window has not fully seen counts at its request
+    (``settled_window_stats``)."""
+    mean, std, has = settled_window_stats(sim, max(1, int(round(WINDOW_S / sim.step_s))))
     if has and stats == "trend":
         mean, std = trend_stats(mean, std, sim.current_pods_usage(TREND_STEPS), horizon_steps)
     return mean, std, has
@@ -177,8 +206,12 @@ class KsoExtenderPolicy(Policy):
         self.state = ClusterState(recent_window_s=OPEN_WINDOW_S)
         # The Extender over a ClusterState we fill ourselves (extender.server.build would load a snapshot file).
         self.extender = Extender(config, self.state, RecordingBinder())
-        self.base_nodes = [node_from_k8s(node_object(n, *sim.alloc[i], int(sim.max_pods[i]), sim.labels[i], sim.taints[i]))
+        self.base_nodes = [node_from_k8s(node_object(n, *sim.alloc[i], int(sim.max_pods[i]), sim.labels[i],
+                                                     sim.scenario_taints[i]))
                            for i, n in enumerate(sim.node_names)]
+        # the same nodes carrying the memory-pressure taint (built when a node first gets it)
+        self.pressure_nodes: list[Any] = [None] * len(self.base_nodes)
+        self._tainted = np.zeros(len(self.base_nodes), dtype=bool)  # what kso's node watch last reported
         for node in self.base_nodes:
             self.state.upsert_node(node)
         self.state.mark_synced("benchmarks.sim")
@@ -237,13 +270,16 @@ class KsoExtenderPolicy(Policy):
         t0 = time.perf_counter()
         self._rejected.clear()  # new statistics, nodes added or removed
         mean, std, has = node_load_stats(sim, self.stats, FORECAST_HORIZON_S / sim.step_s)
-        # the node watch: nodes the autoscaler removed leave kso's cache, provisioned ones join it
+        # the node watch: nodes the autoscaler removed leave kso's cache, provisioned ones join it, the
+        # memory-pressure taint comes and goes
         for i, node in enumerate(self.base_nodes):
             if not sim.active[i] and self.state.node(node.name) is not None:
                 self.state.remove_node(node.name)
-            elif sim.active[i] and self.state.node(node.name) is None:
-                self.state.upsert_node(node)
-        # new metrics cover every pod bound before this step: expire kso's recent-bind list, then reopen it
+            elif sim.active[i] and (self.state.node(node.name) is None or self._tainted[i] != sim.memory_pressure[i]):
+                self.state.upsert_node(self._node(i, sim))
+        self._tainted[:] = sim.memory_pressure
+        # the statistics count every pod bound before this step (settled_window_stats): expire kso's recent-bind
+        # list, then reopen it
         self.state.recent_window_s = 0.0
         self.state.view([])
         self.state.recent_window_s = OPEN_WINDOW_S
@@ -257,11 +293,21 @@ class KsoExtenderPolicy(Policy):
             if fc is not None:
                 forecast_used = fc["mean"] * sim.alloc
                 std = fc["std"] * sim.alloc
-        for i, (node, ann) in enumerate(zip(self.base_nodes, load_annotations(sim.alloc, mean, std, forecast_used),
-                                            strict=True)):
+        for i, ann in enumerate(load_annotations(sim.alloc, mean, std, forecast_used)):
             if sim.active[i]:
-                self.state.upsert_node(replace(node, annotations=ann, memo={}))
+                self.state.upsert_node(replace(self._node(i, sim), annotations=ann, memo={}))
         self.extra["observe_s"] += time.perf_counter() - t0
+
+    def _node(self, i: int, sim: SimView) -> Any:
+        """Node ``i`` as the API server has it now: with the memory-pressure taint while it carries it."""
+        if not sim.memory_pressure[i]:
+            return self.base_nodes[i]
+        if self.pressure_nodes[i] is None:
+            from kso.core.objects import node_from_k8s
+
+            self.pressure_nodes[i] = node_from_k8s(node_object(sim.node_names[i], *sim.alloc[i], int(sim.max_pods[i]),
+                                                               sim.labels[i], sim.taints[i]))
+        return self.pressure_nodes[i]
 
     def released(self, pod: SimPod, node: str, sim: SimView) -> None:
         self.state.remove_pod(pod.uid)  # what kso's pod watch would report

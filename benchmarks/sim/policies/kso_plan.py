@@ -40,7 +40,7 @@ PRIORS = {
 #   m = sum_p (S1_p / q_p) / sum_p n_p,   v = sum_p (S2_p / q_p^2) / sum_p n_p - m^2   (ratio pooled over pod-steps)
 #   the new class's usage: mean = request x m, std = request x sqrt(v).
 def pooled_ratio(n: np.ndarray, s1: np.ndarray, s2: np.ndarray, req: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    from optimizer.inputs import MIN_USAGE_SAMPLES  # a prior needs as many samples as a class's own model
+    from optimizer.plan.cluster_problem import MIN_USAGE_SAMPLES  # a prior needs as many samples as a class's own model
 
     total = n.sum(axis=0)
     if (total < MIN_USAGE_SAMPLES).any():
@@ -123,8 +123,8 @@ class KsoPlanPolicy(KsoInprocPolicy):
         ``optimizer.inputs.class_usage_from_history``'s pooled statistics, computed here from per-pod sums
         (the replay's usage is a dense array; building per-pod sample lists each plan cost ~10% of a run).
         tests/benchmarks/sim/test_google.py checks both give the same models."""
-        from optimizer.inputs import MIN_USAGE_SAMPLES
-        from optimizer.problem import UsageModel, class_key, owner_key
+        from optimizer.plan.cluster_problem import MIN_USAGE_SAMPLES
+        from optimizer.plan.problem import UsageModel, class_key, owner_key
 
         pods = [p for p in sim.running.values() if p.node >= 0 and p.bound_step < sim.step]
         lo = max(sim.step - HISTORY_STEPS, 0)
@@ -161,7 +161,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
 
     def add_prior(self, usage: dict[str, Any], pods: list[Any]) -> int:
         """``prior="pooled"``: a usage model (``pooled_ratio``) for each class to plan that has none; returns how many."""
-        from optimizer.problem import LOAD_RESOURCES, UsageModel, class_key, owner_key
+        from optimizer.plan.problem import LOAD_RESOURCES, UsageModel, class_key, owner_key
 
         if self._ratio is None:
             return 0
@@ -181,9 +181,9 @@ class KsoPlanPolicy(KsoInprocPolicy):
         super().observe(sim)
         if sim.step % self.replan_steps:
             return
-        from optimizer.inputs import problem_from_state
-        from optimizer.model import SolverOptions
-        from optimizer.planner import make_plan
+        from optimizer.plan.cluster_problem import problem_from_state
+        from optimizer.plan.model import SolverOptions
+        from optimizer.plan.pipeline import plan_cluster
 
         t0 = time.perf_counter()
         wall = time.time()
@@ -203,7 +203,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
         if not problem.classes:
             return
         # lp_bound=False: the plan's LP bound and gap are reporting only (never read here; the placement is the same)
-        plan = make_plan(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01, lp_bound=False))
+        plan = plan_cluster(problem, SolverOptions(self.plan_policy, self.time_limit_s, 1, 0.01, lp_bound=False)).plan
         self.cache.install(plan, f"sim step {sim.step}")
         summary = plan.summary()
         self.extra["solves"] += 1
@@ -250,7 +250,7 @@ class KsoPlanReoptimizePolicy(KsoPlanPolicy):
     def evictions(self, sim: SimView) -> list[int]:
         if sim.step == 0 or sim.step % self.reopt_steps:
             return []
-        from optimizer.migration import MigrationOptions, MoveLimits, plan_migration
+        from optimizer.reoptimize.migration import MigrationOptions, MoveLimits, plan_migration
 
         t0 = time.perf_counter()
         wall = time.time()

@@ -14,7 +14,8 @@ from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 
 @dataclass
 class CongestionParams:
-    factor_max: int = setting("CONGESTION_FACTOR_MAX", 100, lo=1, hi=1_000_000)
+    factor_max: int = setting("CONGESTION_FACTOR_MAX", 100, lo=1, hi=1_000_000,
+                              help="the congestion agent's cap on a node's congestion-factor annotation")
 
 
 # cf = min(v, MAX) if v > 0 else 0;  score = round-half-away-from-zero(10 (1 - cf / MAX)).

@@ -9,7 +9,7 @@ import numpy as np
 
 from kso.core.node_costs import CostKeySettings as CostParams  # KSO_PLAN_COST_KEY, the one cost key of kso
 from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
-from optimizer.inputs import node_cost
+from optimizer.plan.cluster_problem import node_cost
 
 
 # score_n = round-half-up(10 (max - c_n) / (max - min)) over the call's known nodes; all equal -> 10;

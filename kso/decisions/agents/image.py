@@ -25,8 +25,10 @@ MAX_CONTAINER_THRESHOLD = 1000 * MIB  # maxContainerThreshold, per container
 
 @dataclass
 class ImageParams:
-    api_prefix: str = setting("IMAGE_API_PREFIX", "/my_scheduler_extension")
-    priorities_prefix: str = setting("IMAGE_PRIORITIES_PREFIX", "my_new_priorities")
+    api_prefix: str = setting("IMAGE_API_PREFIX", "/my_scheduler_extension",
+                              help="first part of the image agent's kube-safe-scheduler route (<prefix>/<priorities "
+                                   "prefix>/image_score)")
+    priorities_prefix: str = setting("IMAGE_PRIORITIES_PREFIX", "my_new_priorities", help="second part of that route")
 
 
 def _substring_matches(node: NodeInfo, image: str) -> bool:

@@ -81,8 +81,10 @@ except ImportError:
 
 @dataclass
 class PigeonParams:
-    policy_objective: str = setting("POLICY_OBJECTIVE", "A_BINPACK", kind="choice:A_BINPACK,LOAD_BALANCE,CONSOLIDATE")
-    num_resources: int = setting("NUM_RESOURCES", 2, lo=1, hi=5)
+    policy_objective: str = setting("POLICY_OBJECTIVE", "A_BINPACK", kind="choice:A_BINPACK,LOAD_BALANCE,CONSOLIDATE",
+                                    help="the pigeon agent's policy")
+    num_resources: int = setting("NUM_RESOURCES", 2, lo=1, hi=5,
+                                 help="the pigeon agent's resources: the first N of cpu, memory, pods, gpu, ephemeral-storage")
 
 
 # ---- scoring ------------------------------------------------------------------------------------

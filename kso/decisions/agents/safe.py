@@ -37,7 +37,8 @@ _RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
 
 @dataclass
 class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.safety
-    forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent", help="weight of forecast")
+    forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent",
+                                   help="weight of the forecast against the measured statistics in the safe agent, percent")
     # kso addition: a bound pod is added to its node's measured load at its requests until the statistics can have
     # seen it (Trimaran and Koordinator do the same); -1 derives that time from the statistics source's own window
     # (kso.decisions.recent), a number of seconds overrides it, 0 turns it off.
@@ -52,7 +53,10 @@ class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.s
     # pending at least this long (since its creationTimestamp) is passed to the least-risk node(s). 300 s is
     # kube-scheduler's podMaxInUnschedulablePodsDuration: a refused pod is retried within that anyway, so the
     # default holds a pod for about one retry. 0 = release at once; inf = never (the rule alone).
-    max_hold_s: float = setting("KSO_SAFE_MAX_HOLD_S", 300.0, lo=0)
+    max_hold_s: float = setting("KSO_SAFE_MAX_HOLD_S", 300.0, lo=0,
+                                help="a pod safe-overload refuses on every node, pending this long, is passed to the node(s) of"
+                                     " least risk (the cluster-autoscaler does not see an extender's refusals), seconds; 0 = at"
+                                     " once, inf = never")
 
 
 # The numbers of the reasons, from tables where that is safe: "%.1f" of k / 10 and "%.3g" of k / 1000.

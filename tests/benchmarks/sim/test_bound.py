@@ -24,6 +24,8 @@ def test_fluid_bound_counts_the_fewest_nodes_whose_u_star_share_covers_demand() 
     assert b.short_steps == 0 and b.binding["memory demand"] == 4
     # one node allowed above U* (up to 100%): step 1's 8 GiB fits one node, step 2's 14 GiB still needs two
     assert fluid_bound(s, 0.9, hot_nodes=1).best_node_hours == pytest.approx((1 + 1 + 2 + 1) * 5 / 60)
+    # scored after a warm-up of 2 steps (as the report does when the cells say so): steps 2 and 3 only
+    assert fluid_bound(s, 0.9, from_step=2).best_node_hours == pytest.approx((2 + 1) * 5 / 60)
 
 
 def test_fluid_bound_counts_the_whole_pool_when_it_cannot_cover_a_step() -> None:

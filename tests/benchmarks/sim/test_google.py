@@ -72,7 +72,7 @@ def test_kso_plan_class_usage_equals_the_optimizer_pooled_history() -> None:
     """kso-plan's vectorised class usage (per-pod sums) gives optimizer.inputs.class_usage_from_history's models."""
     from benchmarks.sim.engine import run
     from benchmarks.sim.policies.kso_plan import HISTORY_STEPS, KsoPlanPolicy
-    from optimizer.inputs import class_usage_from_history
+    from optimizer.plan.cluster_problem import class_usage_from_history
 
     checked: list[int] = []
 

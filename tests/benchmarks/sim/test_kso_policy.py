@@ -149,7 +149,7 @@ def test_pooled_prior_plans_a_new_class_at_the_measured_usage_over_request() -> 
     from benchmarks.sim.policies.kso_extender import pod_object
     from benchmarks.sim.policies.kso_plan import KsoPlanPolicy, pooled_ratio
     from kso.core.objects import pod_from_k8s
-    from optimizer.problem import UsageModel, class_key
+    from optimizer.plan.problem import UsageModel, class_key
 
     # two measured pods, memory only matters here: pod A (request 2) used 2, 2, 2, 2 (ratio 1.0 x4);
     # pod B (request 4) used 6, 6 (ratio 1.5 x2): m = (4 x 1.0 + 2 x 1.5) / 6 = 7/6
@@ -294,3 +294,60 @@ def test_kso_releases_a_held_pod_on_the_replay_clock() -> None:
     finally:
         never.close()
     assert never.extra["safe_released"] == 0
+
+
+def test_a_pod_the_statistics_window_has_not_fully_seen_counts_at_its_request() -> None:
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    # one 16 GiB node; A (4 GiB request, uses 4 GiB) from step 0; B (6 GiB request, uses 3 GiB) arrives and binds
+    # at step 3. kso's memory statistics at each step (15-minute window = the last 3 steps):
+    #   step 4: node usage 4, 4, 7 GiB; B is in one sample of three -> settled 4, 4, 4 + B's request 6 = 10 GiB
+    #           used (the plain window mean, 5 GiB, under-counted B by 2 of its 3 GiB and ignored its request)
+    #   step 5: 4, 7, 7 -> still not fully seen: 4 + 6 = 10 GiB
+    #   step 6: 7, 7, 7 -> fully seen: its measured usage, 7 GiB
+    usage = np.zeros((2, 7, 2), dtype=np.float32)
+    usage[:, :, 0] = 0.5
+    usage[0, :, 1] = 1.0
+    usage[1, :, 1] = 0.5
+    s = Scenario("kso-one", 300.0, 7, ["only"], np.array([10000.0]), np.array([16 * GIB]), ["a", "b"],
+                 np.array([100.0, 100.0]), np.array([4 * GIB, 6 * GIB]), np.array([0, 3]), np.array([9, 9]), usage)
+
+    class Recording(KsoInprocPolicy):
+        def __init__(self) -> None:
+            super().__init__(seed=0, stats="window")
+            self.free: list[tuple[str, str]] = []
+
+        def observe(self, sim: SimView) -> None:
+            super().observe(sim)
+            ann = self.state.node("only").annotations
+            self.free.append((ann.get("mean-free-memory", ""), ann.get("std-free-memory", "")))
+
+    policy = Recording()
+    res = run(s, policy)
+    assert res.pods[1].bound_step == 3
+    mib = 1024
+    assert policy.free[4] == (str(6 * mib), "0") and policy.free[5] == (str(6 * mib), "0")
+    assert policy.free[6] == (str(9 * mib), "0")
+    assert policy.free[3] == (str(12 * mib), "0")  # before B: A alone, fully seen
+
+
+def test_kso_node_cache_carries_the_memory_pressure_taint_while_the_node_does() -> None:
+    from benchmarks.sim.policies.kso_extender import KsoInprocPolicy
+
+    view = SimView(two_nodes())
+    kso = KsoInprocPolicy(seed=0, stats="window")
+    kso.setup(view)
+    try:
+        def taints(name: str) -> list[tuple[str, str]]:
+            return [(t.key, t.effect) for t in kso.state.node(name).taints]
+
+        kso.observe(view)
+        assert taints("hot") == [] and taints("cool") == []
+        view.memory_pressure[0] = True
+        kso.observe(view)
+        assert taints("hot") == [("node.kubernetes.io/memory-pressure", "NoSchedule")] and taints("cool") == []
+        view.memory_pressure[0] = False
+        kso.observe(view)
+        assert taints("hot") == []
+    finally:
+        kso.close()

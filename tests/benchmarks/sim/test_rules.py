@@ -4,10 +4,12 @@ overload episodes, the cluster-autoscaler model (scale up, scale down, drains) a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from benchmarks.sim.engine import Autoscaler, run
+from benchmarks.sim.engine import MEMORY_PRESSURE_TAINT, Autoscaler, EngineRules, SimPod, run
 from benchmarks.sim.metrics import compute, episodes
 from benchmarks.sim.policies import make_policy
+from benchmarks.sim.policies.default import DefaultScheduler
 from benchmarks.sim.trace import Scenario
 
 GIB = 1024.0**3
@@ -46,27 +48,93 @@ def test_cpu_above_allocatable_is_throttled_and_counted_in_core_minutes() -> Non
 
 def test_memory_above_allocatable_kills_the_pod_most_over_its_request_and_requeues_it() -> None:
     # an 8 GiB node; at step 1: A uses 2 GiB (= request), B 6 GiB (4 over), C 3 GiB (1 over): 11 > 8 -> kill B only
-    pods = [(100, 2 * GIB, 0, 9, [0.1] * 3, [1.0, 1.0, 1.0]),
-            (100, 2 * GIB, 0, 9, [0.1] * 3, [1.0, 3.0, 1.0]),
-            (100, 2 * GIB, 0, 9, [0.1] * 3, [1.0, 1.5, 1.0])]
-    res = run(scenario([4000], pods, 3), make_policy("default", 0))
+    pods = [(100, 2 * GIB, 0, 9, [0.1] * 4, [1.0, 1.0, 1.0, 1.0]),
+            (100, 2 * GIB, 0, 9, [0.1] * 4, [1.0, 3.0, 1.0, 1.0]),
+            (100, 2 * GIB, 0, 9, [0.1] * 4, [1.0, 1.5, 1.0, 1.0])]
+    res = run(scenario([4000], pods, 4), make_policy("default", 0))
     m = compute(res)
     assert res.oom_kills == [(1, 1, 0)]  # (step, pod, node)
     assert m.oom_kills == 1
     assert res.demand[0, 1, 1] == 11 * GIB and res.usage[0, 1, 1] == 5 * GIB
     b = res.pods[1]
-    assert b.node == 0 and b.bound_step == 2 and b.waits == [0, 0]  # re-queued for step 2, bound at once
+    # re-queued for step 2, where the node carries the memory-pressure taint (pressure gone for less than 5
+    # minutes): pending; bound at step 3
+    assert b.node == 0 and b.bound_step == 3 and b.waits == [0, 1]
     assert m.pods_total == 3 and m.scheduled == 3
+
+
+class Recorder(DefaultScheduler):
+    """The default scheduler, noting what it sees of node 0's taints and how its filter judges node 0."""
+
+    def __init__(self, seed: int = 0, insist: str | None = None) -> None:
+        super().__init__(seed)
+        self.seen: list[tuple[bool, bool]] = []
+        self.insist = insist
+
+    def observe(self, sim):  # type: ignore[no-untyped-def]
+        probe = SimPod(-1, "probe", "probe", 1.0, 1.0, 0, 1)
+        self.seen.append((MEMORY_PRESSURE_TAINT in sim.taints[0], bool(self.framework.filter_mask(probe, sim)[0])))
+
+    def place(self, pod, sim):  # type: ignore[no-untyped-def]
+        return self.insist or super().place(pod, sim)
+
+
+@pytest.mark.parametrize("transition_s, tainted", [(300.0, [2]), (600.0, [2, 3]), (0.0, [])])
+def test_memory_pressure_taints_the_node_until_the_transition_period_has_passed(transition_s: float,
+                                                                                 tainted: list[int]) -> None:
+    # the case above over 6 steps: pressure at step 1 only; the taint is on for the scheduling of the steps
+    # 1 < k <= 1 + transition / 5 min; the victim B binds at the first step after it
+    pods = [(100, 2 * GIB, 0, 9, [0.1] * 6, [1.0] * 6),
+            (100, 2 * GIB, 0, 9, [0.1] * 6, [1.0, 3.0, 1.0, 1.0, 1.0, 1.0]),
+            (100, 2 * GIB, 0, 9, [0.1] * 6, [1.0, 1.5, 1.0, 1.0, 1.0, 1.0])]
+    policy = Recorder()
+    res = run(scenario([4000], pods, 6), policy, rules=EngineRules(pressure_transition_s=transition_s))
+    assert [k for k, (taint, _) in enumerate(policy.seen) if taint] == tainted  # view.taints
+    assert [k for k, (_, feasible) in enumerate(policy.seen) if not feasible] == tainted  # the filter refuses it
+    assert res.pods[1].bound_step == 1 + len(tainted) + 1
+    assert np.flatnonzero(res.memory_pressure[0]).tolist() == [1, *tainted]  # the condition: step 1 and the taint
+    # a policy naming the tainted node anyway is refused like a failed predicate (a second, empty node keeps the
+    # engine asking)
+    insist = Recorder(insist="n0")
+    res = run(scenario([4000, 4000], pods, 6), insist, rules=EngineRules(pressure_transition_s=transition_s))
+    assert res.rejected_placements == len(tainted) and res.pods[1].bound_step == 1 + len(tainted) + 1
+
+
+def test_a_victim_that_fits_nowhere_is_seen_by_the_autoscaler_not_killed_again_and_again() -> None:
+    # pool of two 8 GiB nodes, one ready. A requests 4 GiB and uses 4 GiB; B requests 4 GiB and uses 6 GiB, every
+    # step: together 10 GiB > 8 -> B (2 GiB over its request, A 0) is killed at step 0. The node is tainted at step
+    # 1, so B fits no ready node: the autoscaler orders node 1 at the end of step 0 (ready at 1), B binds there
+    # (both nodes 50% requested: neither is scaled down). Without the taint and with the victims hidden from the
+    # autoscaler, B went back on node 0 by requests and was killed there every step (24 kills in 24 steps, no
+    # scale-up).
+    pods = [(100, 4 * GIB, 0, 99, [0.1] * 24, [1.0] * 24), (100, 4 * GIB, 0, 99, [0.1] * 24, [1.5] * 24)]
+    res = run(scenario([4000, 4000], pods, 24), make_policy("default", 0), autoscaler=Autoscaler(initial_nodes=1))
+    assert res.oom_kills == [(0, 1, 0)]
+    assert res.scale_ups == 1 and res.provisioned[1].tolist() == [False] + [True] * 23
+    assert res.pods[1].node == 1 and res.pods[1].bound_step == 1
+    assert res.pods[0].node == 0 and res.pods[0].bound_step == 0
+
+
+def test_with_no_node_to_add_a_victim_returns_only_after_the_transition_period() -> None:
+    # the same two pods on a fixed pool of one node: B is killed at step 0, pending at step 1 (tainted), back on
+    # node 0 at step 2 and killed there again: one kill every two steps, not one every step
+    pods = [(100, 4 * GIB, 0, 99, [0.1] * 24, [1.0] * 24), (100, 4 * GIB, 0, 99, [0.1] * 24, [1.5] * 24)]
+    res = run(scenario([4000], pods, 24), make_policy("default", 0))
+    assert [k for k, _, _ in res.oom_kills] == list(range(0, 24, 2))
+    assert not res.ran[1].any()  # killed in every step it is placed in: it never runs through one
 
 
 def test_autoscaler_removes_empty_nodes_after_ten_minutes_and_bills_provisioned_steps() -> None:
     # three 1-core nodes, one 600m pod (60% requested: stays); the two empty nodes are below 50% at the end of
     # steps 0 and 1 -> removed at the end of step 1 (billed for steps 0 and 1)
     s = scenario([1000, 1000, 1000], [(600, GIB, 0, 9, [0.5] * 4, [0.5] * 4)], 4)
-    res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler(), rules=EngineRules(warmup_s=0))
     m = compute(res)
     assert res.provisioned.sum(axis=0).tolist() == [3, 3, 1, 1]
     assert m.provisioned_node_hours == 8 * 5 / 60
+    # the default warm-up (an hour, at most a quarter of the replay: 1 step of 4) scores steps 1-3 only
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
+    assert res.warmup_steps == 1 and compute(res).provisioned_node_hours == pytest.approx(5 * 5 / 60)
     assert m.scale_downs == 2 and m.ca_evictions == 0 and m.scale_ups == 0
 
 
@@ -105,8 +173,6 @@ def test_a_pod_nothing_can_hold_triggers_no_node_and_is_counted_pending() -> Non
 
 
 def test_policy_evictions_are_counted_as_moves_and_requeued() -> None:
-    from benchmarks.sim.policies.default import DefaultScheduler
-
     class EvictFirstAtStepOne(DefaultScheduler):
         def evictions(self, sim):  # type: ignore[no-untyped-def]
             return [0, 7] if sim.step == 1 else []  # 7: not a running pod, ignored
@@ -125,6 +191,6 @@ def test_bench_scenario_mode_writes_the_tradeoff_report(tmp_path, capsys) -> Non
     assert rc == 0
     report = (tmp_path / "report.md").read_text()
     assert "| default-most | 1 |" in report and "trimaran-tlp:target=80" in report and "units:" in report
-    assert "Aims, as measured" in report and "real join" in report
-    assert (tmp_path / "tradeoff-google-embedded.png").stat().st_size > 1000
+    assert "The frontier: cost against harm" in report and "real join" in report
+    assert (tmp_path / "frontier-google-embedded.png").stat().st_size > 1000
     assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == 3

@@ -1,0 +1,155 @@
+"""A PlacementProblem from what kso knows of a cluster: ClusterState (API server or snapshot) for nodes,
+bound and pending pods, and NodeForecasts (Prometheus or a trace) for the nodes' load."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from forecasting.types import NodeForecast
+from kso.core.cluster import ClusterState
+from kso.core.node_costs import DEFAULT_COST_KEY
+from kso.core.objects import PodInfo
+from kso.core.resources import CPU, MEMORY
+from kso.core.views import STAT_SCALE
+from optimizer.plan.problem import (
+    LOAD_RESOURCES,
+    NodeLoad,
+    PlacementProblem,
+    PlanNode,
+    UsageModel,
+    class_key,
+    group_classes,
+    owner_key,
+)
+
+log = logging.getLogger("kso.optimizer")
+FORECAST_NAMES = {CPU: "cpu", MEMORY: "memory"}
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server fills in for a pod without spec.schedulerName
+
+
+def node_cost(labels: dict[str, str], annotations: dict[str, str], key: str) -> float:
+    """Per-node cost from an annotation (Hightower's toy scheduler: ``hightower.com/cost``) or a label of
+    that name; missing or unusable -> 1.0 (logged once per node and value)."""
+    raw = annotations.get(key, labels.get(key))
+    if raw is None:
+        return 1.0
+    try:
+        cost = float(raw)
+    except ValueError:
+        cost = math.nan
+    if not math.isfinite(cost) or cost < 0:
+        log.warning("node cost %s=%r is not a non-negative number; using 1.0", key, raw)
+        return 1.0
+    return cost
+
+
+MIN_USAGE_SAMPLES = 6  # half an hour of 5-minute samples (or 6 pods' worth) before a class's usage is trusted
+
+
+def pod_usage_samples(series: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """``PrometheusSource.pod_series`` output as class_usage_from_history's input: absolute usage samples
+    (y * capacity) per ``namespace/pod`` and resource."""
+    return {key: {r: s.y * s.capacity for r, s in per.items()} for key, per in series.items()}
+
+
+# mean_c = mean of S_c, std_c = std of S_c, S_c = every finite usage sample of every running pod of class c
+def class_usage_from_history(bound: list[PodInfo], usage: dict[str, dict[str, Any]]) -> dict[str, UsageModel]:
+    """Per class, the mean and spread of its running pods' measured usage. ``usage``: ``namespace/pod`` ->
+    resource name (``cpu``/``memory``) -> usage samples over time, absolute (cpu millicores, memory bytes;
+    e.g. ``PrometheusSource.pod_series``). Samples of all the class's pods are pooled, so the spread covers
+    both how one pod varies over time and how its replicas differ (total variance): what a new pod of the
+    class may use. Classes with fewer than MIN_USAGE_SAMPLES finite samples per resource are left out
+    (they count at their requests). Samples are also pooled per owner (optimizer.plan.problem.owner_key)."""
+    samples: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    for pod in bound:
+        u = usage.get(pod.key)
+        if not u:
+            continue
+        for r in LOAD_RESOURCES:
+            v = np.asarray(u.get(FORECAST_NAMES[r], ()), dtype=float).ravel()
+            v = v[np.isfinite(v) & (v >= 0)]
+            if v.size:
+                for key in {class_key(pod), owner_key(pod)} - {""}:
+                    samples[key][r].append(v)
+    out = {}
+    for key, per_r in samples.items():
+        pooled = {r: np.concatenate(per_r[r]) if per_r.get(r) else np.empty(0) for r in LOAD_RESOURCES}
+        if all(len(v) >= MIN_USAGE_SAMPLES for v in pooled.values()):
+            out[key] = UsageModel({r: float(v.mean()) for r, v in pooled.items()},
+                                  {r: float(v.std()) for r, v in pooled.items()}, "history")
+    return out
+
+
+def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float,
+                       eps: float, pending: list[PodInfo] | None = None, cost_key: str = DEFAULT_COST_KEY,
+                       class_usage: dict[str, UsageModel] | None = None, max_forecast_age_s: float = 900.0,
+                       now: float | None = None, scheduler_names: Sequence[str] = ()) -> PlacementProblem:
+    """Nodes (ready ones) with their forecast load, and the pending pods as classes. A node without a
+    fresh forecast is judged on kube-safe-scheduler's load annotations when it has them, else on its
+    bound pods' requests (no spread). With ``scheduler_names``, only pending pods whose
+    spec.schedulerName is one of them are planned (no schedulerName = default-scheduler); bound pods of
+    every scheduler count as load either way."""
+    now = time.time() if now is None else now
+    forecasts = forecasts or {}
+    pods = pending if pending is not None else state.pending_pods()
+    nodes: list[PlanNode] = []
+    ages: list[float] = []
+    with state.lock:
+        for name in state.node_names():
+            info = state.node(name)
+            if info is None or not info.ready:
+                continue
+            on_node = state.pods_on(name)
+            requested: dict[str, float] = {}
+            for p in on_node:
+                for r, v in p.requests.items():
+                    requested[r] = requested.get(r, 0.0) + v
+            load = {}
+            view = state.view([name])
+            for ri, r in enumerate(LOAD_RESOURCES):
+                f = forecasts.get(name, {}).get(FORECAST_NAMES[r])
+                cap = info.allocatable.get(r, 0.0)
+                # kube-safe-scheduler's annotations are in millicores and MB; STAT_SCALE converts to them.
+                free_mean, free_std = view.mean_free[0, ri] / STAT_SCALE[ri], view.std_free[0, ri] / STAT_SCALE[ri]
+                if f is not None and not f.stale and f.age_s(now) <= max_forecast_age_s and math.isfinite(f.mean):
+                    load[r] = NodeLoad(f.mean * cap, f.std * cap if math.isfinite(f.std) else 0.0)
+                    ages.append(f.age_s(now))
+                elif math.isfinite(free_mean):  # no forecast: the node's annotations, as the safe agent does
+                    load[r] = NodeLoad(max(cap - free_mean, 0.0), free_std if math.isfinite(free_std) else 0.0)
+                else:
+                    load[r] = NodeLoad()
+            nodes.append(PlanNode(name, dict(info.allocatable), requested, load,
+                                  node_cost(info.labels, info.annotations, cost_key), info, bool(on_node)))
+        baseline = list(state.pods)
+    names = set(scheduler_names)
+    ours = [p for p in pods if not names or (p.scheduler_name or DEFAULT_SCHEDULER) in names]
+    classes = group_classes([p for p in ours if not p.node_name and not p.terminal], class_usage)
+    input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": state.age_seconds()}
+    return PlacementProblem(nodes, classes, u_star, eps, input_ages, baseline)
+
+
+POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour
+
+
+def class_usage_from_prometheus(settings: Any, bound: list[PodInfo]) -> tuple[dict[str, UsageModel], str]:
+    """(class key -> usage model, a note saying where usage came from) from the running pods' cAdvisor
+    series in Prometheus (``settings``: forecasting.prometheus.PrometheusSettings), so that new pods of a
+    known class count at what their siblings use rather than at their requests. A failed query is said
+    in the note and leaves every class at its requests."""
+    from dataclasses import replace
+
+    from forecasting.prometheus import PrometheusError, PrometheusSource
+
+    try:
+        series = PrometheusSource(replace(settings, history_s=POD_USAGE_WINDOW_S)).pod_series()
+    except PrometheusError as exc:
+        return {}, f"pod usage failed ({exc}); new pods count at their requests"
+    out = class_usage_from_history(bound, pod_usage_samples(series))
+    return out, f"{len(out)} classes at their pods' measured usage (last {POD_USAGE_WINDOW_S // 60} min)"

@@ -1,0 +1,197 @@
+"""Baselines for the optimizer, on the same compiled problem: first-fit-decreasing and best-fit (the
+bin-packing heuristics a plan must beat), and the LP-relaxation lower bound on nodes used (scipy HiGHS).
+
+FFD also warm-starts CP-SAT: its placement is given as the solver's hint, so a plan exists at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.plan.compiled import T_MAX, Compiled, index_terms
+
+
+@dataclass(slots=True)
+class HeuristicResult:
+    x: np.ndarray  # (C, N)
+    unplaced: np.ndarray  # (C,)
+    nodes_used: int
+
+
+# Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node.
+def _pod_order(comp: Compiled) -> np.ndarray:
+    mean_free = np.maximum(comp.free[:, :2].mean(axis=0), 1)
+    size = (comp.req[:, :2] / mean_free).max(axis=1)
+    return np.argsort(-size, kind="stable")
+
+
+def _node_order(comp: Compiled) -> np.ndarray:
+    """Nodes already in use first, then the largest (by cpu then memory) first."""
+    return np.lexsort((-comp.free[:, 1], -comp.free[:, 0], ~comp.has_pods))
+
+
+def _place(comp: Compiled, rule: str) -> HeuristicResult:
+    """Pods in decreasing size, each on a node where the rules allow it, its requests fit and the linear
+    safe bound holds: the first in node order ("first"), the one left fullest ("best"), or the one whose
+    load index stays lowest ("least-loaded", the load-balance start)."""
+    n_c, n_n = comp.n_classes, comp.n_nodes
+    if n_n == 0:  # nothing to place pods on: all of them stay unplaced
+        return HeuristicResult(np.zeros((n_c, 0), dtype=np.int64), comp.counts.copy(), 0)
+    free = comp.free.astype(np.int64).copy()
+    budget = comp.budget.astype(np.int64).copy()
+    order = _node_order(comp)
+    rank = np.empty(n_n, dtype=np.int64)
+    rank[order] = np.arange(n_n)
+    used = comp.has_pods.copy()
+    x = np.zeros((n_c, n_n), dtype=np.int64)
+    unplaced = np.zeros(n_c, dtype=np.int64)
+    scale = np.maximum(comp.free[:, :2].max(axis=0), 1).astype(float)
+    index_cap, index_const = index_terms(comp)
+    spent = np.zeros((2, n_n))  # sum_c a[r, c, n] x[c, n], for the load index
+    for ci in _pod_order(comp):
+        req = comp.req[ci]
+        a = comp.a[:, ci, :]
+        for _ in range(int(comp.counts[ci])):
+            ok = comp.eligible[ci] & (free >= req[None, :]).all(axis=1) & (budget >= a).all(axis=0)
+            if not ok.any():
+                unplaced[ci] += 1
+                continue
+            cand = np.nonzero(ok)[0]
+            if rule == "best":
+                # Best fit: the node left with the least free cpu+memory share; open new nodes last.
+                left = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
+                ni = cand[np.argmin(left)]
+            elif rule == "least-loaded":
+                after = ((spent[:, cand] + a[:, cand]) * T_MAX + index_const[:, cand]) / index_cap[:, cand]
+                ni = cand[np.argmin(after.max(axis=0))]
+            else:
+                ni = cand[np.argmin(rank[cand])]
+            x[ci, ni] += 1
+            free[ni] -= req
+            budget[:, ni] -= a[:, ni]
+            spent[:, ni] += a[:, ni]
+            used[ni] = True
+    return HeuristicResult(x, unplaced, int(used.sum()))
+
+
+def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
+    return _place(comp, "first")
+
+
+def least_loaded_decreasing(comp: Compiled) -> HeuristicResult:
+    return _place(comp, "least-loaded")
+
+
+def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
+    return _place(comp, "best")
+
+
+def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
+    """Identical nodes (resources, budgets, safe-bound terms, eligibility, weight) merged into types: the
+    problem restricted to one node per type, and the multiplicities."""
+    groups: dict[bytes, list[int]] = {}
+    for n in range(comp.n_nodes):
+        sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),
+                        comp.a[:, :, n].tobytes(), bytes([int(comp.has_pods[n])]), w[n:n + 1].tobytes()))
+        groups.setdefault(sig, []).append(n)
+    reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
+    sub = comp.subset(reps, comp.counts)
+    sub.cost = w[reps]
+    return sub, np.array([len(g) for g in groups.values()], dtype=float)
+
+
+# LP relaxation of binpack (x >= 0 and 0 <= y <= 1 continuous), the same constraints as the model:
+#     min sum_n w_n y_n   s.t.  sum_n x[c, n] = count[c] - unplaced[c],
+#                           sum_c req[c, r] x[c, n] <= free[n, r] y[n],   sum_c a[c, n] x[c, n] <= budget[n] y[n]
+# with y fixed to 1 on nodes that already host pods. unplaced is fixed to the plan's, so the bound is for
+# placing the same pods. Its optimum is a lower bound on the nodes any placement of those pods uses.
+# Identical nodes are merged into one type t with multiplicity m_t (0 <= y_t <= m_t): for an LP this is
+# exact (split any solution evenly), and so is merging classes with the same requests, safe-bound terms and
+# eligibility (sum their pods): 1,500 nodes x 270 classes solve in ~2 s.
+# w_n = 1 (binpack) or the node weights of consolidate / cost (optimizer.plan.compiled.node_weights).
+def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None) -> float:
+    # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
+    w = np.ones(comp.n_nodes) if weights is None else np.asarray(weights, dtype=float)
+    sub, mult = _node_types(comp, w)
+    need_c = comp.counts - (unplaced if unplaced is not None else 0)
+    # Classes identical to the LP (requests, safe-bound terms, eligibility) merge exactly: sum their pods.
+    class_groups: dict[bytes, list[int]] = {}
+    for ci in range(comp.n_classes):
+        sig = sub.req[ci].tobytes() + sub.a[:, ci, :].tobytes() + sub.eligible[ci].tobytes()
+        class_groups.setdefault(sig, []).append(ci)
+    reps_c = np.array([g[0] for g in class_groups.values()], dtype=np.int64)
+    need = np.array([need_c[g].sum() for g in class_groups.values()], dtype=float)
+    req, a, eligible = sub.req[reps_c], sub.a[:, reps_c, :], sub.eligible[reps_c]
+    ub = eligible & (req[:, None, :] <= sub.free[None, :, :]).all(axis=2)
+    ci_idx, ti_idx = np.nonzero(ub)
+    n_x, n_t = len(ci_idx), len(mult)
+    n_var = n_x + n_t
+    a_eq = sp.csr_matrix((np.ones(n_x), (ci_idx, np.arange(n_x))), shape=(len(reps_c), n_var))
+    rows, cols, vals = [], [], []
+    row = 0
+    blocks = [(req[ci_idx, r].astype(float), sub.free[:, r].astype(float)) for r in range(len(sub.resources))]
+    blocks += [(a[k, ci_idx, ti_idx].astype(float), sub.budget[k].astype(float)) for k in range(2)]
+    for coef, cap in blocks:
+        rows += [row + ti_idx, row + np.arange(n_t)]
+        cols += [np.arange(n_x), n_x + np.arange(n_t)]
+        vals += [coef, -np.maximum(cap, 0.0)]
+        row += n_t
+    a_ub = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, n_var))
+    cost = np.concatenate([np.zeros(n_x), sub.cost])
+    bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need, bounds=bounds, method="highs")
+    if res.status != 0:
+        return float("nan")
+    return float(res.fun)
+
+
+def close_nodes(comp: Compiled, x: np.ndarray, weights: np.ndarray | None = None) -> int:
+    """Empty the nodes a placement opens where their pods fit elsewhere: for each node the placement opens
+    (the lightest first; with ``weights``, the heaviest weight first), move its pods, largest first, to
+    other nodes in use where the rules allow them and their requests and linear safe-bound terms fit; a
+    node is closed only when all of its pods moved. x is updated in place; returns the nodes closed.
+    A cheap first improvement on first-fit-decreasing before the search (it never adds a node)."""
+    opened = np.nonzero((x.sum(axis=0) > 0) & ~comp.has_pods)[0]
+    if len(opened) == 0:
+        return 0
+    free = comp.free - np.einsum("cr,cn->nr", comp.req, x)
+    budget = comp.budget - np.einsum("rcn,cn->rn", comp.a, x)
+    size = (comp.req[:, :2] / np.maximum(comp.free[:, :2].mean(axis=0), 1)).max(axis=1)
+    load = (comp.req[:, :2].T.astype(float) @ x[:, opened]).max(axis=0)
+    order = opened[np.lexsort((load, -(weights[opened] if weights is not None else np.zeros(len(opened)))))]
+    closed = 0
+    for ni in order:
+        in_use = (x.sum(axis=0) > 0) | comp.has_pods
+        in_use[ni] = False
+        trial_free, trial_budget = free.copy(), budget.copy()
+        moves: list[tuple[int, int]] = []
+        for ci in np.nonzero(x[:, ni])[0][np.argsort(-size[np.nonzero(x[:, ni])[0]], kind="stable")]:
+            for _ in range(int(x[ci, ni])):
+                ok = in_use & comp.eligible[ci] & (trial_free >= comp.req[ci][None, :]).all(axis=1) & (
+                    trial_budget >= comp.a[:, ci, :]).all(axis=0)
+                if not ok.any():
+                    break
+                # Best fit: the node left with the least cpu room, so big holes stay for big pods.
+                cand = np.nonzero(ok)[0]
+                dst = int(cand[np.argmin(trial_free[cand, 0] - comp.req[ci, 0])])
+                trial_free[dst] -= comp.req[ci]
+                trial_budget[:, dst] -= comp.a[:, ci, dst]
+                moves.append((int(ci), dst))
+            else:
+                continue
+            break
+        if len(moves) != int(x[:, ni].sum()):
+            continue
+        for ci, dst in moves:
+            x[ci, ni] -= 1
+            x[ci, dst] += 1
+        trial_free[ni] = comp.free[ni]
+        trial_budget[:, ni] = comp.budget[:, ni]
+        free, budget = trial_free, trial_budget
+        closed += 1
+    return closed
