@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kso.core.capacity import CapacityReconciler, CapacitySettings, PlaceholderSpec, is_placeholder
+from kso.core.capacity import ApplyResult, CapacityReconciler, CapacitySettings, PlaceholderSpec, is_placeholder
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.decisions.agents.base import Call, PredicateResult
@@ -157,6 +157,29 @@ def node_risks(agent: SafeAgent, state: ClusterState, refusal: Refusal) -> dict[
             if known}
 
 
+class CapacityMetrics:
+    """The signal on kso's /metrics: what it asks for now, and what it wrote."""
+
+    def __init__(self, registry: Any, signal: CapacitySignal) -> None:
+        from prometheus_client import Counter, Gauge
+
+        Gauge("kso_capacity_refused_pods", "Pending pods the safe agent refused on every node they were offered",
+              registry=registry).set_function(lambda: float(signal.refused))
+        Gauge("kso_capacity_placeholders", "Placeholder pods the capacity signal wants (each a refused pod's demand)",
+              registry=registry).set_function(lambda: float(len(signal.wanted)))
+        Gauge("kso_capacity_hot_nodes", "Nodes hot for at least one refused pod (hysteresis included)",
+              registry=registry).set_function(lambda: float(len(signal.decision.hot_nodes())))
+        self.writes = Counter("kso_capacity_placeholder_writes_total",
+                              "Placeholder pods written, by action: created, deleted, failed, reaped (another kso's, "
+                              "its Lease expired)", ["action"], registry=registry)
+
+    def count(self, result: ApplyResult, reaped: list[str]) -> None:
+        for action, names in (("created", result.created), ("deleted", result.deleted), ("failed", result.failed),
+                              ("reaped", reaped)):
+            if names:
+                self.writes.labels(action).inc(len(names))
+
+
 class CapacitySignal:
     """The loop: every ``interval_s`` re-judge the refused pods still pending, step the decision, write the
     placeholders (kso.core.capacity), and delete what gone kso instances left. Cleans up on start and stop."""
@@ -176,6 +199,8 @@ class CapacitySignal:
         self.decision = CapacityDecision(eps=safe.eps, exit_ratio=settings.exit_ratio, min_hot_s=settings.min_hot_s,
                                          max_placeholders=settings.max_placeholders)
         self.wanted: list[PlaceholderSpec] = []
+        self.refused = 0  # refused pods still pending, at the last round
+        self.metrics = CapacityMetrics(engine.metrics.registry, self)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -188,8 +213,10 @@ class CapacitySignal:
         refusals = self.log.pending(pending.__contains__)
         risks = {r.pod.uid: node_risks(self.agent, self.state, r) for r in refusals}
         self.wanted = self.decision.step(self.clock(), refusals, risks)
-        self.reconciler.apply(self.wanted)
-        self.reconciler.reap()
+        self.refused = len(refusals)
+        result = self.reconciler.apply(self.wanted)
+        reaped = self.reconciler.reap()
+        self.metrics.count(result, reaped)
         return self.wanted
 
     def start(self) -> CapacitySignal:

@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from benchmarks.e2e import ExtenderProcess, create_nodes, delete_nodes, node_manifest, pod_manifest, scheduler_config
+from benchmarks.prometheus_text import metric_sum, parse_metrics
 from kso.core.capacity import HOLDER, PLACEHOLDER_FOR, CapacityReconciler, CapacitySettings, PlaceholderSpec
 from kso.core.kube import load_api_client
 from tests.support.fixtures import started_control_plane, until
@@ -171,6 +172,10 @@ def test_the_signal_appears_when_every_node_is_hot_and_goes_when_load_falls(
         assert sorted(v for f in term.match_fields for v in f.values) == sorted(nodes)
         assert spec.containers[0].resources.requests == {"cpu": "500m", "memory": str(512 * 2**20)}
         assert ph.metadata.owner_references[0].kind == "Lease"
+        scrape = parse_metrics(kso.get("/metrics"))
+        assert metric_sum(scrape, "kso_capacity_placeholders") == 1 == metric_sum(scrape, "kso_capacity_refused_pods")
+        assert metric_sum(scrape, "kso_capacity_hot_nodes") == len(nodes)
+        assert metric_sum(scrape, "kso_capacity_placeholder_writes_total", action="created") == 1
         t1 = time.monotonic()
         set_annotations(core, nodes, COOL)
         until(lambda: not placeholders(core, "kso-lf"), AIM_S, "the placeholder deleted after load fell")
@@ -183,6 +188,38 @@ def test_the_signal_appears_when_every_node_is_hot_and_goes_when_load_falls(
         delete_nodes(api, nodes)
     assert not placeholders(core), "kso deletes its placeholders when it stops"
     assert appear < AIM_S and gone < AIM_S
+
+
+def test_the_signal_goes_when_load_falls_while_the_pod_still_waits(plane: tuple[Any, Path], schedulers: Any,
+                                                                    tmp_path: Path) -> None:
+    """kso's own judgement, not the pod's bind, removes the signal: kube-scheduler (kso's profile) stops after the
+    placeholder appears, so the refused pod stays pending, and the load falls. The nodes cool once their risk is
+    below 0.8 eps and they have not been above eps for KSO_CAPACITY_MIN_HOT_S (60 s): the placeholder goes then."""
+    cp, kubeconfig = plane
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    ns = new_namespace(core, "still-waits")
+    nodes = hot_nodes(api, "sw")
+    kso = start_kso(kubeconfig, tmp_path / "kso.log", KSO_CAPACITY_IDENTITY="kso-sw")
+    try:
+        schedulers(kso.url)
+        core.create_namespaced_pod(ns, pod_manifest("batch", cpu="500m", memory="512Mi"))
+        until(lambda: signal_for(core, f"{ns}/batch"), AIM_S, "a placeholder kube-scheduler finds Unschedulable")
+        for comp in [c for c in cp.components if c.name.startswith("kso-scheduler")]:
+            cp.stop_component(comp)
+        t1 = time.monotonic()
+        set_annotations(core, nodes, COOL)
+        time.sleep(30)
+        assert placeholders(core, "kso-sw"), "hysteresis: a node cools no sooner than 60 s after it was last hot"
+        until(lambda: not placeholders(core, "kso-sw"), AIM_S, "the placeholder deleted once the nodes cooled")
+        gone = time.monotonic() - t1
+        assert not core.read_namespaced_pod("batch", ns).spec.node_name, "the pod still waits"
+        print(f"\nload falls, pod still pending: signal gone {gone:.1f} s after the load fell (hysteresis 60 s; "
+              f"2-core machine, shared)")
+    finally:
+        kso.stop()
+        delete_nodes(api, nodes)
+    assert gone < AIM_S
 
 
 def test_the_signal_goes_when_capacity_appears(plane: tuple[Any, Path], schedulers: Any, tmp_path: Path) -> None:
@@ -205,6 +242,8 @@ def test_the_signal_goes_when_capacity_appears(plane: tuple[Any, Path], schedule
         nodes.append("ca-new")
         until(lambda: not signal_for(core, f"{ns}/api"), AIM_S, "no unschedulable placeholder once a node was added")
         gone = time.monotonic() - t1
+        # the placeholder went to the new node (kube-scheduler's verdict on it changed), or the pod did
+        assert {p.spec.node_name for p in placeholders(core, "kso-ca")} <= {"ca-new"}
         until(lambda: core.read_namespaced_pod("api", ns).spec.node_name == "ca-new", AIM_S, "the pod bound to ca-new")
         until(lambda: not placeholders(core, "kso-ca"), AIM_S, "the placeholder deleted once the pod was bound")
         deleted = time.monotonic() - t1
