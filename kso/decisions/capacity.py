@@ -2,14 +2,15 @@
 nodes are hot for each (with hysteresis), and so which placeholders the cluster should hold (kso.core.capacity
 writes them).
 
-The rule, per refused pod p still pending, re-judged every tick with the safe agent's current risk of each node p
-was offered on (its last filter call), P(util > U*) with p's demand on that node:
+The rule, per refused pod p still pending, re-judged every tick with the safe agent's current risk, P(util > U*)
+with p's demand, of each node p was refused on (in any filter call while pending) that kube-scheduler could still
+offer it (its placement rules allow it and its requests fit):
 
 * a node becomes hot for p when its risk is above eps (the safe filter refuses p there);
 * a hot node cools when its risk is at most ``exit_ratio`` x eps and it has not been above eps for ``min_hot_s``
   (hysteresis: forecast noise around eps does not make placeholders come and go);
-* p gets a placeholder while every node it was offered (and that still exists) is hot for it; the placeholder
-  avoids exactly those nodes.
+* p gets a placeholder while every such node is hot for it; the placeholder avoids exactly those nodes. (No such
+  node at all: kube-scheduler itself finds p unschedulable, which the autoscaler reads without kso.)
 
 A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it.
 ``CapacityDecision.step`` is pure (its inputs and its own hysteresis state); ``CapacitySignal`` runs it
@@ -30,6 +31,8 @@ import numpy as np
 from kso.core.capacity import ApplyResult, CapacityReconciler, CapacitySettings, PlaceholderSpec, is_placeholder
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
+from kso.core.placement import rule_violation
+from kso.core.views import NodeView
 from kso.decisions.agents.base import Call, PredicateResult
 from kso.decisions.agents.safe import RELEASE_NOTE, SafeAgent
 
@@ -40,7 +43,8 @@ _RELEASE_HEAD = RELEASE_NOTE.split("{", 1)[0]
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A pod the safe agent refused on every node of a filter call: the pod and those nodes."""
+    """A pod the safe agent refused on every node of a filter call: the pod, and every node it was refused on while
+    pending (kube-scheduler offers a large cluster's nodes a sample at a time: the samples add up)."""
 
     pod: PodInfo
     nodes: tuple[str, ...]
@@ -125,7 +129,8 @@ class RefusalLog:
 
         def recorded(call: Call) -> PredicateResult:
             result: PredicateResult = original(call)
-            if refused_everywhere(result) and not is_placeholder(call.pod.annotations):
+            # (a preemption call, with victims freed, judges a subset of nodes for another question: not recorded)
+            if call.freed is None and refused_everywhere(result) and not is_placeholder(call.pod.annotations):
                 self.record(call.pod, call.view.names)
             return result
 
@@ -135,7 +140,10 @@ class RefusalLog:
     def record(self, pod: PodInfo, nodes: Iterable[str]) -> None:
         with self._lock:
             old = self._refusals.get(pod.uid)
-            self._refusals[pod.uid] = Refusal(pod, tuple(nodes), old.first_at if old else self.clock())
+            if old is None:
+                self._refusals[pod.uid] = Refusal(pod, tuple(dict.fromkeys(nodes)), self.clock())
+            else:
+                self._refusals[pod.uid] = Refusal(pod, tuple(dict.fromkeys((*old.nodes, *nodes))), old.first_at)
 
     def pending(self, still_pending: Callable[[str], bool]) -> list[Refusal]:
         """The refusals of pods still pending; the others are forgotten."""
@@ -145,16 +153,32 @@ class RefusalLog:
             return list(self._refusals.values())
 
 
+def feasible(pod: PodInfo, view: NodeView) -> np.ndarray:
+    """Nodes of ``view`` kube-scheduler could still offer the pod: known, its hard placement rules allowed
+    (kso.core.placement) and its requests fitting what is left of the allocatable (bool per node)."""
+    ok = view.known.copy()
+    for resource, value in pod.requests.items():
+        col = view.columns.get(resource)
+        if col is not None and value > 0:
+            with np.errstate(invalid="ignore"):
+                ok &= view.alloc[:, col] - view.requested[:, col] >= value
+    for i in np.flatnonzero(ok).tolist():
+        node = view.nodes[i]
+        if node is None or rule_violation(pod, node) is not None:
+            ok[i] = False
+    return ok
+
+
 def node_risks(agent: SafeAgent, state: ClusterState, refusal: Refusal) -> dict[str, float]:
-    """Each of the refusal's nodes that still exists -> the safe agent's risk of it for the pod now (the larger of
-    cpu's and memory's; 0 where it has no statistics, where the filter passes it unjudged)."""
+    """Each node the pod was refused on that kube-scheduler could still offer it -> the safe agent's risk of it for
+    the pod now (the larger of cpu's and memory's; 0 where it has no statistics: the filter passes it unjudged)."""
     view = state.view(refusal.nodes)
     if not len(view):
         return {}
     s = agent.inputs(Call(refusal.pod, view))
     risk = np.where(s.valid, s.risk, 0.0).max(axis=1)
-    return {name: float(r) for name, r, known in zip(view.names, risk.tolist(), view.known.tolist(), strict=True)
-            if known}
+    ok = feasible(refusal.pod, view)
+    return {name: float(r) for name, r, keep in zip(view.names, risk.tolist(), ok.tolist(), strict=True) if keep}
 
 
 class CapacityMetrics:

@@ -19,9 +19,9 @@ from kso.core.capacity import (
 )
 from kso.core.objects import pod_from_k8s
 from kso.decisions.agents.base import PredicateResult
-from kso.decisions.agents.safe import RELEASE_NOTE
-from kso.decisions.capacity import CapacityDecision, Refusal, RefusalLog, refused_everywhere, spec_for
-from tests.support.fixtures import make_pod
+from kso.decisions.agents.safe import RELEASE_NOTE, SafeAgent, SafeParams
+from kso.decisions.capacity import CapacityDecision, Refusal, RefusalLog, node_risks, refused_everywhere, spec_for
+from tests.support.fixtures import make_node, make_pod, make_state
 
 EPS = 0.3
 
@@ -182,12 +182,32 @@ def test_a_refusal_is_every_node_refused_or_passed_only_by_the_hold_release() ->
     assert not refused_everywhere(PredicateResult(np.zeros(0, dtype=bool)))
 
 
-def test_the_log_keeps_the_first_refusal_time_and_forgets_pods_no_longer_pending() -> None:
+def test_the_log_keeps_the_first_refusal_time_and_every_node_refused_and_forgets_pods_no_longer_pending() -> None:
+    """kube-scheduler offers a large cluster's nodes a sample at a time: the samples a pod was refused on add up."""
     clock = iter([1.0, 2.0, 3.0])
     log = RefusalLog(lambda: next(clock))
     pod = pod_from_k8s(make_pod("p"))
-    log.record(pod, ["n1"])
     log.record(pod, ["n1", "n2"])
+    log.record(pod, ["n3", "n1"])
     [r] = log.pending(lambda uid: True)
-    assert (r.first_at, r.nodes) == (1.0, ("n1", "n2"))
+    assert (r.first_at, r.nodes) == (1.0, ("n1", "n2", "n3"))
     assert log.pending(lambda uid: False) == []
+
+
+HOT = {"mean-free-cpu": "100", "std-free-cpu": "50", "forcasted-free-cpu": "100",
+       "mean-free-memory": "6000", "std-free-memory": "100", "forcasted-free-memory": "6000"}
+
+
+def test_the_risks_are_the_safe_agents_on_the_nodes_kube_scheduler_could_still_offer() -> None:
+    """Risk from the safe agent's own inputs; a node the pod no longer fits by requests, one with an untolerated
+    taint and one that is gone are not judged (kube-scheduler would not offer them)."""
+    full = make_node("full", cpu="4", annotations=HOT)
+    tainted = make_node("tainted", annotations=HOT)
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
+    cool = make_node("cool", annotations={**HOT, "mean-free-cpu": "3900", "forcasted-free-cpu": "3900"})
+    state = make_state([make_node("hot", annotations=HOT), full, tainted, cool],
+                       [make_pod("big", cpu="3800m", node="full")])
+    pod = pod_from_k8s(make_pod("p", cpu="500m", memory="512Mi"))
+    risks = node_risks(SafeAgent(SafeParams()), state, Refusal(pod, ("hot", "full", "tainted", "cool", "gone"), 0.0))
+    assert set(risks) == {"hot", "cool"}
+    assert risks["hot"] > 0.3 >= risks["cool"]
