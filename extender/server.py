@@ -104,7 +104,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     # API mode: the watched cache is the only source of cluster state (request bodies never write it).
     extender = Extender(config, state, binder, stats, plan, cache_bodies=source != "API", pod_memo=pod_memo)
     if plan is not None:
-        plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
+        plan.on_event = extender.metrics.plan_event
         plan.load_file()  # a restarted extender answers from the last plan at once
     if config.capacity.enabled:
         from kso.decisions.capacity import start_capacity_signal

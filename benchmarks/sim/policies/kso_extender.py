@@ -37,10 +37,10 @@ import orjson
 
 from benchmarks.sim.engine import Policy, SimPod, SimView
 from benchmarks.sim.policies.framework import Framework
+from kso.core.resources import MIB
 
 EXTENDER_WEIGHT = 5  # the README's KubeSchedulerConfiguration (extenders[].weight)
 EXTENDER_SCORE_SCALE = 10  # MaxNodeScore / MaxExtenderPriority
-MIB = 1024.0 * 1024.0
 FORECAST_HORIZON_S = 900.0
 WINDOW_S = 900.0
 # the extender's "recent bind" window is wall-clock based; the replay runs faster than real time, so it is
