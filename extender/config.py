@@ -83,7 +83,7 @@ class ExtenderSettings:
     # bind's API calls end by this long after the bind arrived, so that kso never binds after kube-scheduler has
     # stopped waiting and bound the pod itself. Set it to the scheduler configuration's value.
     http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 30.0, lo=0.1,
-                                    help="kube-scheduler's extender httpTimeout: a bind's API calls end within it")
+                                    help="kube-scheduler's extender httpTimeout: a bind's API calls end within it, seconds")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list",
                                 help="the agents enabled (safe, pigeon, congestion, image, cost, foo)")

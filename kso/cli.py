@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
 # (check_configuration) lets them through.
 DEVELOPMENT_VARIABLES = frozenset({
     "KSO_SHARED", "KSO_REQUIRE_K8S", "KSO_K8S_DIST", "KSO_K8S_CACHE", "KSO_K8S_BIN_DIR", "KSO_ETCD", "KSO_CACHE_DIR",
-    "KSO_REQUIRE_RAY", "KSO_BENCH_TREE", "KSO_BENCH_CONFIGS", "KSO_BENCH_CACHE"})
+    "KSO_REQUIRE_RAY", "KSO_BENCH_HISTORY", "KSO_BENCH_TREE", "KSO_BENCH_CONFIGS", "KSO_BENCH_CACHE"})
 # Kubernetes puts a variable per Service of the pod's namespace into its environment (a Service "kso-metrics"
 # gives KSO_METRICS_SERVICE_HOST, KSO_METRICS_PORT=tcp://..., ...): those are not settings.
 SERVICE_LINK = re.compile(r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")
@@ -147,13 +147,18 @@ def settings_sections() -> list[tuple[str, list[type]]]:
     from optimizer.settings import PlanSettings
     from scheduler.core import SchedulerSettings
 
-    return [("Every command", [ConfigFileSettings, LogSettings]),
-            ("The extender (kso extender)", [ExtenderSettings]),
-            ("The capacity signal (kso extender: placeholders for the cluster-autoscaler)", [CapacitySettings]),
-            ("Agents", [agent.Params for agent in AGENTS.values()]),
-            ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
-            ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),
-            ("The standalone scheduler (kso scheduler)", [SchedulerSettings])]
+    sections = [("Every command", [ConfigFileSettings, LogSettings]),
+                ("The extender (kso extender)", [ExtenderSettings]),
+                ("The capacity signal (kso extender: placeholders for the cluster-autoscaler)", [CapacitySettings]),
+                ("Agents", [agent.Params for agent in AGENTS.values()]),
+                ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
+                ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),
+                ("The standalone scheduler (kso scheduler)", [SchedulerSettings])]
+    if importlib.util.find_spec("benchmarks") is not None:  # kso bench --prometheus: the history's metric names
+        from benchmarks.sim.history_names import HistoryNames
+
+        sections.append(("The replay of a cluster's history (kso bench --prometheus)", [HistoryNames]))
+    return sections
 
 
 def _kso_variables(env: Mapping[str, str]) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sim.frontier import Point, cost_range, dominated_by, interpolate, pareto_front
+from benchmarks.sim.frontier import Point, cost_range, dominated_by, dominates_all, interpolate, pareto_front, undominated
 from benchmarks.sim.report import machine_line
 from benchmarks.sim.runner import aggregate, parse_spec
 
@@ -159,6 +159,36 @@ def frontier_lines(agg: Agg, scenario: str, harm: str, harm_label: str) -> list[
         beaten = sum(1 for q in runnable if (o.cost, o.harm) != (q.cost, q.harm) and o.cost <= q.cost and o.harm <= q.harm)
         out.append(f"  - `{o.label}` (reference, not runnable): {o.cost:.1f} node-h, {harm_label} {o.harm:.1f}; "
                    f"it dominates {beaten} of the {len(runnable)} runnable points")
+    return out
+
+
+# Every axis at once, so that no single harm can be bought with another: cost, the two frontier harms, and pod-time
+# served (higher is better: negated). A policy that refuses pods looks cheap and safe on the two-axis frontiers;
+# here the pods it never served count against it.
+ALL_AXES = (("provisioned_node_hours", 1.0), ("overloaded_node_hours", 1.0), ("pods_oom_killed", 1.0),
+            ("pod_time_served_pct", -1.0))
+ALL_AXES_LABEL = "node-hours, overloaded node-hours, pods OOM-killed and pod-time served"
+
+
+def every_axis_lines(agg: Agg, scenario: str) -> list[str]:
+    """Which runnable policies no other dominates on every axis at once, and for each peer point whether some kso
+    configuration has no more node-hours, overloaded node-hours and pods OOM-killed and at least its pod-time served."""
+    rows = [(p, [sign * a.get(key, NAN3)[0] for key, sign in ALL_AXES]) for (s, p), a in sorted(agg.items())
+            if s == scenario and not is_oracle(p)]
+    rows = [(p, v) for p, v in rows if all(math.isfinite(x) for x in v)]
+    if not rows:
+        return []
+    front = undominated([v for _, v in rows])
+    out = [f"- **Every axis at once** ({ALL_AXES_LABEL}; means): not dominated: "
+           + ", ".join(f"`{p}`" for (p, _), f in zip(rows, front, strict=True) if f)]
+    kso = [(p, v) for p, v in rows if is_kso(p)]
+    if kso:
+        for p, v in rows:
+            if is_kso(p):
+                continue
+            by = [q for q, w in kso if w == v or dominates_all(w, v)]
+            out.append(f"  - `{p}`: " + (f"matched or beaten on every axis by {', '.join(f'`{q}`' for q in by)}" if by
+                                         else "no kso configuration is at least as good on every axis"))
     return out
 
 
@@ -354,6 +384,7 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
             parts += [f"![frontier {s}]({name})", ""]
         for harm, label in FRONTIER_HARMS:
             parts += frontier_lines(agg, s, harm, label)
+        parts += every_axis_lines(agg, s)
         if math.isfinite(bound_mean):
             parts.append(f"- fluid lower bound (benchmarks/sim/bound.py, mean over {len(bound)} seed(s)): any policy with "
                          f"no node above U* provisions at least {bound_mean:.1f} node-hours")

@@ -2,12 +2,16 @@
 
 With no --scenario and no --trace, ``kso bench`` runs the embedded Google excerpt (``--scenario
 google-embedded``): real requests and usage of the same tasks, with the autoscaler, so the policies differ.
+``kso bench --prometheus URL --from T [--to T] [--step 5m]`` replays the cluster's own history instead
+(benchmarks/sim/prometheus_history.py): the scenario is built once, saved in --out for the cells' processes, and
+the report states the history's gaps and the builder's assumptions.
 An option that cannot apply to the run asked for is an error (exit 2), never silently changed or dropped."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shlex
 import sys
 import time
@@ -78,8 +82,14 @@ SINGLE_DEFAULTS = {"trace": "embedded", "nodes": 100, "hours": 4.0, "seed": 0, "
 SCENARIO_DEFAULTS = {"nodes": 100, "hours": 4.0, "seeds": 5, "seed_from": 0, "jobs": 1, "executor": "local"}
 
 
+# "--from -7d": argparse takes an argument starting with "-" for an option unless it looks like a negative number;
+# relative times (-7d, -1h30m) are made to look like one (no option of this parser does).
+RELATIVE_TIME = re.compile(r"^-(\d+(\.\d+)?[smhdw]?)+$|^-\d*\.\d+$")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(bench_parser=p)
+    p._negative_number_matcher = RELATIVE_TIME  # type: ignore[attr-defined]
     p.epilog = SWEEPS_EPILOG
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--scenario", default="", help=f"comma-separated, of {', '.join(SCENARIOS)}: google-rightsized (the "
@@ -102,6 +112,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{DEFAULT_POLICIES}; with --scenario {SCENARIO_POLICIES}). A spec may set a knob: "
                    "trimaran-tlp:target=80, kso-plan:env=SAFEUTILIZATION=80, oracle:u_star=0.8; a sweep name (below) "
                    "stands for its specs: --policies frontier")
+    p.add_argument("--prometheus", default="", metavar="URL",
+                   help="replay the cluster's own history read from this Prometheus (kube-state-metrics and cAdvisor; "
+                        "names settable with KSO_HISTORY_* variables) between --from and --to, through the same "
+                        "policies, sweeps, --jobs and --executor as --scenario; the report states every gap in the "
+                        "history and every assumption")
+    p.add_argument("--from", dest="history_from", default=None, metavar="TIME",
+                   help="with --prometheus: the start, RFC3339 (2026-11-20T00:00:00Z), relative to now (-7d, -36h) or "
+                        "unix seconds")
+    p.add_argument("--to", dest="history_to", default=None, metavar="TIME",
+                   help="with --prometheus: the end (same forms; default now)")
+    p.add_argument("--step", dest="history_step", default=None, metavar="DURATION",
+                   help="with --prometheus: the replay's step (default 5m)")
     p.add_argument("--trace", default=None, choices=("openb", "embedded"),
                    help="a single run (no autoscaler, one seed) of openb: ../shared/data openb + Bitbrains, or embedded: "
                         "the openb/Bitbrains excerpt shipped in kso/data")
@@ -135,8 +157,34 @@ def _given(args: argparse.Namespace, *names: str) -> list[str]:
     return flags
 
 
+def check_history_options(args: argparse.Namespace) -> str | None:
+    """``--prometheus``'s share of ``check_options``: what cannot go with it."""
+    prometheus = getattr(args, "prometheus", "")
+    if not prometheus:
+        given = [f for f, v in (("--from", getattr(args, "history_from", None)), ("--to", getattr(args, "history_to", None)),
+                                ("--step", getattr(args, "history_step", None))) if v is not None]
+        return f"{', '.join(given)}: only with --prometheus URL" if given else None
+    if args.scenario or args.trace is not None:
+        return "--prometheus replays the cluster's own history: drop --scenario / --trace"
+    if bad := _given(args, "nodes", "hours", "target_load", "seeds", "seed_from", "seed", "u_star", "start_hour",
+                     "kso_stats", "kso_env", "no_sampling"):
+        return (f"{', '.join(dict.fromkeys(bad))}: a history has its own nodes, pods and length (one replay per policy; "
+                "--from/--to/--step choose the history)")
+    if args.history_from is None:
+        return "--prometheus needs --from (RFC3339 such as 2026-11-20T00:00:00Z, or relative such as -7d)"
+    if args.executor == "ray" and args.jobs is not None:
+        return "--jobs sets local worker processes; with --executor ray each cell is a 1-CPU Ray task"
+    return None
+
+
 def check_options(args: argparse.Namespace) -> str | None:
     """The reason an option cannot apply to the run asked for, or None. Fills in the defaults."""
+    if (problem := check_history_options(args)) is not None:
+        return problem
+    if getattr(args, "prometheus", ""):
+        args.jobs = 1 if args.jobs is None else args.jobs
+        args.executor = args.executor or "local"
+        return "--jobs must be at least 1" if args.jobs < 1 else None
     if not args.scenario and args.trace is None:
         if args.nodes is not None or args.target_load is not None:
             return "--nodes / --target-load need a sampled scenario: add --trace openb or --scenario google-rightsized"
@@ -206,6 +254,8 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
     if (problem := check_options(args)) is not None:
         return usage_error(args, problem)
+    if getattr(args, "prometheus", ""):
+        return run_history(args, argv)
     if args.scenario:
         return run_scenarios(args, argv)
     specs = expand_policies(args.policies or DEFAULT_POLICIES)
@@ -319,6 +369,90 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
         print(f"kso bench: {failed} cell(s) failed (listed in the report)", file=sys.stderr)
         return 1
     return 0
+
+
+def short_cause(cause: str) -> str:
+    """A connection error's cause without urllib3's pool and URL details."""
+    for marker, text in (("Connection refused", "connection refused"), ("Name or service not known", "unknown host"),
+                         ("timed out", "timed out"), ("No route to host", "no route to host")):
+        if marker in cause:
+            return f"{cause.split(':')[0]}: {text}"
+    return cause[:300]
+
+
+HISTORY_FILE = "history-scenario.npz"  # in --out: the built scenario, loaded by every cell's process
+HISTORY_INFO = "history.json"  # in --out: its gaps and assumptions, for --report-only
+
+
+def run_history(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """``--prometheus``: build the scenario from the history (or, with --report-only, load the one in --out), save
+    it for the cells, then the same cells and report as ``--scenario``, with the gaps and assumptions added."""
+    import json
+    import os
+
+    from benchmarks.sim.prometheus_history import (
+        History,
+        HistoryError,
+        build_history,
+        load_scenario,
+        parse_duration,
+        parse_time,
+        save_scenario,
+    )
+    from benchmarks.sim.runner import HISTORY_ENV, scenario_for
+    from forecasting.prometheus import PrometheusError, PrometheusUnavailable
+
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # its retry warning; the error says it all
+    out = Path(args.out)
+    path, info = out / HISTORY_FILE, out / HISTORY_INFO
+    try:
+        now = time.time()
+        start = parse_time(args.history_from, now)
+        end = parse_time(args.history_to or "now", now)
+        step = parse_duration(args.history_step or "5m")
+    except HistoryError as exc:
+        print(f"kso bench: error: {exc}", file=sys.stderr)
+        return 2
+    if args.report_only:
+        if not path.exists() or not info.exists():
+            print(f"kso bench: error: --report-only: no {path} / {info} (a --prometheus run writes them)", file=sys.stderr)
+            return 2
+        meta = json.loads(info.read_text())
+        history = History(load_scenario(path), meta["gaps"], meta["assumptions"], meta["queries"], meta["points"],
+                          meta["seconds"])
+    else:
+        try:
+            history = build_history(args.prometheus, start, end, step)
+        except HistoryError as exc:
+            print(f"kso bench: error: {exc}", file=sys.stderr)
+            return 2 if "not before" in str(exc) or "shorter than" in str(exc) or "--step" in str(exc) else 1
+        except PrometheusUnavailable as exc:
+            print(f"kso bench: error: Prometheus at {exc.url} unavailable: {short_cause(exc.cause)}", file=sys.stderr)
+            return 1
+        except PrometheusError as exc:
+            print(f"kso bench: error: {exc}", file=sys.stderr)
+            return 1
+        save_scenario(history.scenario, path)
+        info.write_text(json.dumps({"gaps": history.gaps, "assumptions": history.assumptions, "queries": history.queries,
+                                    "points": history.points, "seconds": history.seconds}, indent=1))
+        print(f"history built in {history.seconds:.1f} s ({history.queries} queries, {history.points:,} points): "
+              f"{len(history.gaps)} gap(s) listed in the report; saved to {path}", file=sys.stderr)
+    s = history.scenario
+    args.scenario, args.seeds, args.seed_from = "history", 1, 0
+    args.nodes, args.hours, args.target_load = s.n_nodes, s.n_steps * s.step_s / 3600.0, 0.0
+    args.appendix = history.markdown()
+    args.report_title = f"kso bench: replay of the cluster's own history ({args.prometheus}), cost against harm"
+    before = os.environ.get(HISTORY_ENV)
+    os.environ[HISTORY_ENV] = str(path.resolve())  # the cells' processes (forked, or Ray's) load it from there
+    scenario_for.cache_clear()
+    try:
+        return run_scenarios(args, argv)
+    finally:  # the run's own: a caller in the same process (a test, kso demo) keeps its environment
+        scenario_for.cache_clear()
+        if before is None:
+            os.environ.pop(HISTORY_ENV, None)
+        else:
+            os.environ[HISTORY_ENV] = before
 
 
 def add_commands(subparsers: Any) -> None:

@@ -52,6 +52,19 @@ def dominated_by(points: Sequence[tuple[float, float]], i: int) -> list[int]:
     return [j for j, q in enumerate(points) if j != i and _finite(*q) and dominates(q, points[i])]
 
 
+def dominates_all(a: Sequence[float], b: Sequence[float]) -> bool:
+    """a dominates b on every axis at once (each lower is better: negate an axis where higher is better): no worse
+    on any, strictly better on one."""
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+
+
+def undominated(points: Sequence[Sequence[float]]) -> list[bool]:
+    """For each point (a vector, every axis lower is better): does no other finite point dominate it on every axis?"""
+    ok = [_finite(*p) for p in points]
+    return [ok[i] and not any(ok[j] and dominates_all(points[j], p) for j in range(len(points)) if j != i)
+            for i, p in enumerate(points)]
+
+
 def interpolate(curve: Sequence[tuple[float, float]], cost: float) -> float | None:
     """Harm of ``curve`` (cost, harm points, any order) at ``cost``, linear between the neighbouring points;
     None when ``cost`` is outside the curve's cost range or the curve has no finite point."""

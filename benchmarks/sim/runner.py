@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing as mp
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,10 +58,20 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
+HISTORY_ENV = "KSO_BENCH_HISTORY"  # the saved scenario of ``kso bench --prometheus`` (scenario kind "history")
+
+
 @lru_cache(maxsize=2)
 def scenario_for(kind: str, nodes: int, hours: float, seed: int, target_load: float) -> Any:
     from benchmarks.sim.google import build_embedded_google_scenario, build_google_scenario
     from benchmarks.sim.trace import build_scenario
+
+    if kind == "history":
+        from benchmarks.sim.prometheus_history import load_scenario
+
+        if not os.environ.get(HISTORY_ENV):
+            raise ValueError(f"scenario 'history' needs {HISTORY_ENV}: the .npz that kso bench --prometheus saved")
+        return load_scenario(Path(os.environ[HISTORY_ENV]))
 
     if kind in ("google-limits", "google-rightsized"):
         return build_google_scenario(nodes, hours, seed, target_load, "p90" if kind.endswith("rightsized") else "limit")
@@ -117,7 +128,10 @@ def _ray_rows(cells: Sequence[Cell]) -> Iterator[dict[str, Any]]:
     import ray
 
     if not ray.is_initialized():
-        ray.init()
+        # a history's saved scenario: the workers load it from the path in the environment (on a cluster, a path
+        # every worker sees)
+        env = {HISTORY_ENV: os.environ[HISTORY_ENV]} if os.environ.get(HISTORY_ENV) else {}
+        ray.init(**({"runtime_env": {"env_vars": env}} if env else {}))
     remote = ray.remote(num_cpus=1)(_worker)
     pending = [remote.remote(c) for c in cells]
     while pending:

@@ -1,5 +1,5 @@
 """/bind without an API server (snapshot, demo, tests): kso's cache is the only judge of the node, and no watch
-will report the pod (extender.service.Extender.bind)."""
+will report the pod (extender.verbs.Extender.bind)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from benchmarks.sim.bench_report import (
     COST,
     HARM,
+    every_axis_lines,
     family,
     frontier_figure,
     frontier_lines,
@@ -151,3 +152,19 @@ def test_figure_with_cells_of_the_old_engine_says_na() -> None:
         plt.close(fig)
     assert frontier_lines(aggregate(old), "s", "pods_oom_killed", "pods OOM-killed")[0].startswith("- pods OOM-killed: n/a")
     assert math.isnan(aggregate(old)[("s", "default")]["overload_node_steps"][0])  # a metric no row has: NaN, n = 0
+
+
+def test_every_axis_statement_counts_the_pods_a_policy_did_not_serve() -> None:
+    rows = rows_for(seeds=(0,))
+    served = {"default": 100.0, "default-most": 95.0, "trimaran-tlp:target=40": 99.0, "trimaran-tlp:target=80": 98.0,
+              "koordinator:cpu_threshold=65": 100.0, "kso-inproc:env=SAFEUTILIZATION=70": 97.0,
+              "kso-inproc:env=SAFEUTILIZATION=90": 99.5, "oracle": 90.0}
+    for r in rows:
+        r["pod_time_served_pct"] = served[r["policy"]]
+    lines = every_axis_lines(aggregate(rows), "s")
+    by_peer = {ln.split("`")[1]: ln for ln in lines[1:]}
+    # koord 156/10/1/100%: kso70 (150/4/0) is cheaper and safer but serves 97%: not at least as good on every axis
+    assert by_peer["koordinator:cpu_threshold=65"].endswith("no kso configuration is at least as good on every axis")
+    # tlp40 134/60/20/99%: kso90 110/40/8/99.5% beats it on every axis
+    assert by_peer["trimaran-tlp:target=40"].endswith("beaten on every axis by `kso-inproc:env=SAFEUTILIZATION=90`")
+    assert "koordinator:cpu_threshold=65" in lines[0] and "oracle" not in " ".join(lines)

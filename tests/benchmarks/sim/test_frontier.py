@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.sim.frontier import cost_range, dominated_by, interpolate, pareto_front
+from benchmarks.sim.frontier import cost_range, dominated_by, dominates_all, interpolate, pareto_front, undominated
 
 
 def test_pareto_front_by_hand() -> None:
@@ -63,3 +63,15 @@ def test_interpolated_harm_lies_between_the_curve_extremes(curve: list[tuple[flo
     if got is not None:
         harms = [h for _, h in curve]
         assert min(harms) - 1e-9 <= got <= max(harms) + 1e-9
+
+
+def test_every_axis_dominance_by_hand() -> None:
+    # (node-h, overloaded node-h, pods OOM-killed, -pod-time served %)
+    pts = [(100.0, 50.0, 10.0, -95.0),   # 0: cheapest, serves least: not dominated
+           (120.0, 10.0, 0.0, -100.0),   # 1: not dominated
+           (130.0, 10.0, 0.0, -100.0),   # 2: dominated by 1 (dearer, else equal)
+           (90.0, 5.0, 0.0, -90.0),      # 3: cheapest and safest, serves least: not dominated
+           (110.0, float("nan"), 0.0, -99.0)]  # 4: missing a value: neither on it nor dominating
+    assert dominates_all(pts[1], pts[2]) and not dominates_all(pts[1], pts[1])
+    assert not dominates_all(pts[3], pts[0])  # cheaper and safer, but serves less pod-time
+    assert undominated(pts) == [True, True, False, True, False]
