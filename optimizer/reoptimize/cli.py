@@ -5,12 +5,14 @@ or kube-safe-scheduler's node annotations), solves the placement with a budget o
 move (optimizer.reoptimize.migration), and prints the moves (pod, from, to, why) and the expected result per
 node, before and after. Dry-run by default: it prints where every evicted pod would land.
 
-With ``--execute`` it evicts through the Eviction API (PodDisruptionBudgets hold), records Events and
-publishes the evicted pods' target slots for the extender (optimizer.reoptimize.eviction). Which pods may move at
+With ``--execute`` it publishes the moves' target slots for the extender (ConfigMap kso-plan, before the
+first eviction), evicts through the Eviction API (PodDisruptionBudgets hold), records Events and publishes
+the targets of the moves carried out, with each move's state (optimizer.reoptimize.eviction). Which pods may move at
 all: optimizer.reoptimize.eligibility (never mirror, DaemonSet, system-critical, local-storage or single-replica
 pods, nor opted-out or excluded-namespace ones).
 
-Exit codes: 0 done, 1 configuration error (message on stderr), 2 some evictions failed.
+Exit codes: 0 done, 1 configuration error or the plan could not be published (nothing evicted; message on
+stderr), 2 some evictions failed.
 
 This module is the command (flags, options, output); the cluster and forecasts are read by
 kso.core.cluster_source and forecasting.forecast_source.
@@ -33,7 +35,7 @@ from kso.core.cli_flags import add_cluster_args, cluster_source
 from kso.core.cluster_source import InputError, RawCluster, load_cluster
 from kso.core.settings import load_settings, read_config_file
 from optimizer.reoptimize.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
-from optimizer.reoptimize.eviction import Execution, execute, plan_namespace, publish
+from optimizer.reoptimize.eviction import Execution, execute, move_states, plan_namespace, publish
 
 EXIT_OK, EXIT_CONFIG, EXIT_EVICTIONS_FAILED = 0, 1, 2
 
@@ -45,7 +47,7 @@ def add_commands(subparsers: Any) -> None:
         "reoptimize", help="re-optimise the running placement with a move budget (dry-run unless --execute)",
         description="Solve the current placement with a budget of moves and a cost per move; print the moves (pod, "
                     "from, to, why) and the expected result per node. Dry-run unless --execute, which evicts through "
-                    "the Eviction API (PodDisruptionBudgets hold) and publishes the plan's target slots. Never moves "
+                    "the Eviction API (PodDisruptionBudgets hold), publishing the target slots first. Never moves "
                     "mirror, DaemonSet, system-critical, local-storage (emptyDir/hostPath) or single-replica pods, "
                     f"nor pods annotated {OPT_OUT_ANNOTATION}: \"false\". Exit 0 ok, 1 configuration error, "
                     "2 some evictions failed.")
@@ -197,12 +199,12 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
     solver = ProtectedSolver(on_crash=lambda note: print(f"kso reoptimize: {note}", file=sys.stderr))
     result = plan_migration(cluster.state, forecasts, settings.u_star, settings.eps, movable, options,
                             cost_key=settings.cost_key, now=now, solver=solver)
-    execution = execute(cluster, result, options.limits) if args.execute else None
-    if execution is not None:
-        done = [o.move for o in execution.outcomes if o.evicted]
-        if done:
-            publish(result.plan_for(done), cluster.api_client, plan_namespace(args.plan_namespace), settings.plan_file,
-                    execution)
+    execution = None
+    if args.execute:
+        execution = _execute_published(cluster, result, options.limits, plan_namespace(args.plan_namespace),
+                                       settings.plan_file)
+        if execution is None:
+            return EXIT_CONFIG
     if args.json:
         sys.stdout.write(_json(result, skipped, load_from, cluster.source, execution).decode() + "\n")
         if execution is not None:
@@ -212,6 +214,29 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
     if execution is not None and execution.failed:
         return EXIT_EVICTIONS_FAILED
     return EXIT_OK
+
+
+def _execute_published(cluster: RawCluster, result: Any, limits: Any, namespace: str, plan_file: str) -> Execution | None:
+    """Publish every move's target, then evict, then publish the targets of the moves carried out with
+    each move's state. A run killed between two evictions leaves the first plan behind, so the replacement
+    pods still land where the plan says. None (nothing evicted) when the plan could not be published
+    anywhere: an evicted pod without its target is the failure this order prevents."""
+    if not result.moves:
+        return execute(cluster, result, limits)
+    before = Execution()
+    publish(result.plan, cluster.api_client, namespace, plan_file, before, move_states(result.moves, None))
+    if not before.published:
+        for e in before.publish_errors:
+            print(f"kso reoptimize: could not publish the plan: {e}", file=sys.stderr)
+        print("kso reoptimize: nothing was evicted: the targets must be published before the first eviction",
+              file=sys.stderr)
+        return None
+    execution = execute(cluster, result, limits)
+    done = [o.move for o in execution.outcomes if o.evicted]
+    publish(result.plan_for(done), cluster.api_client, namespace, plan_file, execution,
+            move_states(result.moves, execution))
+    execution.publish_errors += [e for e in before.publish_errors if e not in execution.publish_errors]
+    return execution
 
 
 def _print_text(args: argparse.Namespace, result: Any, skipped: Counter[str], load_from: str, cluster: RawCluster,

@@ -27,6 +27,7 @@ REASON_EVICTED = "KsoReoptimizeEvicted"
 REASON_SKIPPED = "KsoReoptimizeSkipped"
 PLAN_CONFIGMAP = "kso-plan"
 PLAN_KEY = "plan.json"
+MOVES_KEY = "moves.json"  # each move of the run and what happened to it
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_PLAN_NAMESPACE = "kso-system"
 CONFIGMAP_LIMIT = 1024 * 1024  # bytes of data a ConfigMap may hold
@@ -170,9 +171,34 @@ def plan_namespace(flag: str | None) -> str:
     return ns or DEFAULT_PLAN_NAMESPACE
 
 
-def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, execution: Execution) -> None:
-    """The plan to KSO_PLAN_FILE (if set) and to ConfigMap kso-plan (created or replaced); failures are
-    recorded in ``execution``, never raised."""
+def move_states(moves: list[Any], execution: Execution | None) -> dict[str, Any]:
+    """The ``moves.json`` document: every move of the run with its state. Without ``execution`` (before
+    the first eviction) every move is "pending"; after it: evicted, refused (429), failed (another
+    error), or skipped (a limit reached)."""
+    done = {id(o.move): o for o in execution.outcomes} if execution is not None else {}
+    rows = []
+    for m in moves:
+        o = done.get(id(m))
+        if o is None:
+            state, detail = "pending" if execution is None else "not attempted", ""
+        elif o.evicted:
+            state, detail = "evicted", o.detail
+        elif o.status == 429:
+            state, detail = "refused", o.detail
+        elif o.status is not None:
+            state, detail = "failed", o.detail
+        else:
+            state, detail = "skipped", o.detail
+        rows.append({"pod": m.pod, "namespace": m.namespace, "from": m.from_node, "to": m.to_node,
+                     "class": m.class_key, "state": state, **({"detail": detail} if detail else {})})
+    return {"phase": "evicting" if execution is None else "done", "moves": rows}
+
+
+def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, execution: Execution,
+            moves: dict[str, Any] | None = None) -> None:
+    """The plan to KSO_PLAN_FILE (if set) and to ConfigMap kso-plan (created or replaced), with the
+    moves' states (``move_states``) under key moves.json; failures are recorded in ``execution``, never
+    raised."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -188,7 +214,7 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
             execution.publish_errors.append(f"plan file {plan_file}: {exc.strerror or exc}")
     data = orjson.dumps(plan.to_dict()).decode()
     where = f"ConfigMap {namespace}/{PLAN_CONFIGMAP}"
-    if len(data) > CONFIGMAP_LIMIT:
+    if len(data) + (len(orjson.dumps(moves)) if moves is not None else 0) > CONFIGMAP_LIMIT:
         execution.publish_errors.append(f"{where}: the plan is {len(data)} bytes, over the ConfigMap limit")
         return
     core = client.CoreV1Api(api_client)
@@ -197,7 +223,7 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
         metadata=client.V1ObjectMeta(name=PLAN_CONFIGMAP, namespace=namespace,
                                      labels={"app.kubernetes.io/name": "kso", "app.kubernetes.io/component": "plan",
                                              "app.kubernetes.io/managed-by": EVENT_COMPONENT}),
-        data={PLAN_KEY: data})
+        data={PLAN_KEY: data, **({MOVES_KEY: orjson.dumps(moves).decode()} if moves is not None else {})})
     try:
         try:
             current = orjson.loads(response_body(core.read_namespaced_config_map(
