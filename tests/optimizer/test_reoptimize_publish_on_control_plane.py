@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.plan.placement_plan import PlacementPlan
+from optimizer.reoptimize import eviction
 from tests.optimizer import test_reoptimize_cli_on_control_plane as on_control_plane
 from tests.optimizer.test_reoptimize_cli_on_control_plane import Cluster, evicted, run, run_json
 
@@ -78,18 +79,29 @@ def test_run_killed_after_its_first_eviction_leaves_the_targets(cluster: Cluster
 
 
 def test_after_the_evictions_the_plan_holds_only_the_moves_carried_out(
-        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+        cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     cluster.seed(never=False)
-    cluster.add_pdb("web-pdb", {"app": "web"}, min_available=3, namespace="team-a")  # 1 disruption allowed
-    code, doc, err = run_json(cluster, capsys, "--execute", "--policy", "none", "--plan-namespace", "kso-test")
+    real_evict = eviction.evict
+
+    def budget_arrives_after_the_first_eviction(core: object, move: object) -> tuple[bool, int | None, str]:
+        """Someone adds a budget while the run evicts (it read none): every later eviction is refused."""
+        result = real_evict(core, move)
+        if result[0] and not cluster.policy.list_namespaced_pod_disruption_budget("team-a").items:
+            cluster.policy.create_namespaced_pod_disruption_budget("team-a", {"metadata": {"name": "late-pdb"}, "spec": {
+                "minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}}})
+        return result
+
+    monkeypatch.setattr(eviction, "evict", budget_arrives_after_the_first_eviction)
+    code, doc, err = run_json(cluster, capsys, "--execute", "--policy", "none", "--plan-namespace", "kso-test",
+                              "--eviction-deadline", "0")
     done = evicted(doc)
-    assert len(done) == 1, doc["evictions"]
+    assert code == 2 and len(done) == 1 and len(doc["moves"]) >= 2, doc["evictions"]
     cm = cluster.config_maps()["kso-test/kso-plan"]
     moves = json.loads(cm.data["moves.json"])
     assert moves["phase"] == "done"
     states = {f"{m['namespace']}/{m['pod']}": m["state"] for m in moves["moves"]}
+    assert set(states) == {f"{m['namespace']}/{m['pod']}" for m in doc["moves"]}
     assert states[done[0]] == "evicted"
-    assert {f"{m['namespace']}/{m['pod']}" for m in moves["moves"]} == {f"{m['namespace']}/{m['pod']}" for m in doc["moves"]}
     refused = [m for m in moves["moves"] if m["state"] == "refused"]
     assert len(refused) == len(doc["moves"]) - 1 and all("429" in m["detail"] for m in refused)
     target = next(m["to"] for m in moves["moves"] if m["state"] == "evicted")
