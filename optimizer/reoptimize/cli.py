@@ -50,8 +50,8 @@ def add_commands(subparsers: Any) -> None:
                     "from, to, why) and the expected result per node. Dry-run unless --execute, which evicts through "
                     "the Eviction API (PodDisruptionBudgets hold), publishing the target slots first. Never moves "
                     "mirror, DaemonSet, system-critical, local-storage (emptyDir/hostPath) or single-replica pods, "
-                    f"nor pods annotated {OPT_OUT_ANNOTATION}: \"false\". Exit 0 ok, 1 configuration error, "
-                    "2 some evictions failed.")
+                    f"nor pods annotated {OPT_OUT_ANNOTATION}: \"false\". Exit 0 ok, 1 configuration error or the "
+                    "plan could not be published (nothing evicted), 2 some evictions failed.")
     add_cluster_args(p, snapshot_help="cluster from a snapshot file instead of the API server (dry-run only)",
                      demo_help="the embedded demo cluster (dry-run only)")
     add_forecast_args(p)  # --prometheus / --trace and the forecast options, as `kso forecast`
