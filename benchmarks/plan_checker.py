@@ -26,8 +26,9 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 from scipy.stats import beta as beta_dist
 
+from kso.core.resources import MIB
+
 RISK_TOLERANCE = 1e-4
-MIB = 1024.0 * 1024.0
 # What a plan counts a pod that requests nothing at (kube-scheduler's default requests), per resource.
 ZERO_REQUEST_PRIOR = {"cpu": 100.0, "memory": 200.0 * MIB}
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kso.core.capacity import CapacitySettings
 from kso.core.logs import LogSettings
 from kso.core.settings import ConfigError, load_settings, read_config_file, setting
 from kso.decisions.agents import AGENTS
@@ -144,6 +145,7 @@ class Config:
     settings: ExtenderSettings
     agent_params: dict[str, Any] = field(default_factory=dict)
     plan: PlanSettings = field(default_factory=PlanSettings)
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)  # the capacity signal (KSO_CAPACITY_*)
     logs: LogSettings = field(default_factory=LogSettings)  # LOG_LEVEL, KSO_LOG_FORMAT
     # Prometheus is in use when KSO_PROMETHEUS_URL is set (environment or file) or KSO_FORECAST_SOURCE is
     # PROMETHEUS (then at its default URL): its settings, else None. The plan's re-solve then counts new pods
@@ -186,6 +188,7 @@ def load_config(env: Mapping[str, str] | None = None, config_file: str | None = 
     config.agent_params = {name: load(cls.Params) for name, cls in AGENTS.items()}
     config.plan = load(PlanSettings)
     config.logs = load(LogSettings)
+    config.capacity = load(CapacitySettings)
     source = config.settings.forecast_source.upper()  # the default is not normalised by a parser
     if config.env.get("KSO_PROMETHEUS_URL", config.file_values.get("KSO_PROMETHEUS_URL")) or source == "PROMETHEUS":
         from forecasting.prometheus import PrometheusSettings

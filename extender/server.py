@@ -24,6 +24,7 @@ from kso.core.objects import PodMemo
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
 from kso.decisions.forecasts import start_forecasts
+from kso.decisions.recent import recent_bind_hold_s
 
 log = logging.getLogger("kso.extender")
 
@@ -98,12 +99,17 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         if started is not None:
             stats, stop_forecasts = started
             stop.append(stop_forecasts)
+    state.recent_window_s = recent_bind_hold_s(config)
     plan = make_plan_cache(config, state)
     # API mode: the watched cache is the only source of cluster state (request bodies never write it).
     extender = Extender(config, state, binder, stats, plan, cache_bodies=source != "API", pod_memo=pod_memo)
     if plan is not None:
-        plan.on_event = lambda kind, detail: extender.metrics.plan_events.labels(kind).inc()
+        plan.on_event = extender.metrics.plan_event
         plan.load_file()  # a restarted extender answers from the last plan at once
+    if config.capacity.enabled:
+        from kso.decisions.capacity import start_capacity_signal
+
+        stop.append(start_capacity_signal(extender, state, client, config.capacity))
     return Running(extender, stop, client)
 
 

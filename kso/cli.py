@@ -140,6 +140,7 @@ def settings_sections() -> list[tuple[str, list[type]]]:
     from forecasting.prometheus import PrometheusSettings
     from forecasting.store import StoreSettings
     from forecasting.trace_dir import TraceSettings
+    from kso.core.capacity import CapacitySettings
     from kso.core.logs import LogSettings
     from kso.core.settings import ConfigFileSettings
     from kso.decisions.agents import AGENTS
@@ -148,6 +149,7 @@ def settings_sections() -> list[tuple[str, list[type]]]:
 
     sections = [("Every command", [ConfigFileSettings, LogSettings]),
                 ("The extender (kso extender)", [ExtenderSettings]),
+                ("The capacity signal (kso extender: placeholders for the cluster-autoscaler)", [CapacitySettings]),
                 ("Agents", [agent.Params for agent in AGENTS.values()]),
                 ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
                 ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),

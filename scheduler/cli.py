@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from extender.config import Config, load_config
 from kso.core.cluster import ClusterState
+from kso.decisions.recent import recent_bind_hold_s
 from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
 
@@ -150,6 +151,7 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     _check(config, address, leader_elect)
     client = api_client or kube.load_api_client(kubeconfig or config.extender.settings.kubeconfig or None)
     state = ClusterState(pending_pod_memory=1_000_000)
+    state.recent_window_s = recent_bind_hold_s(config.extender)
     watcher = SchedulerWatcher(state, client, names=tuple(names), controller_key=settings.controller_key,
                                slo_key=settings.slo_key, relist_s=settings.relist_s)
     stops: list[Callable[[], Any]] = [watcher.stop]

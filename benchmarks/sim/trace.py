@@ -40,11 +40,11 @@ import numpy as np
 import pandas as pd
 
 from forecasting.traces import TraceSource
+from kso.core.resources import MIB
 from optimizer.plan.openb import read_openb
 
 STEP_S = 300.0  # the replay's step: 5 minutes, the Bitbrains sampling period
 DAY_STEPS = 288
-MIB = 1024.0 * 1024.0
 USAGE_LABEL = "usage: synthetic join (openb requests x Bitbrains utilisation)"
 SOURCES = (
     "Alibaba cluster-trace-gpu-v2023 'openb' (openb-nodes.csv, openb-pods-cpu.csv): Q. Weng et al., "

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from kso.core.capacity import is_placeholder
 from kso.core.objects import NodeInfo, PodInfo, normalize_image, trim_annotations
 from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
 from kso.core.views import NodeView, ViewMemo
@@ -318,7 +319,8 @@ class ClusterState:
                     self.assumed.pop(pod.uid, None)
                     return
                 self._unbind(old)
-            elif observed_binding and pod.uid not in self.assumed:
+            elif observed_binding and pod.uid not in self.assumed and not is_placeholder(pod.annotations):
+                # (a capacity placeholder runs a pause container: it reserves requests but adds no load)
                 self._note_recent(pod)
             self.assumed.pop(pod.uid, None)
             self._bind(pod)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kso.core.stats import NodeStatsSource
@@ -37,4 +38,4 @@ def start_forecasts(config: Any) -> tuple[NodeStatsSource, Callable[[], Any]] | 
                       id="forecast-refresh", max_instances=1, coalesce=True, next_run_time=datetime.now())
     scheduler.start()
     log.info("forecasts: %s from %s every %.0f s", forecaster.name, source.settings.url, store.settings.refresh_s)
-    return ForecastStats(store, AnnotationStats()), lambda: scheduler.shutdown(wait=False)
+    return ForecastStats(store, AnnotationStats()), partial(scheduler.shutdown, wait=False)

@@ -64,6 +64,10 @@ class DecisionMetrics:
         self.plan_age = Gauge("kso_plan_age_seconds", "Age of the plan in use (NaN: none)", registry=r)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
+    def plan_event(self, kind: str, detail: str) -> None:
+        """The plan cache's report of a plan installed or rejected (its ``on_event``), counted by kind."""
+        self.plan_events.labels(kind).inc()
+
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, kept: prometheus_client's labels() validates and looks the child up
         under a lock on every call (~1.3 us), and the hot path asks for the same few children every call."""

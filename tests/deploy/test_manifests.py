@@ -43,7 +43,7 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 # Roles the manifests bind to that Kubernetes itself creates.
 BUILTIN_CLUSTER_ROLES = {"system:kube-scheduler", "system:volume-scheduler"}
 BUILTIN_ROLES = {("kube-system", "extension-apiserver-authentication-reader")}
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 
 # k8s.io/kube-scheduler config/v1 types.go (KubeSchedulerConfiguration, KubeSchedulerProfile, Extender,
 # ExtenderTLSConfig, ExtenderManagedResource) and component-base LeaderElectionConfiguration.
@@ -199,8 +199,11 @@ def test_every_namespaced_object_names_its_namespace() -> None:
         if doc["kind"] in CLUSTER_SCOPED:
             assert ns is None, doc["metadata"]["name"]
         else:
-            assert ns in ("kso-system", "kube-system"), (doc["kind"], doc["metadata"]["name"])
-    assert {d["metadata"]["name"] for d in _docs() if d["kind"] == "Namespace"} == {"kso-system"}
+            assert ns in ("kso-system", "kube-system", "kso-capacity"), (doc["kind"], doc["metadata"]["name"])
+    assert {d["metadata"]["name"] for d in _docs() if d["kind"] == "Namespace"} == {"kso-system", "kso-capacity"}
+    # kso-capacity holds the capacity signal's placeholders and Lease only (capacity.yaml)
+    assert {d["kind"] for d in _docs() if d["metadata"].get("namespace") == "kso-capacity"} == {
+        "ResourceQuota", "Role", "RoleBinding"}
 
 
 def _kustomize_build() -> list[dict[str, Any]]:
@@ -399,6 +402,9 @@ SCHEDULER_POD_NEEDS = [
     ("", "pods/binding", "create", "team-a", "web-0"),
     *[(g, "events", v, "team-a", None) for g in ("", "events.k8s.io") for v in ("create", "patch")],
     *[("", "configmaps", v, *PLAN) for v in ("get", "list", "watch")],
+    # the capacity signal (kso/core/capacity.py): its placeholders and its own Lease, in kso-capacity only
+    *[("", "pods", v, "kso-capacity", None) for v in ("list", "create", "delete")],
+    *[("coordination.k8s.io", "leases", v, "kso-capacity", None) for v in ("list", "create", "patch", "delete")],
     # + the leader-election lease, named in the scheduler configuration (test below)
 ]
 REOPTIMIZE_NEEDS = [
@@ -433,6 +439,11 @@ def test_rbac_scheduler_pod_gets_what_it_needs_and_no_more() -> None:
     assert not _allowed(g, "coordination.k8s.io", "leases", "create", "team-a")
     assert not _allowed(g, "", "configmaps", "get", "kso-system", "kso-settings")
     assert not _allowed(g, "", "configmaps", "get", "team-a", "kso-plan")
+    # pods are created and deleted in kso-capacity only; Nodes are never written
+    for verb in ("create", "delete"):
+        assert not _allowed(g, "", "pods", verb, "team-a") and not _allowed(g, "", "pods", verb, "kso-system")
+    assert not any(_allowed(g, "", "nodes", v) for v in ("update", "patch", "create", "delete"))
+    assert not _allowed(g, "coordination.k8s.io", "leases", "delete", "kso-system", lease_name)
 
 
 def test_rbac_covers_the_binding_request_kso_actually_sends() -> None:
@@ -541,6 +552,8 @@ def test_extender_settings_follow_the_protocol() -> None:
     assert isinstance(ext["weight"], int) and ext["weight"] >= 1, "weight must be positive when prioritizing"
     assert ext["enableHTTPS"] is False and "tlsConfig" not in ext
     assert 0 < _duration_s(ext["httpTimeout"]) <= 5, "beyond the 5 s default a hung sidecar stalls every cycle longer"
+    assert float(_settings()["KSO_HTTP_TIMEOUT_S"]) == _duration_s(ext["httpTimeout"]), \
+        "kso's bind deadline must be the httpTimeout kube-scheduler waits"
     assert "managedResources" not in ext, "managedResources would hide every pod without those resources from kso"
     assert sum(1 for e in _scheduler_config()["extenders"] if e.get("bindVerb")) == 1, "only one extender may bind"
 
@@ -749,3 +762,45 @@ def test_the_cronjob_command_line_is_one_kso_accepts(capsys: pytest.CaptureFixtu
     if text is None:
         pytest.skip("`kso reoptimize` is not in this checkout yet")
     assert all(f in text for f in _flags(args) | {"--execute"}), (_flags(args), text)
+
+
+# --------------------------------------------------------------------------------- the capacity signal
+
+# The cluster-autoscaler's default --expendable-pods-priority-cutoff (its FAQ, "How does Cluster Autoscaler work
+# with Pod Priority and Preemption?"): pods with a priority BELOW it never trigger a scale-up.
+CA_EXPENDABLE_CUTOFF = -10
+
+
+def test_capacity_manifests_match_what_kso_writes() -> None:
+    """capacity.yaml's PriorityClass, namespace and quota are the ones kso's defaults and kso-settings name, the
+    priority makes the autoscaler act yet lets every pod without a class (0) preempt a placeholder, and a placeholder
+    kso writes is a valid Pod meeting the namespace's "restricted" Pod Security."""
+    from kso.core.capacity import CapacitySettings, Owner, PlaceholderSpec, placeholder_manifest
+
+    defaults = CapacitySettings()
+    data = _settings()
+    assert data["KSO_CAPACITY_SIGNAL"] == "true"
+    assert data.get("KSO_CAPACITY_NAMESPACE", defaults.namespace) == defaults.namespace
+    pc = _one("PriorityClass", defaults.priority_class)
+    assert CA_EXPENDABLE_CUTOFF <= pc["value"] < 0
+    assert pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False
+    ns = _one("Namespace", defaults.namespace)["metadata"]["labels"]
+    assert ns["pod-security.kubernetes.io/enforce"] == "restricted"
+    quota = _one("ResourceQuota", "kso-capacity-placeholders")
+    assert quota["metadata"]["namespace"] == defaults.namespace
+    assert int(quota["spec"]["hard"]["pods"]) >= 2 * defaults.max_placeholders
+    binding = _one("RoleBinding", "kso-capacity-signal")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": _deployment()["spec"]["template"]["spec"][
+        "serviceAccountName"], "namespace": "kso-system"}]
+    spec = PlaceholderSpec("uid-1", "team-a/web-0", (("cpu", 250.0), ("memory", 2.0**30), ("pods", 1.0)), ("n1", "n2"),
+                           (("pool", "a"),), (("dedicated", "Equal", "web", "NoSchedule"),),
+                           ((("zone", "In", ("a",)), ("field:metadata.name", "NotIn", ("n9",))),))
+    pod = placeholder_manifest(spec, defaults, Owner("kso-a", "kso-capacity-kso-a", "uid-lease"))
+    assert kubernetes_validate.validate(pod, K8S_SCHEMA_VERSION, strict=True) == K8S_SCHEMA_VERSION
+    sc_pod = pod["spec"]["securityContext"]
+    [c] = pod["spec"]["containers"]
+    sc = c["securityContext"]
+    assert sc_pod["seccompProfile"]["type"] == "RuntimeDefault" and sc["runAsNonRoot"] is True and sc["runAsUser"] > 0
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert "limits" not in c["resources"] and c["resources"]["requests"] == {"cpu": "250m", "memory": str(2**30)}

@@ -24,7 +24,8 @@ import pytest
 from kubernetes import client
 
 from benchmarks.e2e import create_nodes, create_pods, delete_nodes, deploy_scheduler_config, node_manifest, pod_manifest
-from extender.app import BindQueue, create_app
+from extender.app import create_app
+from extender.bind_queue import BindQueue
 from extender.config import ExtenderSettings, load_config
 from extender.demo import BackgroundServer, Client
 from extender.verbs import Extender

@@ -1,14 +1,33 @@
-"""kso.core.safety's scores on the inputs the agent can hand them: known statistics and NaN (none known)."""
+"""kso.core.safety: the safe overload bound (value for value the reference's) and the balance score."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kso.core.safety import balance_score, safe_overload_risk
+from tests.support.decision_cases import (
+    SETTINGS,
+    tricky,
+)
 from tests.support.reference_risk import reference_safe_overload_risk
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.one_of(tricky, st.just(math.nan)), st.one_of(tricky, st.just(math.nan))), max_size=16),
+       st.integers(1, 100))
+def test_safe_overload_risk_equals_the_reference(pairs: list[tuple[float, float]], u_star: int) -> None:
+    mu = np.array([m for m, _ in pairs], dtype=float)
+    sigma = np.array([s for _, s in pairs], dtype=float)
+    expected = reference_safe_overload_risk(mu, sigma, u_star / 100)
+    got = safe_overload_risk(mu, sigma, u_star / 100)
+    assert np.array_equal(got, expected, equal_nan=True), (mu, sigma, got, expected)
+    assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in expected]
 
 
 def test_balance_score_is_the_seeds_formula_on_known_statistics() -> None:

@@ -4,7 +4,7 @@ Tests use the real control plane (kube-apiserver v1.36.2 + etcd: the ``control_p
 fixtures, benchmarks/controlplane.py) wherever it can produce the condition. This stand-in is kept only for
 faults the real server does not produce on demand:
 
-* tests/kso/test_kube_faults.py: a 410 Gone at a chosen moment, as an ERROR event or as an HTTP status; a forced
+* tests/kso/test_watcher_faults.py: a 410 Gone at a chosen moment, as an ERROR event or as an HTTP status; a forced
   expiry of a live watch; dropped watch connections; a server that goes away and comes back (``partition``
   / ``heal``); watch timeouts and bookmarks at chosen times; malformed objects; a stale pending event
   racing an assumed bind; a 503 on bind; the request log (which query parameters the client sent).

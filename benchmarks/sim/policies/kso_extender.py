@@ -7,7 +7,7 @@ plugin scores + extender score (0..10) x weight x 10 (extender-protocol.md), ran
 through the extender (RecordingBinder), so kso's own assumed-pod accounting is what decides the next pod.
 
 ``kso`` talks HTTP to the FastAPI app on 127.0.0.1 (uvicorn in a thread, one keep-alive connection) and
-records each call's client-side latency; ``kso-inproc`` calls ``extender.service.Extender`` directly.
+records each call's client-side latency; ``kso-inproc`` calls ``extender.verbs.Extender`` directly.
 
 The replay's clock: second 0 of the replay is ``SIM_EPOCH`` (UTC); a pod's ``metadata.creationTimestamp`` is the
 time it (re-)entered the queue (an evicted, OOM-killed or drained pod comes back as a new pod of its Deployment), and
@@ -37,10 +37,10 @@ import orjson
 
 from benchmarks.sim.engine import Policy, SimPod, SimView
 from benchmarks.sim.policies.framework import Framework
+from kso.core.resources import MIB
 
 EXTENDER_WEIGHT = 5  # the README's KubeSchedulerConfiguration (extenders[].weight)
 EXTENDER_SCORE_SCALE = 10  # MaxNodeScore / MaxExtenderPriority
-MIB = 1024.0 * 1024.0
 FORECAST_HORIZON_S = 900.0
 WINDOW_S = 900.0
 # the extender's "recent bind" window is wall-clock based; the replay runs faster than real time, so it is
@@ -379,5 +379,5 @@ class KsoExtenderPolicy(Policy):
 
 class KsoInprocPolicy(KsoExtenderPolicy):
     name = "kso-inproc"
-    mode = "in-process: extender.service.Extender called directly (same bodies, no HTTP)"
+    mode = "in-process: extender.verbs.Extender called directly (same bodies, no HTTP)"
     http = False

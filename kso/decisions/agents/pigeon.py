@@ -62,7 +62,7 @@ DEMAND_WINDOW = 100
 
 # Relative tolerance under which the values count as all equal (see pigeon_scores).
 EQUAL_RTOL = 1e-12
-# A span of values up to which _finite_scores' clip is a no-op (see there).
+# A span of values up to which finite_scores' clip is a no-op (see there).
 CLIP_FREE_SPAN = 1e300
 
 MEMO_KEY = "pigeon"
@@ -98,7 +98,7 @@ def pigeon_scores(values: np.ndarray) -> np.ndarray:
     if v.ndim == 1 and v.size:
         vmax = float(np.maximum.reduce(v))  # = v.max(), without its wrapper
         if vmax == vmax:  # max is NaN when any value is: every value is finite here (the usual call)
-            return _finite_scores(v, vmax, float(np.minimum.reduce(v)))
+            return finite_scores(v, vmax, float(np.minimum.reduce(v)))
     finite = ~np.isnan(v)
     out = np.zeros(v.shape, dtype=np.int64)
     if not finite.any():
@@ -117,7 +117,7 @@ def pigeon_scores(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _finite_scores(v: np.ndarray, vmax: float, vmin: float) -> np.ndarray:
+def finite_scores(v: np.ndarray, vmax: float, vmin: float) -> np.ndarray:
     """pigeon_scores of values that are all finite: the same operations on the whole array instead of on its
     finite part (no masks, no gathers, no scatter; the clip as maximum / minimum in place, the same values where
     nothing is NaN).

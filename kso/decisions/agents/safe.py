@@ -39,11 +39,16 @@ _RESOURCE_SLOT = np.arange(len(RESOURCE_NAMES))
 class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.safety
     forecast_weight: int = setting("SAFEFORECASTWEIGHT", 20, kind="percent",
                                    help="weight of the forecast against the measured statistics in the safe agent, percent")
-    # kso addition: pods bound within this many seconds are added to the measured load, because the
-    # statistics do not show them yet (Trimaran and Koordinator do the same). 0 turns it off.
-    recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", 300.0, lo=0, hi=86400,
-                                          help="pods bound this recently are added to the measured load (the statistics do not "
-                                               "show them yet), seconds; 0 = off")
+    # kso addition: a bound pod is added to its node's measured load at its requests until the statistics can have
+    # seen it (Trimaran and Koordinator do the same); -1 derives that time from the statistics source's own window
+    # (kso.decisions.recent), a number of seconds overrides it, 0 turns it off.
+    recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", -1.0, lo=-1, hi=86400,
+                                          help="seconds a bound pod counts at its requests on its node; -1 = until the "
+                                               "statistics' window can have seen it (derived), 0 = off")
+    annotation_window_s: float = setting("KSO_ANNOTATION_WINDOW_S", 900.0, lo=0, hi=86400,
+                                         help="the node annotations' averaging window plus how often they are written "
+                                              "(load-watcher's 15 minutes), seconds: a pod is in them this long after "
+                                              "its bind")
     # kso addition (bounded holding, kso.core.safety.held_past): a pod refused on every node it is offered and
     # pending at least this long (since its creationTimestamp) is passed to the least-risk node(s). 300 s is
     # kube-scheduler's podMaxInUnschedulablePodsDuration: a refused pod is retried within that anyway, so the
@@ -311,7 +316,7 @@ class SafeAgent(Agent):
                 if has_forecast.any():
                     free = np.where(has_forecast, (1.0 - self.w) * free + self.w * fc, free)
                 used = np.maximum(cap - free, 0.0)
-                if self.params.recent_bind_window_s > 0:
+                if self.params.recent_bind_window_s != 0:
                     used += view.recent
                 valid = ~np.isnan(free) & (cap > 0)
                 std = stats.std_free
@@ -358,7 +363,7 @@ class SafeAgent(Agent):
             free = np.where(has_forecast, (1.0 - self.w) * free + self.w * fc, free)
         demand = np.array([call.pod.requests.get(CPU, 0.0), call.pod.requests.get(MEMORY, 0.0) / MIB])
         used = np.maximum(cap - free, 0.0)
-        if self.params.recent_bind_window_s > 0:
+        if self.params.recent_bind_window_s != 0:
             used += view.recent
         if call.freed is not None:
             cols = [view.columns[CPU], view.columns[MEMORY]]

@@ -1,4 +1,4 @@
-"""The extender against untrusted input (issue 14): one test per finding of the adversarial review, then
+"""The extender against untrusted input: one test per finding of the adversarial review, then
 the bounds, the API-mode cache, the admin port, TLS, debug routes and shutdown. Servers are real (uvicorn
 on loopback; `kso extender` in a child process where the wiring is what is tested)."""
 

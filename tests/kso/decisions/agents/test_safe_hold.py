@@ -1,4 +1,4 @@
-"""Bounded holding in the safe filter (issue 12): a pod the safe rule refuses on every node it is offered, pending at
+"""Bounded holding in the safe filter: a pod the safe rule refuses on every node it is offered, pending at
 least KSO_SAFE_MAX_HOLD_S since its creationTimestamp, is passed to the least-risk node(s); nothing else changes.
 
 Hand-made nodes with annotated load (cpu millicores, memory MB) on 4-core / 8 GiB nodes; the clock is injected."""

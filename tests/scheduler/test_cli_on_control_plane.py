@@ -22,6 +22,8 @@ from kubernetes import client, watch
 
 from kso.core.objects import pod_from_k8s
 from scheduler.cli import RunningScheduler, start
+from scheduler.informer import SchedulerWatcher
+from scheduler.leader import LeaderElector
 from scheduler.qos import PodClock
 from tests.support.fixtures import make_node, make_pod, until
 
@@ -269,6 +271,7 @@ def test_default_mode_filters_cost_events_requeue_and_debug_table(control_plane:
         ghost = pod_from_k8s(make_pod("ghost", namespace=ns))
         ghost.scheduler_name = name
         sched.scheduler.state.upsert_pod(ghost)
+        assert isinstance(sched.watcher, SchedulerWatcher)  # the scheduler's informer: clocks and re-lists
         with sched.watcher.clock_lock:
             sched.watcher.clocks[ghost.uid] = PodClock(ghost.uid, ns, "ghost", "app", None, time.time() - 60, math.nan,
                                                        math.nan)
@@ -312,6 +315,7 @@ def test_second_replica_idle_until_the_lease_lapses(control_plane: Any, kube_nam
     second = None
     try:
         until(first.elector.leading.is_set, 20, "the first replica to lead")
+        assert isinstance(first.elector, LeaderElector)  # the Lease, held by the first replica
         second = _scheduler(control_plane, name, env, leader_elect=True, identity="second",
                             on_lost=lambda: lost.append("second"))
         core.create_namespaced_pod(ns, _pod("p1", ns, name, "100m", selector=sel))

@@ -1,5 +1,5 @@
-"""Tests of the pigeon agent (``pigeon-holing``): hand-computed cases per policy, edge cases, and a
-property test against a plain loop-based reference written from the spec."""
+"""kso.decisions.agents.pigeon: property tests against a plain loop-based reference written from the spec (libpigeon's
+policies, feasibility, the score rule)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,12 @@ from kso.decisions.agents.pigeon import (
     A_BINPACK,
     CONSOLIDATE,
     LOAD_BALANCE,
-    PigeonAgent,
-    PigeonParams,
     pigeon_scores,
 )
-
-# ---- building clusters through the real types ------------------------------------------------------
-# Quantities are kept in the spec's units as integers (cpu milli, memory MiB, pods, gpu, ephemeral GiB),
-# written as "m" / "Mi" / "Gi" quantities, so canonical values are exact multiples and the reference can
-# work in the spec's units without rounding differences.
-
-RES = ("cpu", "memory", "pods", "gpu", "eph")
+from tests.support.pigeon_cases import (
+    agent,
+    names,
+)
 
 
 def node_dict(name: str, cpu: int, mem_mi: int, pods: int = 110, gpu: int = 0, eph_gi: int = 100) -> dict[str, Any]:
@@ -57,10 +52,6 @@ def pod_dict(name: str, node: str = "", cpu: int = 0, mem_mi: int = 0, gpu: int 
     return {"metadata": {"name": name, "uid": f"uid-{name}", "namespace": "default"}, "spec": spec}
 
 
-def agent(policy: str, num_resources: int = 2) -> PigeonAgent:
-    return PigeonAgent(PigeonParams(policy_objective=policy, num_resources=num_resources))
-
-
 def cpu_cluster(used: list[int], cap: int = 1000) -> ClusterState:
     """Nodes n0.. with ``cap`` milli cpu and 8 GiB each; node i has one pod using used[i] milli cpu."""
     state = ClusterState()
@@ -75,213 +66,9 @@ def call_for(state: ClusterState, names: list[str], **pod: int) -> Call:
     return Call(pod=pod_from_k8s(pod_dict("new", **pod)), view=state.view(names))
 
 
-def names(k: int) -> list[str]:
-    return [f"n{i}" for i in range(k)]
-
-
-# ---- hand-computed examples --------------------------------------------------------------------------
-# Cluster: three 1000m nodes using 0m, 500m, 250m; the pod asks for 250m. Placing it gives
-#   on n0: u = (.25, .50, .25)   on n1: u = (0, .75, .25)   on n2: u = (0, .50, .50)   (mean 1/3 each)
-
-
-def test_load_balance_prefers_least_loaded() -> None:
-    # std: n0 sqrt(2)/12 = .118, n1 sqrt(14)/12 = .312, n2 sqrt(8)/12 = .236. Lowest wins (10), highest
-    # gets 1, n2: 1 + 9 (sqrt14 - sqrt8) / (sqrt14 - sqrt2) = 4.53 -> 5.
-    call = call_for(cpu_cluster([0, 500, 250]), names(3), cpu=250)
-    a = agent(LOAD_BALANCE)
-    assert a.score(call).tolist() == [10, 1, 5]
-    vals = a.explain(call)["pigeon_value"]
-    assert vals == pytest.approx([math.sqrt(2) / 12, math.sqrt(14) / 12, math.sqrt(8) / 12])
-
-
-def test_consolidate_prefers_most_loaded() -> None:
-    # avg = 1/3; term below = (avg - u) / avg, above = (u - avg) / (1 - avg):
-    #   n0: terms (.25, .25, .25)       -> 1 - sqrt(.0625)            = .75
-    #   n1: terms (1, .625, .25)        -> 1 - sqrt(1.453125 / 3)     = .30403
-    #   n2: terms (1, .25, .25)         -> 1 - sqrt(1.125 / 3)        = .38763
-    # n1 (packing onto the busiest node) wins; n2: 1 + 9 (.75 - .38763) / (.75 - .30403) = 8.31 -> 8.
-    call = call_for(cpu_cluster([0, 500, 250]), names(3), cpu=250)
-    a = agent(CONSOLIDATE)
-    assert a.score(call).tolist() == [1, 10, 8]
-    vals = a.explain(call)["pigeon_value"]
-    assert vals == pytest.approx([0.75, 1 - math.sqrt(1.453125 / 3), 1 - math.sqrt(1.125 / 3)])
-
-
 def cv(*u: float) -> float:
     """Coefficient of variation (population std / mean) of a few numbers."""
     return statistics.pstdev(u) / statistics.fmean(u)
-
-
-def test_binpack_uniform_demand_spreads() -> None:
-    # One resource, first pod: the demand history is that one pod, so its variation is 0 and the value
-    # is the cpu utilisation's coefficient of variation std/mean. Nodes use 0, 500, 800 of 1000m; the
-    # pod asks 100m: CV n0 (.1,.5,.8) = .6145, n1 (0,.6,.8) = .7284, n2 (0,.5,.9) = .7890.
-    # Least loaded wins; n1: 1 + 9 (.7890 - .7284) / (.7890 - .6145) = 4.13 -> 4.
-    call = call_for(cpu_cluster([0, 500, 800]), names(3), cpu=100)
-    a = agent(A_BINPACK, num_resources=1)
-    assert a.score(call).tolist() == [10, 4, 1]
-    ex = a.explain(call)
-    assert ex["gamma_demand"] == pytest.approx(0.0, abs=1e-12)
-    assert ex["pigeon_value"] == pytest.approx([cv(0.1, 0.5, 0.8), cv(0, 0.6, 0.8), cv(0, 0.5, 0.9)])
-
-
-def test_binpack_variable_demand_packs() -> None:
-    # Same cluster, but a 900m pod was seen first: demand mean (900+100)/2 = 500, E[d^2] = 410000, so
-    # std 400; over the mean capacity 1000: mu .5, sigma .4, gamma_dem = .8. Values |CV - .8| =
-    # (.1855, .0716, .0110): mixed sizes make the busiest node the best fit (pack, keep n0 free for
-    # the next big pod); n1: 1 + 9 (.1855 - .0716) / (.1855 - .0110) = 6.87 -> 7.
-    state = cpu_cluster([0, 500, 800])
-    a = agent(A_BINPACK, num_resources=1)
-    a.score(call_for(state, names(3), cpu=900))
-    call = call_for(state, names(3), cpu=100)
-    assert a.score(call).tolist() == [1, 7, 10]
-    ex = a.explain(call)
-    assert ex["gamma_demand"] == pytest.approx(0.8)
-    assert ex["demand_samples"] == 2
-    want = [abs(cv(0.1, 0.5, 0.8) - 0.8), abs(cv(0, 0.6, 0.8) - 0.8), abs(cv(0, 0.5, 0.9) - 0.8)]
-    assert ex["pigeon_value"] == pytest.approx(want)
-
-
-def test_binpack_demand_defaults_and_window() -> None:
-    # A pod without requests counts as 10m / 16 MiB; the running average weights 1/min(count, 100).
-    state = cpu_cluster([0, 0])
-    a = agent(A_BINPACK, num_resources=2)
-    for _ in range(150):
-        a.score(call_for(state, names(2)))
-    assert a._demand.count == 100
-    assert a._demand.mean is not None
-    assert a._demand.mean.tolist() == pytest.approx([10.0, 16 * 1024 * 1024])
-
-
-# ---- edge cases --------------------------------------------------------------------------------------
-
-
-def test_binpack_resource_no_node_has_in_original_units() -> None:
-    # No node has ephemeral storage, so gamma_dem leaves it unnormalised, in the original's unit (GB),
-    # not in bytes (where a 1 GiB request is 2^30 and gamma_dem becomes the CV of that alone, 1.0).
-    # Pods seen: (10m, 16Mi, 1 pod, 0 gpu, 1Gi) and (10m, 16Mi, 1, 0, 0); capacity (500m, 64Mi, 1):
-    # mu = (.02, .25, 1, 0, .5), the only variance is .25 in eph: gamma_dem = .5 * .5 / (mu'mu).
-    state = ClusterState()
-    state.upsert_node(node_from_k8s(node_dict("n0", 0, 0, 0, 0, 0)))
-    state.upsert_node(node_from_k8s(node_dict("n1", 500, 64, 1, 0, 0)))
-    a = agent(A_BINPACK, num_resources=5)
-    a.score(call_for(state, names(2), eph_gi=1))
-    ex = a.explain(call_for(state, names(2)))
-    mu2 = 0.02**2 + 0.25**2 + 1 + 0.5**2
-    assert ex["gamma_demand"] == pytest.approx(0.25 / mu2)
-    # gamma_sys: rows 0 and u = (.02, .25, 1, 0, 0) -> sqrt((u'u)^2 / 16) / (u'u / 4) = 1
-    assert ex["pigeon_value"] == pytest.approx([None, 1 - 0.25 / mu2])
-
-
-
-@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
-def test_infeasible_nodes_score_zero(policy: str) -> None:
-    # n1 has 100m free for a 250m pod; n3 has no memory for the 16 MiB default.
-    state = cpu_cluster([0, 900, 250])
-    state.upsert_node(node_from_k8s(node_dict("n3", 1000, 0)))
-    call = call_for(state, names(4), cpu=250)
-    s = agent(policy).score(call)
-    assert s[1] == 0 and s[3] == 0
-    assert all(1 <= x <= 10 for x in s[[0, 2]])
-    assert agent(policy).explain(call)["pigeon_value"][1] is None
-
-
-@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
-def test_identical_nodes_all_ten(policy: str) -> None:
-    state = cpu_cluster([300] * 7)
-    s = agent(policy, 5).score(call_for(state, names(7), cpu=123, mem_mi=77))
-    assert s.tolist() == [10] * 7
-
-
-@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
-def test_unknown_nodes_do_not_enter_the_objective(policy: str) -> None:
-    state = cpu_cluster([0, 500, 250])
-    a, b = agent(policy), agent(policy)
-    plain = a.score(call_for(state, names(3), cpu=250))
-    mixed = b.score(call_for(state, ["ghost", "n0", "n1", "other", "n2"], cpu=250))
-    assert mixed.tolist() == [0, *plain[:2].tolist(), 0, plain[2]]
-    assert b.explain(call_for(state, ["ghost"], cpu=250))["pigeon_value"] == [None]
-
-
-@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
-def test_zero_capacity_no_warnings(policy: str) -> None:
-    # cpu 0 (infeasible: the pod always needs some cpu), gpu 0 with no gpu asked (fine), an
-    # overcommitted node, no pods allowed; all without a floating-point warning.
-    state = ClusterState()
-    state.upsert_node(node_from_k8s(node_dict("n0", 0, 1024)))
-    state.upsert_node(node_from_k8s(node_dict("n1", 1000, 1024, gpu=0)))
-    state.upsert_node(node_from_k8s(node_dict("n2", 1000, 1024, pods=0)))
-    state.upsert_node(node_from_k8s(node_dict("n3", 500, 1024, gpu=2)))
-    state.upsert_pod(pod_from_k8s(pod_dict("big", "n3", cpu=2000)))
-    with warnings.catch_warnings(), np.errstate(divide="raise", invalid="raise", over="raise"):
-        warnings.simplefilter("error")
-        s = agent(policy, 5).score(call_for(state, names(4), cpu=100))
-        assert s.tolist() == [0, 10, 0, 0]
-        s = agent(policy, 5).score(call_for(state, names(4)))
-        assert s.tolist() == [0, 10, 0, 0]
-        assert agent(policy, 5).score(call_for(state, ["x", "y"])).tolist() == [0, 0]
-        assert agent(policy, 5).score(call_for(state, [])).tolist() == []
-
-
-def test_gpu_demand_needs_gpu_capacity() -> None:
-    state = ClusterState()
-    state.upsert_node(node_from_k8s(node_dict("n0", 1000, 1024, gpu=0)))
-    state.upsert_node(node_from_k8s(node_dict("n1", 1000, 1024, gpu=1)))
-    assert agent(LOAD_BALANCE, 4).score(call_for(state, names(2), gpu=1)).tolist() == [0, 10]
-    # with 3 resources gpu is not looked at
-    assert agent(LOAD_BALANCE, 3).score(call_for(state, names(2), gpu=1)).tolist() == [10, 10]
-
-
-def test_preemption_victims_are_freed() -> None:
-    state = cpu_cluster([900, 0])
-    pod = pod_from_k8s(pod_dict("new", cpu=500))
-    view = state.view(names(2))
-    assert agent(LOAD_BALANCE).score(Call(pod, view)).tolist() == [0, 10]
-    freed = np.zeros_like(view.requested)
-    freed[0, view.columns["cpu"]] = 900
-    assert agent(LOAD_BALANCE).score(Call(pod, view, freed=freed)).tolist() == [10, 10]
-
-
-def test_scores_rule() -> None:
-    nan = math.nan
-    assert pigeon_scores(np.array([nan, nan])).tolist() == [0, 0]
-    assert pigeon_scores(np.array([0.3, nan, 0.3])).tolist() == [10, 0, 10]
-    # noise below the tolerance is "all equal", not a 1..10 spread
-    assert pigeon_scores(np.array([0.5, 0.5 + 1e-15, nan])).tolist() == [10, 10, 0]
-    # halves round up (Go's math.Round): 1 + 9 * 0.5 = 5.5 -> 6
-    assert pigeon_scores(np.array([0.0, 0.5, 1.0])).tolist() == [10, 6, 1]
-    assert pigeon_scores(np.array([])).tolist() == []
-
-
-def test_memo_and_explain_update_once() -> None:
-    state = cpu_cluster([0, 500])
-    a = agent(A_BINPACK)
-    call = call_for(state, names(2), cpu=100)
-    a.explain(call)
-    assert a._demand.count == 0  # explain alone only peeks
-    first = a.score(call)
-    assert a.score(call).tolist() == first.tolist()
-    a.explain(call)
-    assert a._demand.count == 1
-
-
-def test_concurrent_calls_each_count_once() -> None:
-    state = cpu_cluster([0, 500, 250])
-    a = agent(A_BINPACK)
-
-    def work() -> None:
-        for _ in range(10):
-            a.score(call_for(state, names(3), cpu=100))
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert a._demand.count == 80
-
-
-# ---- loop-based reference, written from the spec -----------------------------------------------------
 
 
 @dataclass
@@ -409,15 +196,25 @@ def reference_scores(values: list[float]) -> tuple[list[int], list[int]]:
     return scores, slack
 
 
-# ---- property test -----------------------------------------------------------------------------------
-
 CAP_CPU = [0, 500, 1000, 2000, 4000]
+
+
 CAP_MEM = [0, 64, 1024, 4096]
+
+
 CAP_PODS = [0, 1, 3, 110]
+
+
 CAP_GPU = [0, 1, 2]
+
+
 CAP_EPH = [0, 10, 100]
+
+
 REQ = st.tuples(st.sampled_from([0, 10, 100, 250, 1000, 3000]), st.sampled_from([0, 16, 256, 1024]),
                 st.sampled_from([0, 0, 1]), st.sampled_from([0, 0, 1, 5]))
+
+
 NODE = st.builds(
     lambda known, cap, pods: RefNode(known, [float(c) for c in cap], pods),
     st.sampled_from([True, True, True, False]),
@@ -447,6 +244,194 @@ def build_state(nodes: list[RefNode]) -> ClusterState:
         for j, (cpu_r, mem_r, gpu_r, eph_r) in enumerate(nd.pods):
             state.upsert_pod(pod_from_k8s(pod_dict(f"{name}-p{j}", name, cpu_r, mem_r, gpu_r, eph_r)))
     return state
+
+
+def test_load_balance_prefers_least_loaded() -> None:
+    # std: n0 sqrt(2)/12 = .118, n1 sqrt(14)/12 = .312, n2 sqrt(8)/12 = .236. Lowest wins (10), highest
+    # gets 1, n2: 1 + 9 (sqrt14 - sqrt8) / (sqrt14 - sqrt2) = 4.53 -> 5.
+    call = call_for(cpu_cluster([0, 500, 250]), names(3), cpu=250)
+    a = agent(LOAD_BALANCE)
+    assert a.score(call).tolist() == [10, 1, 5]
+    vals = a.explain(call)["pigeon_value"]
+    assert vals == pytest.approx([math.sqrt(2) / 12, math.sqrt(14) / 12, math.sqrt(8) / 12])
+
+
+def test_consolidate_prefers_most_loaded() -> None:
+    # avg = 1/3; term below = (avg - u) / avg, above = (u - avg) / (1 - avg):
+    #   n0: terms (.25, .25, .25)       -> 1 - sqrt(.0625)            = .75
+    #   n1: terms (1, .625, .25)        -> 1 - sqrt(1.453125 / 3)     = .30403
+    #   n2: terms (1, .25, .25)         -> 1 - sqrt(1.125 / 3)        = .38763
+    # n1 (packing onto the busiest node) wins; n2: 1 + 9 (.75 - .38763) / (.75 - .30403) = 8.31 -> 8.
+    call = call_for(cpu_cluster([0, 500, 250]), names(3), cpu=250)
+    a = agent(CONSOLIDATE)
+    assert a.score(call).tolist() == [1, 10, 8]
+    vals = a.explain(call)["pigeon_value"]
+    assert vals == pytest.approx([0.75, 1 - math.sqrt(1.453125 / 3), 1 - math.sqrt(1.125 / 3)])
+
+
+def test_binpack_uniform_demand_spreads() -> None:
+    # One resource, first pod: the demand history is that one pod, so its variation is 0 and the value
+    # is the cpu utilisation's coefficient of variation std/mean. Nodes use 0, 500, 800 of 1000m; the
+    # pod asks 100m: CV n0 (.1,.5,.8) = .6145, n1 (0,.6,.8) = .7284, n2 (0,.5,.9) = .7890.
+    # Least loaded wins; n1: 1 + 9 (.7890 - .7284) / (.7890 - .6145) = 4.13 -> 4.
+    call = call_for(cpu_cluster([0, 500, 800]), names(3), cpu=100)
+    a = agent(A_BINPACK, num_resources=1)
+    assert a.score(call).tolist() == [10, 4, 1]
+    ex = a.explain(call)
+    assert ex["gamma_demand"] == pytest.approx(0.0, abs=1e-12)
+    assert ex["pigeon_value"] == pytest.approx([cv(0.1, 0.5, 0.8), cv(0, 0.6, 0.8), cv(0, 0.5, 0.9)])
+
+
+def test_binpack_variable_demand_packs() -> None:
+    # Same cluster, but a 900m pod was seen first: demand mean (900+100)/2 = 500, E[d^2] = 410000, so
+    # std 400; over the mean capacity 1000: mu .5, sigma .4, gamma_dem = .8. Values |CV - .8| =
+    # (.1855, .0716, .0110): mixed sizes make the busiest node the best fit (pack, keep n0 free for
+    # the next big pod); n1: 1 + 9 (.1855 - .0716) / (.1855 - .0110) = 6.87 -> 7.
+    state = cpu_cluster([0, 500, 800])
+    a = agent(A_BINPACK, num_resources=1)
+    a.score(call_for(state, names(3), cpu=900))
+    call = call_for(state, names(3), cpu=100)
+    assert a.score(call).tolist() == [1, 7, 10]
+    ex = a.explain(call)
+    assert ex["gamma_demand"] == pytest.approx(0.8)
+    assert ex["demand_samples"] == 2
+    want = [abs(cv(0.1, 0.5, 0.8) - 0.8), abs(cv(0, 0.6, 0.8) - 0.8), abs(cv(0, 0.5, 0.9) - 0.8)]
+    assert ex["pigeon_value"] == pytest.approx(want)
+
+
+def test_binpack_demand_defaults_and_window() -> None:
+    # A pod without requests counts as 10m / 16 MiB; the running average weights 1/min(count, 100).
+    state = cpu_cluster([0, 0])
+    a = agent(A_BINPACK, num_resources=2)
+    for _ in range(150):
+        a.score(call_for(state, names(2)))
+    assert a._demand.count == 100
+    assert a._demand.mean is not None
+    assert a._demand.mean.tolist() == pytest.approx([10.0, 16 * 1024 * 1024])
+
+
+def test_binpack_resource_no_node_has_in_original_units() -> None:
+    # No node has ephemeral storage, so gamma_dem leaves it unnormalised, in the original's unit (GB),
+    # not in bytes (where a 1 GiB request is 2^30 and gamma_dem becomes the CV of that alone, 1.0).
+    # Pods seen: (10m, 16Mi, 1 pod, 0 gpu, 1Gi) and (10m, 16Mi, 1, 0, 0); capacity (500m, 64Mi, 1):
+    # mu = (.02, .25, 1, 0, .5), the only variance is .25 in eph: gamma_dem = .5 * .5 / (mu'mu).
+    state = ClusterState()
+    state.upsert_node(node_from_k8s(node_dict("n0", 0, 0, 0, 0, 0)))
+    state.upsert_node(node_from_k8s(node_dict("n1", 500, 64, 1, 0, 0)))
+    a = agent(A_BINPACK, num_resources=5)
+    a.score(call_for(state, names(2), eph_gi=1))
+    ex = a.explain(call_for(state, names(2)))
+    mu2 = 0.02**2 + 0.25**2 + 1 + 0.5**2
+    assert ex["gamma_demand"] == pytest.approx(0.25 / mu2)
+    # gamma_sys: rows 0 and u = (.02, .25, 1, 0, 0) -> sqrt((u'u)^2 / 16) / (u'u / 4) = 1
+    assert ex["pigeon_value"] == pytest.approx([None, 1 - 0.25 / mu2])
+
+
+@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
+def test_infeasible_nodes_score_zero(policy: str) -> None:
+    # n1 has 100m free for a 250m pod; n3 has no memory for the 16 MiB default.
+    state = cpu_cluster([0, 900, 250])
+    state.upsert_node(node_from_k8s(node_dict("n3", 1000, 0)))
+    call = call_for(state, names(4), cpu=250)
+    s = agent(policy).score(call)
+    assert s[1] == 0 and s[3] == 0
+    assert all(1 <= x <= 10 for x in s[[0, 2]])
+    assert agent(policy).explain(call)["pigeon_value"][1] is None
+
+
+@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
+def test_identical_nodes_all_ten(policy: str) -> None:
+    state = cpu_cluster([300] * 7)
+    s = agent(policy, 5).score(call_for(state, names(7), cpu=123, mem_mi=77))
+    assert s.tolist() == [10] * 7
+
+
+@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
+def test_unknown_nodes_do_not_enter_the_objective(policy: str) -> None:
+    state = cpu_cluster([0, 500, 250])
+    a, b = agent(policy), agent(policy)
+    plain = a.score(call_for(state, names(3), cpu=250))
+    mixed = b.score(call_for(state, ["ghost", "n0", "n1", "other", "n2"], cpu=250))
+    assert mixed.tolist() == [0, *plain[:2].tolist(), 0, plain[2]]
+    assert b.explain(call_for(state, ["ghost"], cpu=250))["pigeon_value"] == [None]
+
+
+@pytest.mark.parametrize("policy", [A_BINPACK, LOAD_BALANCE, CONSOLIDATE])
+def test_zero_capacity_no_warnings(policy: str) -> None:
+    # cpu 0 (infeasible: the pod always needs some cpu), gpu 0 with no gpu asked (fine), an
+    # overcommitted node, no pods allowed; all without a floating-point warning.
+    state = ClusterState()
+    state.upsert_node(node_from_k8s(node_dict("n0", 0, 1024)))
+    state.upsert_node(node_from_k8s(node_dict("n1", 1000, 1024, gpu=0)))
+    state.upsert_node(node_from_k8s(node_dict("n2", 1000, 1024, pods=0)))
+    state.upsert_node(node_from_k8s(node_dict("n3", 500, 1024, gpu=2)))
+    state.upsert_pod(pod_from_k8s(pod_dict("big", "n3", cpu=2000)))
+    with warnings.catch_warnings(), np.errstate(divide="raise", invalid="raise", over="raise"):
+        warnings.simplefilter("error")
+        s = agent(policy, 5).score(call_for(state, names(4), cpu=100))
+        assert s.tolist() == [0, 10, 0, 0]
+        s = agent(policy, 5).score(call_for(state, names(4)))
+        assert s.tolist() == [0, 10, 0, 0]
+        assert agent(policy, 5).score(call_for(state, ["x", "y"])).tolist() == [0, 0]
+        assert agent(policy, 5).score(call_for(state, [])).tolist() == []
+
+
+def test_gpu_demand_needs_gpu_capacity() -> None:
+    state = ClusterState()
+    state.upsert_node(node_from_k8s(node_dict("n0", 1000, 1024, gpu=0)))
+    state.upsert_node(node_from_k8s(node_dict("n1", 1000, 1024, gpu=1)))
+    assert agent(LOAD_BALANCE, 4).score(call_for(state, names(2), gpu=1)).tolist() == [0, 10]
+    # with 3 resources gpu is not looked at
+    assert agent(LOAD_BALANCE, 3).score(call_for(state, names(2), gpu=1)).tolist() == [10, 10]
+
+
+def test_preemption_victims_are_freed() -> None:
+    state = cpu_cluster([900, 0])
+    pod = pod_from_k8s(pod_dict("new", cpu=500))
+    view = state.view(names(2))
+    assert agent(LOAD_BALANCE).score(Call(pod, view)).tolist() == [0, 10]
+    freed = np.zeros_like(view.requested)
+    freed[0, view.columns["cpu"]] = 900
+    assert agent(LOAD_BALANCE).score(Call(pod, view, freed=freed)).tolist() == [10, 10]
+
+
+def test_scores_rule() -> None:
+    nan = math.nan
+    assert pigeon_scores(np.array([nan, nan])).tolist() == [0, 0]
+    assert pigeon_scores(np.array([0.3, nan, 0.3])).tolist() == [10, 0, 10]
+    # noise below the tolerance is "all equal", not a 1..10 spread
+    assert pigeon_scores(np.array([0.5, 0.5 + 1e-15, nan])).tolist() == [10, 10, 0]
+    # halves round up (Go's math.Round): 1 + 9 * 0.5 = 5.5 -> 6
+    assert pigeon_scores(np.array([0.0, 0.5, 1.0])).tolist() == [10, 6, 1]
+    assert pigeon_scores(np.array([])).tolist() == []
+
+
+def test_memo_and_explain_update_once() -> None:
+    state = cpu_cluster([0, 500])
+    a = agent(A_BINPACK)
+    call = call_for(state, names(2), cpu=100)
+    a.explain(call)
+    assert a._demand.count == 0  # explain alone only peeks
+    first = a.score(call)
+    assert a.score(call).tolist() == first.tolist()
+    a.explain(call)
+    assert a._demand.count == 1
+
+
+def test_concurrent_calls_each_count_once() -> None:
+    state = cpu_cluster([0, 500, 250])
+    a = agent(A_BINPACK)
+
+    def work() -> None:
+        for _ in range(10):
+            a.score(call_for(state, names(3), cpu=100))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert a._demand.count == 80
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

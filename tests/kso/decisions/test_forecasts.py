@@ -77,3 +77,12 @@ def test_safe_agent_uses_prometheus_forecasts(prom: ps.PromServer, tmp_path: Pat
             assert status == 200 and flt["Error"] == ""
     finally:
         running.close()
+
+
+def test_without_prometheus_there_are_no_forecasts() -> None:
+    """Forecasts are off unless Prometheus is configured: no store, no job, the safe agent reads the annotations."""
+    from extender.config import load_config
+    from kso.decisions.forecasts import start_forecasts
+
+    assert start_forecasts(load_config({})) is None
+    assert start_forecasts(load_config({"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": "http://127.0.0.1:9"})) is None

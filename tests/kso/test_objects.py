@@ -1,4 +1,5 @@
-"""PodMemo: a pod parsed once per uid, resourceVersion and parsed fields; anything else is parsed afresh."""
+"""kso.core.objects: Pod parsing (pod_from_k8s) and PodMemo, a pod parsed once per uid, resourceVersion and parsed
+fields (and once per shared object)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,18 @@ import pytest
 
 from kso.core.objects import ObjectError, PodMemo, pod_from_k8s
 from tests.support.fixtures import make_pod
+
+
+def test_null_container_is_an_empty_container() -> None:
+    # Go decodes null into a zero Container; kso used to crash on it (an internal error, found by the fuzz test).
+    pod = make_pod("p", cpu="250m", memory="64Mi")
+    pod["spec"]["containers"] = [None, *pod["spec"]["containers"]]
+    info = pod_from_k8s(pod)
+    assert info.requests["cpu"] == 250.0
+    assert info.raw_images == ("docker.io/library/busybox:1.36",)
+    pod["spec"]["containers"] = ["nope"]
+    with pytest.raises(Exception, match=r"Pod.spec.containers\[0\] must be an object"):
+        pod_from_k8s(pod)
 
 
 def pod(rv: str = "7", **kw: Any) -> dict[str, Any]:

@@ -1,0 +1,293 @@
+"""The capacity signal's decision: which pending pods the safe agent refuses on every node it was offered, which
+nodes are hot for each (with hysteresis), and so which placeholders the cluster should hold (kso.core.capacity
+writes them).
+
+The rule, per refused pod p still pending, re-judged every tick with the safe agent's current risk, P(util > U*)
+with p's demand, of each node p was refused on (in any filter call while pending) that kube-scheduler could still
+offer it (its placement rules allow it and its requests fit):
+
+* a node becomes hot for p when its risk is above eps (the safe filter refuses p there);
+* a hot node cools when its risk is at most ``exit_ratio`` x eps and it has not been above eps for ``min_hot_s``
+  (hysteresis: forecast noise around eps does not make placeholders come and go);
+* p gets a placeholder while every such node is hot for it; the placeholder avoids exactly those nodes. (No such
+  node at all: kube-scheduler itself finds p unschedulable, which the autoscaler reads without kso.)
+
+A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it.
+``CapacityDecision.step`` is pure (its inputs and its own hysteresis state); ``CapacitySignal`` runs it
+against the live engine and cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kso.core.capacity import ApplyResult, CapacityReconciler, CapacitySettings, PlaceholderSpec, is_placeholder
+from kso.core.cluster import ClusterState
+from kso.core.objects import PodInfo
+from kso.core.placement import rule_violation
+from kso.core.views import NodeView
+from kso.decisions.agents.base import Call, PredicateResult
+from kso.decisions.agents.safe import RELEASE_NOTE, SafeAgent
+
+log = logging.getLogger("kso.capacity")
+
+_RELEASE_HEAD = RELEASE_NOTE.split("{", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A pod the safe agent refused on every node of a filter call: the pod, and every node it was refused on while
+    pending (kube-scheduler offers a large cluster's nodes a sample at a time: the samples add up)."""
+
+    pod: PodInfo
+    nodes: tuple[str, ...]
+    first_at: float  # the first such verdict for this pod (placeholders are ordered by it)
+
+
+@dataclass
+class CapacityDecision:
+    """The pure rule above. ``eps`` is the safe agent's; the other numbers are CapacitySettings'."""
+
+    eps: float
+    exit_ratio: float = 0.8
+    min_hot_s: float = 60.0
+    max_placeholders: int = 200
+    # uid -> node -> the last time the node's risk for that pod was above eps (the node is hot for it)
+    hot: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def step(self, now: float, refusals: Iterable[Refusal], risks: Mapping[str, Mapping[str, float]]
+             ) -> list[PlaceholderSpec]:
+        """The placeholders wanted now. ``refusals``: the refused pods still pending; ``risks[uid]``: each of that
+        pod's offered nodes that still exists -> its current risk for the pod (a missing node is gone)."""
+        exit_risk = self.eps * self.exit_ratio
+        wanted: list[tuple[float, PlaceholderSpec]] = []
+        seen: set[str] = set()
+        for refusal in refusals:
+            uid = refusal.pod.uid
+            seen.add(uid)
+            current = risks.get(uid, {})
+            hot = self.hot.setdefault(uid, {})
+            for node in [n for n in hot if n not in current]:
+                del hot[node]
+            for node, risk in current.items():
+                if risk > self.eps:
+                    hot[node] = now
+                elif node in hot and risk <= exit_risk and now - hot[node] >= self.min_hot_s:
+                    del hot[node]
+            if current and all(node in hot for node in current):
+                wanted.append((refusal.first_at, spec_for(refusal.pod, tuple(sorted(current)))))
+        for uid in [u for u in self.hot if u not in seen]:
+            del self.hot[uid]
+        wanted.sort(key=lambda item: (item[0], item[1].for_key))
+        return [spec for _, spec in wanted[: self.max_placeholders]]
+
+    def hot_nodes(self) -> set[str]:
+        """Every node hot for some refused pod."""
+        return {node for nodes in self.hot.values() for node in nodes}
+
+
+def spec_for(pod: PodInfo, avoid: tuple[str, ...]) -> PlaceholderSpec:
+    """The placeholder of ``pod``: its requests and hard placement rules, and the nodes to avoid."""
+    return PlaceholderSpec(
+        for_uid=pod.uid, for_key=pod.key, requests=tuple(sorted(pod.requests.items())), avoid=avoid,
+        node_selector=tuple(sorted(pod.node_selector.items())),
+        tolerations=tuple((t.key, t.operator, t.value, t.effect) for t in pod.tolerations),
+        required_terms=pod.required_terms)
+
+
+def refused_everywhere(result: PredicateResult) -> bool:
+    """The safe filter refused every node of the call (a node passed only by the bounded hold's release counts as
+    refused: the pod goes there because nothing better exists)."""
+    n = len(result.passed)
+    if n == 0:
+        return False
+    released = sum(1 for note in result.notes.values() if note.startswith(_RELEASE_HEAD))
+    return len(result.reasons) + released == n
+
+
+class RefusalLog:
+    """The pods the safe agent refused on every node, as its filter answers them (``watch`` wraps the engine's
+    ``safe-overload`` predicate; its answers are unchanged)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._refusals: dict[str, Refusal] = {}
+
+    def watch(self, engine: Any, predicate: str = "safe-overload") -> bool:
+        """Record the refusals of ``engine``'s safe filter; False when the engine has none."""
+        original = engine.predicates.get(predicate)
+        if original is None:
+            return False
+
+        def recorded(call: Call) -> PredicateResult:
+            result: PredicateResult = original(call)
+            # (a preemption call, with victims freed, judges a subset of nodes for another question: not recorded)
+            if call.freed is None and refused_everywhere(result) and not is_placeholder(call.pod.annotations):
+                self.record(call.pod, call.view.names)
+            return result
+
+        engine.predicates[predicate] = recorded
+        return True
+
+    def record(self, pod: PodInfo, nodes: Iterable[str]) -> None:
+        with self._lock:
+            old = self._refusals.get(pod.uid)
+            if old is None:
+                self._refusals[pod.uid] = Refusal(pod, tuple(dict.fromkeys(nodes)), self.clock())
+            else:
+                self._refusals[pod.uid] = Refusal(pod, tuple(dict.fromkeys((*old.nodes, *nodes))), old.first_at)
+
+    def pending(self, still_pending: Callable[[str], bool]) -> list[Refusal]:
+        """The refusals of pods still pending; the others are forgotten."""
+        with self._lock:
+            for uid in [u for u in self._refusals if not still_pending(u)]:
+                del self._refusals[uid]
+            return list(self._refusals.values())
+
+
+def feasible(pod: PodInfo, view: NodeView) -> np.ndarray:
+    """Nodes of ``view`` kube-scheduler could still offer the pod: known, its hard placement rules allowed
+    (kso.core.placement) and its requests fitting what is left of the allocatable (bool per node)."""
+    ok = view.known.copy()
+    for resource, value in pod.requests.items():
+        col = view.columns.get(resource)
+        if col is not None and value > 0:
+            with np.errstate(invalid="ignore"):
+                ok &= view.alloc[:, col] - view.requested[:, col] >= value
+    for i in np.flatnonzero(ok).tolist():
+        node = view.nodes[i]
+        if node is None or rule_violation(pod, node) is not None:
+            ok[i] = False
+    return ok
+
+
+def node_risks(agent: SafeAgent, state: ClusterState, refusal: Refusal) -> dict[str, float]:
+    """Each node the pod was refused on that kube-scheduler could still offer it -> the safe agent's risk of it for
+    the pod now (the larger of cpu's and memory's; 0 where it has no statistics: the filter passes it unjudged)."""
+    view = state.view(refusal.nodes)
+    if not len(view):
+        return {}
+    s = agent.inputs(Call(refusal.pod, view))
+    risk = np.where(s.valid, s.risk, 0.0).max(axis=1)
+    ok = feasible(refusal.pod, view)
+    return {name: float(r) for name, r, keep in zip(view.names, risk.tolist(), ok.tolist(), strict=True) if keep}
+
+
+class CapacityMetrics:
+    """The signal on kso's /metrics: what it asks for now, and what it wrote."""
+
+    def __init__(self, registry: Any, signal: CapacitySignal) -> None:
+        from prometheus_client import Counter, Gauge
+
+        Gauge("kso_capacity_refused_pods", "Pending pods the safe agent refused on every node they were offered",
+              registry=registry).set_function(lambda: float(signal.refused))
+        Gauge("kso_capacity_placeholders", "Placeholder pods the capacity signal wants (each a refused pod's demand)",
+              registry=registry).set_function(lambda: float(len(signal.wanted)))
+        Gauge("kso_capacity_hot_nodes", "Nodes hot for at least one refused pod (hysteresis included)",
+              registry=registry).set_function(lambda: float(len(signal.decision.hot_nodes())))
+        self.writes = Counter("kso_capacity_placeholder_writes_total",
+                              "Placeholder pods written, by action: created, deleted, failed, reaped (another kso's, "
+                              "its Lease expired)", ["action"], registry=registry)
+
+    def count(self, result: ApplyResult, reaped: list[str]) -> None:
+        for action, names in (("created", result.created), ("deleted", result.deleted), ("failed", result.failed),
+                              ("reaped", reaped)):
+            if names:
+                self.writes.labels(action).inc(len(names))
+
+
+class CapacitySignal:
+    """The loop: every ``interval_s`` re-judge the refused pods still pending, step the decision, write the
+    placeholders (kso.core.capacity), and delete what gone kso instances left. Cleans up on start and stop."""
+
+    def __init__(self, engine: Any, state: ClusterState, reconciler: CapacityReconciler,
+                 settings: CapacitySettings, clock: Callable[[], float] = time.time) -> None:
+        safe = engine.agents.get("safe")
+        if not isinstance(safe, SafeAgent):
+            raise ValueError("KSO_CAPACITY_SIGNAL needs the safe agent (KSO_AGENTS)")
+        self.agent = safe
+        self.state = state
+        self.reconciler = reconciler
+        self.settings = settings
+        self.clock = clock
+        self.log = RefusalLog(clock)
+        self.log.watch(engine)
+        self.decision = CapacityDecision(eps=safe.eps, exit_ratio=settings.exit_ratio, min_hot_s=settings.min_hot_s,
+                                         max_placeholders=settings.max_placeholders)
+        self.wanted: list[PlaceholderSpec] = []
+        self.refused = 0  # refused pods still pending, at the last round
+        self.metrics = CapacityMetrics(engine.metrics.registry, self)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _pending_uids(self) -> set[str]:
+        return {p.uid for p in self.state.pending_pods()}
+
+    def tick(self) -> list[PlaceholderSpec]:
+        """One round: decide and write. Returns the placeholders wanted."""
+        pending = self._pending_uids()
+        refusals = self.log.pending(pending.__contains__)
+        risks = {r.pod.uid: node_risks(self.agent, self.state, r) for r in refusals}
+        self.wanted = self.decision.step(self.clock(), refusals, risks)
+        self.refused = len(refusals)
+        result = self.reconciler.apply(self.wanted)
+        reaped = self.reconciler.reap()
+        self.metrics.count(result, reaped)
+        return self.wanted
+
+    def start(self) -> CapacitySignal:
+        """Run the loop (its first step deletes what this kso left before a restart, which keeps the identity, and
+        what gone instances left)."""
+        self._thread = threading.Thread(target=self._run, name="kso-capacity", daemon=True)
+        self._thread.start()
+        return self
+
+    def clean_start(self) -> None:
+        cleared = self.reconciler.clear()
+        reaped = self.reconciler.reap()
+        log.info("capacity signal on: placeholders in %s as %s (left from before: %d deleted, of gone instances: %d)",
+                 self.settings.namespace, self.reconciler.owner.identity, len(cleared), len(reaped))
+
+    def _run(self) -> None:
+        started = False
+        while not self._stop.is_set():
+            try:
+                if not started:
+                    self.clean_start()
+                    started = True
+                self.tick()
+            except Exception as exc:  # the API may be away for a while; the next round tries again
+                log.warning("capacity: round failed: %s: %s", type(exc).__name__, exc)
+            self._stop.wait(self.settings.interval_s)
+
+    def stop(self) -> None:
+        """Stop the loop and delete this kso's placeholders and Lease."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            deleted = self.reconciler.clear()
+            log.info("capacity signal off: %d placeholders deleted", len(deleted))
+        except Exception as exc:
+            log.warning("capacity: clean-up on stop failed (another kso deletes them once the Lease expires): %s", exc)
+
+
+def start_capacity_signal(engine: Any, state: ClusterState, api_client: Any,
+                          settings: CapacitySettings) -> Callable[[], None]:
+    """Start the capacity signal of a running kso (its stop function is returned). Without an API server (a snapshot
+    or the demo cluster) there is nothing to signal to: logged, and off."""
+    if api_client is None:
+        log.warning("KSO_CAPACITY_SIGNAL is on but the cluster source is not the API server: no capacity signal")
+        return lambda: None
+    if not isinstance(engine.agents.get("safe"), SafeAgent):
+        raise SystemExit("kso: KSO_CAPACITY_SIGNAL needs the safe agent (add safe to KSO_AGENTS)")
+    signal = CapacitySignal(engine, state, CapacityReconciler(api_client, settings), settings).start()
+    return signal.stop

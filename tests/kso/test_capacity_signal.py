@@ -1,0 +1,213 @@
+"""The capacity signal's pure parts: the decision (which nodes are hot for which refused pod, with hysteresis, and
+which placeholders follow), the placeholder Pod it writes, and which filter answers count as a refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kso.core.capacity import (
+    COMPONENT,
+    HOLDER,
+    MANAGED_BY,
+    PLACEHOLDER_FOR,
+    CapacitySettings,
+    Owner,
+    is_placeholder,
+    placeholder_manifest,
+)
+from kso.core.objects import pod_from_k8s
+from kso.decisions.agents.base import PredicateResult
+from kso.decisions.agents.safe import RELEASE_NOTE, SafeAgent, SafeParams
+from kso.decisions.capacity import CapacityDecision, Refusal, RefusalLog, node_risks, refused_everywhere, spec_for
+from tests.support.fixtures import make_node, make_pod, make_state
+
+EPS = 0.3
+
+
+def refusal(name: str, nodes: tuple[str, ...], at: float = 0.0, cpu: str = "500m", memory: str = "1Gi") -> Refusal:
+    return Refusal(pod_from_k8s(make_pod(name, cpu=cpu, memory=memory)), nodes, at)
+
+
+def test_a_pod_refused_on_every_node_gets_one_placeholder_avoiding_them() -> None:
+    d = CapacityDecision(eps=EPS)
+    r = refusal("p", ("n2", "n1"))
+    [spec] = d.step(0.0, [r], {r.pod.uid: {"n1": 0.9, "n2": 0.5}})
+    assert spec.avoid == ("n1", "n2")
+    assert spec.for_key == "default/p"
+    assert dict(spec.requests)["cpu"] == 500.0
+    assert d.hot_nodes() == {"n1", "n2"}
+
+
+def test_one_node_that_would_take_the_pod_means_no_placeholder() -> None:
+    d = CapacityDecision(eps=EPS)
+    r = refusal("p", ("n1", "n2"))
+    assert d.step(0.0, [r], {r.pod.uid: {"n1": 0.9, "n2": 0.2}}) == []
+    assert d.hot_nodes() == {"n1"}
+
+
+def test_hysteresis_a_hot_node_cools_only_below_the_exit_risk_and_after_min_hot() -> None:
+    d = CapacityDecision(eps=EPS, exit_ratio=0.5, min_hot_s=60.0)
+    r = refusal("p", ("n1",))
+    uid = r.pod.uid
+    assert d.step(0.0, [r], {uid: {"n1": 0.5}})
+    assert d.step(10.0, [r], {uid: {"n1": 0.25}}), "between exit (0.15) and eps: still hot"
+    assert d.step(30.0, [r], {uid: {"n1": 0.1}}), "below exit but only 30 s since it was above eps"
+    assert d.step(59.0, [r], {uid: {"n1": 0.1}})
+    assert d.step(60.0, [r], {uid: {"n1": 0.1}}) == [], "below exit 60 s after it was last above eps: cool"
+    assert d.step(70.0, [r], {uid: {"n1": 0.29}}) == [], "a cool node turns hot only above eps"
+    assert d.step(80.0, [r], {uid: {"n1": 0.31}})
+
+
+def test_a_bound_or_deleted_pod_is_forgotten_with_its_placeholder() -> None:
+    d = CapacityDecision(eps=EPS)
+    a, b = refusal("a", ("n1",)), refusal("b", ("n1",))
+    risks = {a.pod.uid: {"n1": 0.9}, b.pod.uid: {"n1": 0.9}}
+    assert len(d.step(0.0, [a, b], risks)) == 2
+    [spec] = d.step(1.0, [b], risks)
+    assert spec.for_key == "default/b"
+    assert set(d.hot) == {b.pod.uid}
+
+
+def test_gone_nodes_drop_out_and_no_nodes_left_means_no_placeholder() -> None:
+    d = CapacityDecision(eps=EPS)
+    r = refusal("p", ("n1", "n2"))
+    [spec] = d.step(0.0, [r], {r.pod.uid: {"n1": 0.9, "n2": 0.9}})
+    [spec] = d.step(1.0, [r], {r.pod.uid: {"n1": 0.9}})
+    assert spec.avoid == ("n1",)
+    assert d.step(2.0, [r], {r.pod.uid: {}}) == []
+
+
+def test_at_most_max_placeholders_oldest_refusal_first() -> None:
+    d = CapacityDecision(eps=EPS, max_placeholders=2)
+    rs = [refusal(f"p{i}", ("n1",), at=float(10 - i)) for i in range(4)]
+    specs = d.step(0.0, rs, {r.pod.uid: {"n1": 0.9} for r in rs})
+    assert [s.for_key for s in specs] == ["default/p3", "default/p2"]
+
+
+risk_values = st.sampled_from([0.0, 0.05, 0.1, 0.2, 0.29, 0.3, 0.31, 0.5, 1.0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0.0, 100.0), st.lists(risk_values, min_size=3, max_size=3),
+                                st.lists(st.booleans(), min_size=3, max_size=3)), min_size=1, max_size=25),
+       exit_ratio=st.sampled_from([0.0, 0.5, 0.8, 1.0]), min_hot_s=st.sampled_from([0.0, 30.0, 60.0]))
+def test_the_rules_hold_on_any_history(steps: list[tuple[float, list[float], list[bool]]], exit_ratio: float,
+                                       min_hot_s: float) -> None:
+    """For any sequence of rounds (time steps, each node's risk, which nodes exist): a node is hot for the pod when
+    its risk is above eps; a cool node stays cool at or below eps; a hot node stays hot above the exit risk; a node
+    at or below the exit risk that has not been above eps for min_hot_s is cool; and the pod has a placeholder
+    exactly when every node it was offered that still exists is hot (avoiding exactly those)."""
+    d = CapacityDecision(eps=EPS, exit_ratio=exit_ratio, min_hot_s=min_hot_s)
+    r = refusal("p", ("n0", "n1", "n2"))
+    uid = r.pod.uid
+    now = 0.0
+    last_above: dict[str, float] = {}
+    hot_before: set[str] = set()
+    for dt, risks, exists in steps:
+        now += dt
+        current = {f"n{i}": risk for i, (risk, there) in enumerate(zip(risks, exists, strict=True)) if there}
+        specs = d.step(now, [r], {uid: current})
+        hot = set(d.hot.get(uid, {}))
+        assert hot <= set(current), "a node that is gone is not hot"
+        for node, risk in current.items():
+            if risk > EPS:
+                last_above[node] = now
+                assert node in hot
+            elif node not in hot_before:
+                assert node not in hot
+            elif risk > EPS * exit_ratio:
+                assert node in hot
+            elif now - last_above.get(node, -1e9) >= min_hot_s:
+                assert node not in hot
+        for node in set(last_above) - set(current):
+            del last_above[node]  # a node that went away starts again when it comes back
+        if current and hot == set(current):
+            assert [s.avoid for s in specs] == [tuple(sorted(current))]
+        else:
+            assert specs == []
+        hot_before = hot
+
+
+@settings(max_examples=100, deadline=None)
+@given(n_pods=st.integers(0, 8), cap=st.integers(0, 5), risky=st.lists(st.booleans(), min_size=8, max_size=8))
+def test_placeholders_are_only_for_refused_pods_and_never_more_than_the_cap(n_pods: int, cap: int,
+                                                                            risky: list[bool]) -> None:
+    d = CapacityDecision(eps=EPS, max_placeholders=cap)
+    rs = [refusal(f"p{i}", ("n1", "n2"), at=float(i)) for i in range(n_pods)]
+    risks = {r.pod.uid: {"n1": 0.9, "n2": 0.9 if risky[i] else 0.1} for i, r in enumerate(rs)}
+    specs = d.step(0.0, rs, risks)
+    refused = [f"default/p{i}" for i in range(n_pods) if risky[i]]
+    assert [s.for_key for s in specs] == refused[:cap]
+    assert len({s.name() for s in specs}) == len(specs)
+
+
+def test_the_placeholder_pod_is_what_the_autoscaler_reads() -> None:
+    raw = make_pod("web-1", cpu="1500m", memory="3Gi")
+    raw["spec"]["nodeSelector"] = {"pool": "general"}
+    raw["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
+    raw["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]}}}
+    pod = pod_from_k8s(raw)
+    spec = spec_for(pod, ("n1", "n2"))
+    settings_ = CapacitySettings()
+    m = placeholder_manifest(spec, settings_, Owner("kso-a", "kso-capacity-kso-a", "lease-uid"))
+    meta, body = m["metadata"], m["spec"]
+    assert meta["namespace"] == "kso-capacity"
+    assert meta["labels"] == {MANAGED_BY: "kso", COMPONENT: "capacity-placeholder", HOLDER: "kso-a"}
+    assert is_placeholder(meta["annotations"]) and meta["annotations"][PLACEHOLDER_FOR] == "default/web-1"
+    assert meta["ownerReferences"][0]["kind"] == "Lease" and meta["ownerReferences"][0]["uid"] == "lease-uid"
+    assert body["priorityClassName"] == "kso-capacity-placeholder"
+    assert body["terminationGracePeriodSeconds"] == 0 and body["automountServiceAccountToken"] is False
+    assert body["containers"][0]["resources"] == {"requests": {"cpu": "1500m", "memory": str(3 * 1024**3)}}
+    assert body["nodeSelector"] == {"pool": "general"}
+    assert body["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
+    terms = body["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    # one requirement per hot node (the API server takes one value per node-field requirement)
+    avoid = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("n1", "n2")]
+    # each of the pod's ORed terms keeps its own rules and gets the hot nodes ANDed in
+    assert terms == [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}], "matchFields": avoid},
+                     {"matchFields": [*avoid, {"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]
+    assert meta["name"] == spec.name() and len(meta["name"]) <= 63
+    assert spec_for(pod, ("n1",)).name() != spec.name(), "another set of hot nodes is another pod (spec is immutable)"
+
+
+def test_a_refusal_is_every_node_refused_or_passed_only_by_the_hold_release() -> None:
+    release = RELEASE_NOTE.format(held=400, hold=300, u=0.9, risk=0.5, eps=0.3)
+    assert refused_everywhere(PredicateResult(np.zeros(2, dtype=bool), {0: "x", 1: "y"}))
+    assert refused_everywhere(PredicateResult(np.array([True, False]), {1: "y"}, {0: release}))
+    assert not refused_everywhere(PredicateResult(np.array([True, False]), {1: "y"}, {0: "no statistics"}))
+    assert not refused_everywhere(PredicateResult(np.zeros(0, dtype=bool)))
+
+
+def test_the_log_keeps_the_first_refusal_time_and_every_node_refused_and_forgets_pods_no_longer_pending() -> None:
+    """kube-scheduler offers a large cluster's nodes a sample at a time: the samples a pod was refused on add up."""
+    clock = iter([1.0, 2.0, 3.0])
+    log = RefusalLog(lambda: next(clock))
+    pod = pod_from_k8s(make_pod("p"))
+    log.record(pod, ["n1", "n2"])
+    log.record(pod, ["n3", "n1"])
+    [r] = log.pending(lambda uid: True)
+    assert (r.first_at, r.nodes) == (1.0, ("n1", "n2", "n3"))
+    assert log.pending(lambda uid: False) == []
+
+
+HOT = {"mean-free-cpu": "100", "std-free-cpu": "50", "forcasted-free-cpu": "100",
+       "mean-free-memory": "6000", "std-free-memory": "100", "forcasted-free-memory": "6000"}
+
+
+def test_the_risks_are_the_safe_agents_on_the_nodes_kube_scheduler_could_still_offer() -> None:
+    """Risk from the safe agent's own inputs; a node the pod no longer fits by requests, one with an untolerated
+    taint and one that is gone are not judged (kube-scheduler would not offer them)."""
+    full = make_node("full", cpu="4", annotations=HOT)
+    tainted = make_node("tainted", annotations=HOT)
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
+    cool = make_node("cool", annotations={**HOT, "mean-free-cpu": "3900", "forcasted-free-cpu": "3900"})
+    state = make_state([make_node("hot", annotations=HOT), full, tainted, cool],
+                       [make_pod("big", cpu="3800m", node="full")])
+    pod = pod_from_k8s(make_pod("p", cpu="500m", memory="512Mi"))
+    risks = node_risks(SafeAgent(SafeParams()), state, Refusal(pod, ("hot", "full", "tainted", "cool", "gone"), 0.0))
+    assert set(risks) == {"hot", "cool"}
+    assert risks["hot"] > 0.3 >= risks["cool"]

@@ -1,0 +1,92 @@
+"""kso.core.watcher.ClusterWatcher against the real kube-apiserver: list+watch sync, changes propagating, paging,
+pending pods handed to the pod memo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from benchmarks.e2e import create_nodes, node_manifest
+from kso.core.cluster import ClusterState
+from kso.core.resources import CPU, MEMORY, MIB
+from kso.core.watcher import ClusterWatcher
+from tests.support.kube_cases import (
+    bound_pod,
+    wait_for,
+)
+
+
+def cpu_mem(state: ClusterState, node: str) -> tuple[float, float]:
+    view = state.view([node])
+    return float(view.requested[0, view.columns[CPU]]), float(view.requested[0, view.columns[MEMORY]] / MIB)
+
+
+def test_watcher_syncs_pages_and_follows_changes(control_plane: Any, kube_namespace: str, nodes: list[str]) -> None:
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    bound_pod(core, ns, "a", "k-n1", "500m", "256Mi")
+    bound_pod(core, ns, "b", "k-n1", "250m", "128Mi")
+    bound_pod(core, ns, "c", "k-n2", "1", "1Gi")
+    bound_pod(core, ns, "pending", None, "2", "1Gi")
+    bound_pod(core, ns, "done", "k-n1", "3", "1Gi")
+    core.patch_namespaced_pod_status("done", ns, {"status": {"phase": "Succeeded"}})
+    state = ClusterState()
+    watcher = ClusterWatcher(state, api, page_size=2, resync_backoff_s=0.05, watch_timeout_s=30)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(30), watcher.stats()
+        assert state.synced and state.source == "api"
+        assert set(nodes) <= set(state.node_names())
+        assert cpu_mem(state, "k-n1") == (750.0, 384.0)  # "done" is terminal: left out by the field selector
+        assert cpu_mem(state, "k-n2") == (1000.0, 1024.0)
+        assert state.view(["k-n1"]).alloc[0, 0] == 4000.0
+        assert state.view(nodes).recent.sum() == 0.0  # pods bound before start-up are not recent placements
+        pending = state.pending_pod(namespace=ns, name="pending")
+        assert pending is not None and pending.requests[CPU] == 2000.0
+
+        create_nodes(api, [node_manifest("k-n3", "2", "4Gi")])
+        nodes.append("k-n3")
+        assert wait_for(lambda: state.node("k-n3") is not None)
+        core.patch_node("k-n3", {"metadata": {"annotations": {"congestion-factor": "0.5"}}})
+        assert wait_for(lambda: state.view(["k-n3"]).congestion[0] == 0.5)
+        core.delete_node("k-n3")
+        assert wait_for(lambda: state.node("k-n3") is None)
+
+        bound_pod(core, ns, "d", "k-n2", "100m", "64Mi")
+        assert wait_for(lambda: cpu_mem(state, "k-n2") == (1100.0, 1088.0))
+        core.delete_namespaced_pod("d", ns, grace_period_seconds=0)
+        assert wait_for(lambda: cpu_mem(state, "k-n2") == (1000.0, 1024.0))
+        # A pod that finishes leaves the selector: the server sends DELETED, the node is freed.
+        core.patch_namespaced_pod_status("a", ns, {"status": {"phase": "Succeeded"}})
+        assert wait_for(lambda: cpu_mem(state, "k-n1") == (250.0, 128.0))
+        assert watcher.errors == 0, watcher.stats()
+    finally:
+        assert watcher.stop(10)
+
+
+def test_watcher_hands_pending_pods_to_the_pod_memo(control_plane: Any, kube_namespace: str, nodes: list[str]) -> None:
+    """A pending pod the watch has parsed is the PodInfo the extender gets for the object kube-scheduler sends
+    (the same uid and resourceVersion, managedFields stripped as kube-scheduler's informer does)."""
+    import orjson
+
+    from kso.core.objects import PodMemo, pod_from_k8s
+
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    state = ClusterState()
+    memo = PodMemo()
+    watcher = ClusterWatcher(state, api, resync_backoff_s=0.05, watch_timeout_s=30, pod_memo=memo)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(30), watcher.stats()
+        uid = bound_pod(core, kube_namespace, "memo-pending", None, "300m", "64Mi")
+        assert wait_for(lambda: uid in memo)
+        raw = orjson.loads(core.read_namespaced_pod("memo-pending", kube_namespace, _preload_content=False).data)
+        raw["metadata"].pop("managedFields", None)
+        info = memo.parse(raw)
+        assert info is state.pending_pod(uid)  # the watch's own parse, not a new one
+        assert info == pod_from_k8s(raw) and info.requests[CPU] == 300.0
+    finally:
+        watcher.stop()
