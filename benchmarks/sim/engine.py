@@ -68,9 +68,11 @@ from benchmarks.sim.trace import Scenario
 MAX_PODS_PER_NODE = 110  # kubelet's default maxPods: the scenario's nodes' allocatable pods
 # TaintNodesByCondition's taint for the kubelet's MemoryPressure condition (key, value, effect)
 MEMORY_PRESSURE_TAINT = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
-# the taint a policy puts on the nodes it judges hot (Policy.capacity_taints): no new pod there, for any scheduler
-# and for the cluster-autoscaler's simulation alike
-CAPACITY_TAINT = ("kso.io/forecast-hot", "", "NoSchedule")
+# The taint a policy puts on the nodes it judges hot (Policy.capacity_taints): no new pod there, for any scheduler
+# and for the cluster-autoscaler's simulation alike. Its key is under the autoscaler's status-taint prefix: the
+# autoscaler leaves such taints out of the template it builds a new node from (another taint on the group's nodes
+# would be copied there and the new node would hold nothing either) and does not count the node unready.
+CAPACITY_TAINT = ("status-taint.cluster-autoscaler.kubernetes.io/kso-forecast-hot", "", "NoSchedule")
 
 
 @dataclass(frozen=True)
@@ -334,7 +336,8 @@ class CapacityRequest:
     the lowest priority that is still not expendable (priority -1, above the autoscaler's
     ``expendable-pods-priority-cutoff`` of -10, as its overprovisioning recipe has it), requesting ``demands[j]``
     (cpu millicores, memory bytes), with a required node anti-affinity to the nodes ``avoid`` marks (the nodes
-    the policy judges hot).
+    the policy judges hot: one mask for all, or one per placeholder). The autoscaler builds a new node from its
+    group's template, whose name no placeholder avoids.
 
     How the engine models them: kube-scheduler preempts a placeholder for any real pod, so placeholders never
     keep a real pod off a node (the real pods' scheduling ignores them). The autoscaler's simulation sees them
@@ -345,7 +348,17 @@ class CapacityRequest:
     elsewhere."""
 
     demands: np.ndarray  # (P, 2) cpu millicores, memory bytes
-    avoid: np.ndarray  # (N,) bool: the nodes the placeholders' anti-affinity excludes
+    avoid: np.ndarray  # (N,) bool: the nodes every placeholder's anti-affinity excludes, or (P, N): each one's
+
+    def avoid_rows(self, n_nodes: int) -> np.ndarray:
+        """(P, N) bool: the nodes placeholder j avoids, row j."""
+        avoid = np.asarray(self.avoid, dtype=bool)
+        if avoid.ndim == 1:
+            avoid = np.broadcast_to(avoid, (len(self.demands), n_nodes))
+        if avoid.shape != (len(self.demands), n_nodes):
+            raise ValueError(f"CapacityRequest.avoid: shape {avoid.shape}, not ({n_nodes},) or "
+                             f"({len(self.demands)}, {n_nodes})")
+        return avoid.copy()
 
 
 @dataclass(frozen=True)
@@ -477,8 +490,9 @@ class _Replay:
         self.capacity: CapacityRequest | None = None  # this step's placeholders (Policy.capacity_requests)
         self.held = np.zeros((N, 2))  # room the placeholders hold on each node in the autoscaler's simulation
         self.held_count = np.zeros(N, dtype=np.int64)
-        self.held_pods: list[tuple[int, tuple[float, float]]] = []  # (node, requests) of each placeholder placed
-        self.avoid = np.zeros(N, dtype=bool)  # the nodes this step's placeholders avoid
+        # (node, requests, row of self.avoid) of each placeholder placed in the autoscaler's simulation
+        self.held_pods: list[tuple[int, tuple[float, float], int]] = []
+        self.avoid = np.zeros((0, N), dtype=bool)  # (P, N) the nodes each of this step's placeholders avoids
         self.placeholder_steps = self.placeholder_scale_ups = self.capacity_tainted_steps = 0
         self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
 
@@ -632,16 +646,16 @@ class _Replay:
         demands = [(self.pods[i].cpu, self.pods[i].memory) for i in pending]
         n_real = len(demands)
         ph = self.capacity
-        avoid = np.zeros(len(up), dtype=bool)
+        avoid = np.zeros((0, len(up)), dtype=bool)
         if ph is not None and len(ph.demands):
             demands += [(float(c), float(m)) for c, m in np.asarray(ph.demands, dtype=float).reshape(-1, 2)]
-            avoid = np.asarray(ph.avoid, dtype=bool).copy()
+            avoid = ph.avoid_rows(len(up))
         self.held[:] = 0.0
         self.held_count[:] = 0
         self.held_pods = []
         for j, req in enumerate(demands):
             # a placeholder's required anti-affinity excludes the nodes it avoids (a new node is never one of them)
-            where = up if j < n_real else up & ~avoid
+            where = up if j < n_real else up & ~avoid[j - n_real]
             node = first_fit(free, slots, req, np.flatnonzero(where))
             if node < 0:
                 for cand in spare.tolist():
@@ -649,7 +663,7 @@ class _Replay:
                         continue
                     opened.append(cand)
                     up[cand] = True
-                    avoid[cand] = False
+                    avoid[:, cand] = False
                     free[cand] = view.alloc[cand]
                     slots[cand] = view.max_pods[cand]
                     node = first_fit(free, slots, req, np.array([cand]))
@@ -658,7 +672,7 @@ class _Replay:
             if node >= 0 and j >= n_real:  # the room a placeholder holds (scale-down counts it)
                 self.held[node] += req
                 self.held_count[node] += 1
-                self.held_pods.append((node, req))
+                self.held_pods.append((node, req, j - n_real))
         self.avoid = avoid
         self.placeholder_steps += len(demands) - n_real
         for node in opened:
@@ -689,9 +703,9 @@ class _Replay:
             free = view.alloc - view.requested - self.held
             slots = view.max_pods - view.pod_count - self.held_count
             on = [(p.cpu, p.memory) for p in view.running.values() if p.node == node]
-            held = [req for n, req in self.held_pods if n == node]  # its placeholders must fit elsewhere too
+            held = [(req, j) for n, req, j in self.held_pods if n == node]  # its placeholders must fit elsewhere too
             if (all(first_fit(free, slots, req, others) >= 0 for req in on)
-                    and all(first_fit(free, slots, req, others[~self.avoid[others]]) >= 0 for req in held)):
+                    and all(first_fit(free, slots, req, others[~self.avoid[j, others]]) >= 0 for req, j in held)):
                 removed.append(node)
                 drained += 1
         for node in removed:

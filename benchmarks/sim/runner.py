@@ -80,7 +80,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     logging.getLogger("kso").setLevel(logging.ERROR)
     scenario = scenario_for(cell.scenario, cell.nodes, cell.hours, cell.seed, cell.target_load)
     name, kwargs = parse_spec(cell.policy)
-    if name.startswith("kso"):
+    if name.startswith("kso") and name != "kso":  # "kso" is kso's default configuration: its forecaster's statistics
         kwargs.setdefault("stats", "window")
     policy = make_policy(name, cell.seed, **kwargs)
     policy.name = cell.policy if ":" in cell.policy else policy.name
