@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from benchmarks.sim.engine import CapacityRequest, Policy, SimPod, SimView
+from benchmarks.sim.engine import MEMORY_PRESSURE_TAINT, CapacityRequest, Policy, SimPod, SimView
 from benchmarks.sim.policies.framework import Framework
 
 EXTENDER_WEIGHT = 5  # the README's KubeSchedulerConfiguration (extenders[].weight)
@@ -389,7 +389,8 @@ class KsoExtenderPolicy(Policy):
             from kso.core.objects import node_from_k8s
 
             self.pressure_nodes[i] = node_from_k8s(node_object(sim.node_names[i], *sim.alloc[i], int(sim.max_pods[i]),
-                                                               sim.labels[i], sim.taints[i]))
+                                                               sim.labels[i],
+                                                               [*sim.scenario_taints[i], MEMORY_PRESSURE_TAINT]))
         return self.pressure_nodes[i]
 
     def released(self, pod: SimPod, node: str, sim: SimView) -> None:
