@@ -253,7 +253,7 @@ class KsoExtenderPolicy(Policy):
         self.stats, self.judge, self.capacity = stats, judge, capacity
         self.exit_ratio, self.max_placeholders = float(exit_ratio), int(max_placeholders)
         self.mode = f"{self.mode}; {STATS_MODES[stats]}; {JUDGE_MODES[judge]}; {CAPACITY_MODES[capacity]}"
-        self._ratio: dict[str, np.ndarray] = {}  # judge="usage": Deployment -> measured usage / request
+        self._owner_ratio: dict[str, np.ndarray] = {}  # judge="usage": Deployment -> measured usage / request
         self._sizes: dict[int, np.ndarray] = {}  # pod index -> the size kso judged (and bound) it at
         self._refused: dict[int, tuple[int, np.ndarray]] = {}  # pod index -> (step, nodes kso's filter refused it on)
         self._tainted_nodes: np.ndarray | None = None  # capacity="taint": the nodes carrying the taint
@@ -347,7 +347,7 @@ class KsoExtenderPolicy(Policy):
         if self.judge == "usage":
             from optimizer.inputs import MIN_USAGE_SAMPLES
 
-            self._ratio = owner_usage_ratio(sim, USAGE_STEPS, MIN_USAGE_SAMPLES)
+            self._owner_ratio = owner_usage_ratio(sim, USAGE_STEPS, MIN_USAGE_SAMPLES)
         mean, std, has = node_load_stats(sim, self.stats, FORECAST_HORIZON_S / sim.step_s,
                                          self._sizes if self.judge == "usage" else None)
         # the node watch: nodes the autoscaler removed leave kso's cache, provisioned ones join it, the
@@ -401,7 +401,7 @@ class KsoExtenderPolicy(Policy):
 
     def size(self, pod: SimPod) -> tuple[float, float]:
         """The size kso judges ``pod`` at (``judge``): cpu millicores, memory bytes."""
-        ratio = self._ratio.get(pod.owner) if self.judge == "usage" else None
+        ratio = self._owner_ratio.get(pod.owner) if self.judge == "usage" else None
         if ratio is None:
             return pod.cpu, pod.memory
         return float(pod.cpu * ratio[0]), float(pod.memory * ratio[1])

@@ -180,3 +180,14 @@ def test_judged_by_use_kso_admits_a_pod_its_request_would_refuse_and_accounts_it
                 assert kso.state.pods["u3"].requests["cpu"] == pytest.approx(1500.0)  # kso's own accounting of it
         finally:
             kso.close()
+
+
+def test_kso_plan_takes_the_same_mechanisms() -> None:
+    # kso-plan (and kso-plan+reopt) inherit the kso policy: judged by use, with placeholders; its own pooled prior
+    # (self._ratio) and the Deployments' usage ratios are different things
+    from benchmarks.sim.policies.kso_plan import KsoPlanPolicy
+
+    policy = KsoPlanPolicy(seed=0, stats="window", judge="usage", capacity="placeholder", prior="pooled",
+                           env={"KSO_SAFE_MAX_HOLD_S": "inf"})
+    res = run(hot_pool(), policy, autoscaler=Autoscaler(initial_nodes=1))
+    assert res.scale_ups == 1 and res.pods[1].node == 1 and res.pods[1].bound_step == 4
