@@ -132,3 +132,14 @@ def test_the_capacity_taint_is_honoured_by_the_autoscalers_drain_check() -> None
     s = scenario([1000, 1000], pods, 4)
     assert run(s, Spread(), autoscaler=Autoscaler()).scale_downs == 1
     assert run(s, Spread(signal="taint"), autoscaler=Autoscaler()).scale_downs == 0
+
+
+def test_a_placeholder_request_names_the_nodes_each_placeholder_avoids_or_one_mask_for_all() -> None:
+    import pytest
+
+    req = CapacityRequest(np.array([[100.0, GIB], [200.0, GIB]]), np.array([True, False, False]))
+    assert req.avoid_rows(3).tolist() == [[True, False, False]] * 2
+    per = CapacityRequest(np.array([[100.0, GIB], [200.0, GIB]]), np.array([[True, False, False], [False, True, False]]))
+    assert per.avoid_rows(3)[1].tolist() == [False, True, False]
+    with pytest.raises(ValueError, match=r"shape \(2, 2\), not \(3,\) or \(2, 3\)"):
+        CapacityRequest(np.array([[100.0, GIB], [200.0, GIB]]), np.zeros((2, 2), dtype=bool)).avoid_rows(3)
