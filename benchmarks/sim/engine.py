@@ -333,8 +333,8 @@ class Policy:
 class CapacityRequest:
     """Placeholder pods a policy keeps in the cluster to make the autoscaler add capacity it cannot see otherwise
     (the cluster-autoscaler simulates scheduling without the scheduler's extenders). Each placeholder is a pod of
-    the lowest priority that is still not expendable (priority -1, above the autoscaler's
-    ``expendable-pods-priority-cutoff`` of -10, as its overprovisioning recipe has it), requesting ``demands[j]``
+    a priority below every real pod that the autoscaler still scales up for (at or above its
+    ``expendable-pods-priority-cutoff``, -10 by default: it ignores only pods below it), requesting ``demands[j]``
     (cpu millicores, memory bytes), with a required node anti-affinity to the nodes ``avoid`` marks (the nodes
     the policy judges hot: one mask for all, or one per placeholder). The autoscaler builds a new node from its
     group's template, whose name no placeholder avoids.
