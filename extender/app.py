@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -447,19 +449,72 @@ async def explain_post(request: Request) -> Response:
 
 
 # ---- admin routes: /healthz, /readyz, /metrics ----
-def readiness(extender: Extender) -> tuple[dict[str, Any], int]:
-    """/readyz: ready once the node cache has synced; the forecast source's health as detail (forecasts
-    failing do not make kso unready: the safe agent falls back to node annotations)."""
+class CacheStaleness:
+    """Whether the node cache fed by the API server's watch is stale, with a log line when staleness starts,
+    when it makes /readyz 503, and when it ends. Checked on each /readyz (the kubelet's probe), so a line
+    comes at the first probe past a threshold and states the age it found."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stale_since: float | None = None  # wall clock of the last word from the source, while stale
+        self.unready = False
+
+    def check(self, age: float, stale_after: float, unready_after: float) -> tuple[bool, bool]:
+        """(stale, unready) for a cache last heard ``age`` seconds ago."""
+        stale = age > stale_after
+        unready = stale and unready_after > 0 and age > unready_after
+        with self._lock:
+            if stale and self.stale_since is None:
+                self.stale_since = time.time() - age if math.isfinite(age) else time.time()
+                log.warning("node cache stale: nothing heard from the API server for %s (KSO_CACHE_STALE_S %g s); "
+                            "filter and prioritize answer from the cache as it was; /readyz turns 503 %s",
+                            _seconds(age), stale_after,
+                            f"past {unready_after:g} s (KSO_READY_MAX_CACHE_AGE_S)" if unready_after > 0 else "never")
+            if unready and not self.unready:
+                log.error("node cache stale for %s, past KSO_READY_MAX_CACHE_AGE_S %g s: /readyz answers 503",
+                          _seconds(age), unready_after)
+            if not stale and self.stale_since is not None:
+                log.warning("node cache fresh again: the API server was heard after %.0f s without word",
+                            time.time() - age - self.stale_since)
+                self.stale_since = None
+            self.unready = unready
+        return stale, unready
+
+
+def _seconds(age: float) -> str:
+    return f"{age:.0f} s" if math.isfinite(age) else "ever"
+
+
+def readiness(extender: Extender, staleness: CacheStaleness | None = None) -> tuple[dict[str, Any], int]:
+    """/readyz: ready once the node cache has synced, and (fed by the API server's watch) while it has heard
+    from the API server within KSO_READY_MAX_CACHE_AGE_S. The body always gives the cache's age and its
+    "fresh" condition (stale past KSO_CACHE_STALE_S, still 200: kube-scheduler keeps calling kso through
+    a short outage or a watch reconnect). The forecast source's health is detail too (forecasts failing do
+    not make kso unready: the safe agent falls back to node annotations)."""
     st = extender.state
+    s = extender.settings
     body: dict[str, Any] = {"ready": st.synced, "source": st.source, "nodes": len(st)}
+    status = 200 if st.synced else 503
     if not st.synced:
         body["reason"] = "node cache has not synced yet"
+    elif st.source == "api":  # a snapshot or the demo has no source to hear from: never stale
+        age = st.age_seconds()
+        stale, unready = (staleness or CacheStaleness()).check(age, s.cache_stale_s, s.ready_max_cache_age_s)
+        body["cache"] = {
+            "age_s": round(age, 1) if math.isfinite(age) else None, "stale": stale,
+            "stale_after_s": s.cache_stale_s, "unready_after_s": s.ready_max_cache_age_s or None,
+            "condition": (f"stale: nothing heard from the API server for {_seconds(age)} (over {s.cache_stale_s:g} s)"
+                          if stale else f"fresh: API server heard {_seconds(age)} ago (stale after {s.cache_stale_s:g} s)")}
+        if unready:
+            body["ready"], status = False, 503
+            body["reason"] = (f"node cache stale for {_seconds(age)}, over KSO_READY_MAX_CACHE_AGE_S "
+                              f"{s.ready_max_cache_age_s:g} s")
     fs = extender.forecast_status
     if fs is not None:
         age = None if fs.last_success is None else round(time.time() - fs.last_success, 3)
         body["forecasts"] = {"source": fs.source, "last_success_age_s": age, "consecutive_failures": fs.consecutive_failures,
                              "last_error": fs.last_error, "healthy": fs.last_success is not None and fs.consecutive_failures == 0}
-    return body, 200 if st.synced else 503
+    return body, status
 
 
 async def healthz(request: Request) -> Response:
@@ -467,7 +522,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    body, status = readiness(request.app.state.extender)
+    body, status = readiness(request.app.state.extender, request.app.state.cache_staleness)
     return _json(body, status)
 
 
@@ -479,6 +534,7 @@ async def prometheus_metrics(request: Request) -> Response:
 
 
 def add_admin_routes(app: FastAPI) -> None:
+    app.state.cache_staleness = CacheStaleness()
     app.add_api_route("/healthz", healthz, methods=["GET"])
     app.add_api_route("/readyz", readyz, methods=["GET"])
     app.add_api_route("/metrics", prometheus_metrics, methods=["GET"])

@@ -38,6 +38,16 @@ class ExtenderSettings:
     # (they then stay on the scheduler-facing port).
     admin_port: int = setting("KSO_ADMIN_PORT", 0, lo=0, hi=65535,
                               help="port of /metrics, /healthz and /readyz (--admin-port); 0 = on the main port")
+    # Staleness of the node cache (seconds since the API server was last heard: an event, a watch bookmark,
+    # which a live watch gets about once a minute, or a list). Stale: /readyz says so and a log line marks its
+    # start and end, while kso keeps answering. Unready: only past the second, longer threshold, so an API
+    # server restart or a watch reconnect never takes kso out of kube-scheduler's path.
+    cache_stale_s: float = setting("KSO_CACHE_STALE_S", 120.0, lo=1,
+                                   help="seconds without word from the API server after which /readyz reports the "
+                                        "node cache stale (still 200) and a warning is logged")
+    ready_max_cache_age_s: float = setting("KSO_READY_MAX_CACHE_AGE_S", 600.0, lo=0,
+                                           help="seconds without word from the API server after which /readyz answers "
+                                                "503; 0 = never unready for staleness")
     admin_host: str = setting("KSO_ADMIN_HOST", "127.0.0.1", help="listen address of the admin port (--admin-host)")
     # TLS on the scheduler-facing port (uvicorn's ssl options); a client CA makes a client certificate
     # signed by it mandatory (kube-scheduler's extender tlsConfig can present one).

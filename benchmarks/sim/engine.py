@@ -11,11 +11,15 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    to the end of step k-1, requests, the recent bindings, the queue, every node's taints (``view.taints``: its
    own plus the memory-pressure taint while it carries it, ``view.memory_pressure``); then
    ``policy.evictions(view)`` may name bound pods to move (re-optimisation): each is evicted and re-queued (a
-   *move*, counted);
+   *move*, counted); then ``policy.capacity_taints(view)`` may name the nodes carrying ``CAPACITY_TAINT``
+   (NoSchedule, ``view.capacity_taint``) from this step's scheduling on: the policy's capacity signal to the
+   autoscaler (a node no pod can be placed on);
 5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
-   engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint) and
-   the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``; unplaced pods
-   stay queued;
+   engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint, the
+   capacity taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``;
+   unplaced pods stay queued; then ``policy.capacity_requests(view)`` may name placeholder pods
+   (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
+   policy judges hot), the other capacity signal;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
    trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
    allocatable, the node is under memory pressure and the pod using the most memory above its request is
@@ -28,14 +32,15 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    allocatable is throttled; the excess is counted as unmet cpu (core-minutes). Monitoring records what ran
    (throttled cpu, memory after kills); overload is judged on demand;
 7. the autoscaler (``Autoscaler``, when given): every pod in the queue now (the ones this step could not
-   place and the ones killed in it, which are pending at once in a real cluster) that no ready or
-   provisioning node without the memory-pressure taint could hold by requests (a first-fit with the
-   scheduler's resource predicates, as the cluster-autoscaler simulates) starts the provisioning of the next
-   nodes of the pool, ready ``provision_steps`` later; a ready node whose requested cpu and memory have both
-   been below ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is removed if empty,
-   or (at most ``max_nonempty_per_step`` per step) if its pods fit elsewhere by requests (untainted nodes);
-   its pods are evicted and re-queued for step k+1. Every step a node is provisioning or ready is billed
-   (node-hours).
+   place and the ones killed in it, which are pending at once in a real cluster), then every placeholder pod,
+   that no ready or provisioning node without a NoSchedule taint (and, for a placeholder, not one it avoids)
+   could hold by requests (a first-fit with the scheduler's resource predicates, as the cluster-autoscaler
+   simulates; a placeholder that fits holds that room) starts the provisioning of the next nodes of the pool,
+   ready ``provision_steps`` later; a ready node whose requested cpu and memory (the placeholders' room
+   included) have both been below ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is
+   removed if empty, or (at most ``max_nonempty_per_step`` per step) if its pods and placeholders fit elsewhere
+   by requests (untainted nodes); its pods are evicted and re-queued for step k+1. Every step a node is
+   provisioning or ready is billed (node-hours).
 
 Cold start and warm-up: at step 0 no policy has any usage history (the pods alive at the replay's start arrive
 then and are placed by requests, which the scenarios derive from each job's history third); the metrics score
@@ -63,6 +68,11 @@ from benchmarks.sim.trace import Scenario
 MAX_PODS_PER_NODE = 110  # kubelet's default maxPods: the scenario's nodes' allocatable pods
 # TaintNodesByCondition's taint for the kubelet's MemoryPressure condition (key, value, effect)
 MEMORY_PRESSURE_TAINT = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
+# The taint a policy puts on the nodes it judges hot (Policy.capacity_taints): no new pod there, for any scheduler
+# and for the cluster-autoscaler's simulation alike. Its key is under the autoscaler's status-taint prefix: the
+# autoscaler leaves such taints out of the template it builds a new node from (another taint on the group's nodes
+# would be copied there and the new node would hold nothing either) and does not count the node unready.
+CAPACITY_TAINT = ("status-taint.cluster-autoscaler.kubernetes.io/kso-forecast-hot", "", "NoSchedule")
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,8 @@ class SimView:
         self.scenario_taints: list[list[tuple[str, str, str]]] = scenario.node_taints  # the nodes' own taints
         # the kubelet's MemoryPressure condition as TaintNodesByCondition shows it: MEMORY_PRESSURE_TAINT on the node
         self.memory_pressure = np.zeros(len(self.node_names), dtype=bool)
+        # CAPACITY_TAINT on the node (the policy's Policy.capacity_taints, for this step's scheduling on)
+        self.capacity_taint = np.zeros(len(self.node_names), dtype=bool)
         self._taints: list[list[tuple[str, str, str]]] | None = None
         self._taints_of: bytes = b""
         self.unschedulable = np.zeros(len(self.node_names), dtype=bool)
@@ -151,7 +163,7 @@ class SimView:
         self._usage = np.zeros((len(self.node_names), scenario.n_steps, 2))
         self.step = 0
         self.recent: list[Binding] = []  # bound during this step: no metric shows them yet
-        self.pending: list[SimPod] = []  # the queue at observe time, in scheduling order
+        self.pending: list[SimPod] = []  # the queue at observe time, in scheduling order (after scheduling: what is left)
         self.running: dict[int, SimPod] = {}  # pod index -> bound pod
         self.active = np.ones(len(self.node_names), dtype=bool)  # provisioned and ready (the autoscaler's pool)
         self._scenario = scenario
@@ -160,15 +172,22 @@ class SimView:
     @property
     def taints(self) -> list[list[tuple[str, str, str]]]:
         """Every node's taints now, (key, value, effect): its own plus the memory-pressure taint while the
-        node carries it."""
-        if not self.memory_pressure.any():
+        node carries it plus the capacity taint while the policy puts it there."""
+        if not (self.memory_pressure.any() or self.capacity_taint.any()):
             return self.scenario_taints
-        key = self.memory_pressure.tobytes()
+        key = self.memory_pressure.tobytes() + self.capacity_taint.tobytes()
         if self._taints is None or key != self._taints_of:
-            self._taints = [[*t, MEMORY_PRESSURE_TAINT] if self.memory_pressure[i] else t
+            self._taints = [[*t, *([MEMORY_PRESSURE_TAINT] if self.memory_pressure[i] else []),
+                             *([CAPACITY_TAINT] if self.capacity_taint[i] else [])]
                             for i, t in enumerate(self.scenario_taints)]
             self._taints_of = key
         return self._taints
+
+    @property
+    def no_schedule(self) -> np.ndarray:
+        """(N,) bool: the node carries a NoSchedule taint the engine sets (memory pressure, the capacity taint); a
+        pod tolerating neither (every pod of the traces) is placed on none of them."""
+        return self.memory_pressure | self.capacity_taint
 
     # ---- time ----
     @property
@@ -271,7 +290,13 @@ class Policy:
     - ``place(pod, sim)``: a node name, or None (unschedulable now; retried next step);
     - ``bound(pod, node, sim)``: after the engine bound the pod;
     - ``released(pod, node, sim)``: after a bound pod left its node (departure, eviction, OOM kill);
-    - ``evictions(sim)``: after ``observe``, indices of bound pods to move (re-optimisation); default none.
+    - ``evictions(sim)``: after ``observe``, indices of bound pods to move (re-optimisation); default none;
+    - ``capacity_taints(sim)``: after ``evictions``, the nodes carrying ``CAPACITY_TAINT`` (NoSchedule) from this
+      step's scheduling on, (N,) bool, or None (no taint: the default). Every scheduler model, the engine's
+      placement check and the autoscaler's simulation honour it, as kube-scheduler and the cluster-autoscaler
+      honour a node's NoSchedule taint;
+    - ``capacity_requests(sim)``: after this step's scheduling, the placeholder pods the policy keeps pending
+      (``CapacityRequest``), or None (none: the default).
     ``latencies`` (verb -> seconds per call) and ``mode`` are reported when a policy calls an extender."""
 
     name = "policy"
@@ -295,7 +320,45 @@ class Policy:
     def evictions(self, sim: SimView) -> list[int]:
         return []
 
+    def capacity_taints(self, sim: SimView) -> np.ndarray | None:
+        return None
+
+    def capacity_requests(self, sim: SimView) -> CapacityRequest | None:
+        return None
+
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class CapacityRequest:
+    """Placeholder pods a policy keeps in the cluster to make the autoscaler add capacity it cannot see otherwise
+    (the cluster-autoscaler simulates scheduling without the scheduler's extenders). Each placeholder is a pod of
+    a priority below every real pod that the autoscaler still scales up for (at or above its
+    ``expendable-pods-priority-cutoff``, -10 by default: it ignores only pods below it), requesting ``demands[j]``
+    (cpu millicores, memory bytes), with a required node anti-affinity to the nodes ``avoid`` marks (the nodes
+    the policy judges hot: one mask for all, or one per placeholder). The autoscaler builds a new node from its
+    group's template, whose name no placeholder avoids.
+
+    How the engine models them: kube-scheduler preempts a placeholder for any real pod, so placeholders never
+    keep a real pod off a node (the real pods' scheduling ignores them). The autoscaler's simulation sees them
+    after the real pending pods, in order: one that fits (by requests, the pod slots, no NoSchedule taint, not an
+    ``avoid`` node) a ready or provisioning node holds that room (it would be bound there); one that fits no
+    such node makes it provision a node of the pool it fits (a new node is not hot). The room placeholders hold
+    counts in the scale-down rule as requests do, and a node holding placeholders is drained only if they fit
+    elsewhere."""
+
+    demands: np.ndarray  # (P, 2) cpu millicores, memory bytes
+    avoid: np.ndarray  # (N,) bool: the nodes every placeholder's anti-affinity excludes, or (P, N): each one's
+
+    def avoid_rows(self, n_nodes: int) -> np.ndarray:
+        """(P, N) bool: the nodes placeholder j avoids, row j."""
+        avoid = np.asarray(self.avoid, dtype=bool)
+        if avoid.ndim == 1:
+            avoid = np.broadcast_to(avoid, (len(self.demands), n_nodes))
+        if avoid.shape != (len(self.demands), n_nodes):
+            raise ValueError(f"CapacityRequest.avoid: shape {avoid.shape}, not ({n_nodes},) or "
+                             f"({len(self.demands)}, {n_nodes})")
+        return avoid.copy()
 
 
 @dataclass(frozen=True)
@@ -348,6 +411,9 @@ class RunResult:
     autoscaler: str = "none (fixed pool)"
     ran: np.ndarray | None = None  # (P, T) bool: the pod ran through step k (a pod killed in step k did not)
     memory_pressure: np.ndarray | None = None  # (N, T) bool: the node had the MemoryPressure condition during step k
+    # the policy's capacity signal: placeholder pod-steps, nodes provisioned for placeholders, node-steps with the
+    # capacity taint (all 0 for a policy that sends none)
+    capacity: dict[str, int] = field(default_factory=dict)
     served: np.ndarray | None = None  # (P,) bool: the pod was running when its life ended (departure or replay end)
     warmup_steps: int = 0  # the metrics score steps warmup_steps..T-1
     rules: EngineRules = field(default_factory=EngineRules)
@@ -355,7 +421,8 @@ class RunResult:
 
 def _fits(view: SimView, node: int, pod: SimPod) -> bool:
     free = view.alloc[node] - view.requested[node]
-    tainted = view.memory_pressure[node] and not tolerates(pod, MEMORY_PRESSURE_TAINT)
+    tainted = ((view.memory_pressure[node] and not tolerates(pod, MEMORY_PRESSURE_TAINT))
+               or (view.capacity_taint[node] and not tolerates(pod, CAPACITY_TAINT)))
     return bool(view.active[node] and not tainted and free[0] >= pod.cpu and free[1] >= pod.memory
                 and view.pod_count[node] < view.max_pods[node])
 
@@ -420,6 +487,13 @@ class _Replay:
         self.last_pressure = np.full(N, -(10**9), dtype=np.int64)  # the last step whose memory demand exceeded allocatable
         self.oom: list[tuple[int, int, int]] = []
         self.waits: list[int] = []
+        self.capacity: CapacityRequest | None = None  # this step's placeholders (Policy.capacity_requests)
+        self.held = np.zeros((N, 2))  # room the placeholders hold on each node in the autoscaler's simulation
+        self.held_count = np.zeros(N, dtype=np.int64)
+        # (node, requests, row of self.avoid) of each placeholder placed in the autoscaler's simulation
+        self.held_pods: list[tuple[int, tuple[float, float], int]] = []
+        self.avoid = np.zeros((0, N), dtype=bool)  # (P, N) the nodes each of this step's placeholders avoids
+        self.placeholder_steps = self.placeholder_scale_ups = self.capacity_tainted_steps = 0
         self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
 
     # ---- pods ----
@@ -482,11 +556,14 @@ class _Replay:
                 self.moves += 1
                 self.evict(i, k)
         self.queue.sort()
+        taints = self.policy.capacity_taints(view)
+        view.capacity_taint[:] = False if taints is None else np.asarray(taints, dtype=bool) & view.active
+        self.capacity_tainted_steps += int(view.capacity_taint.sum())
 
     def schedule(self, k: int) -> list[int]:
         view, still, unplaced = self.view, [], []
         # tainted nodes count as full for the shortcut below (the trace's pods tolerate no taint; _fits decides)
-        free = np.where((view.active & ~view.memory_pressure)[:, None], view.alloc - view.requested, -1.0)
+        free = np.where((view.active & ~view.no_schedule)[:, None], view.alloc - view.requested, -1.0)
         for a, i in self.queue:
             pod = self.pods[i]
             pod.attempts += 1
@@ -507,6 +584,8 @@ class _Replay:
             free[node] -= (pod.cpu, pod.memory)
             self.policy.bound(pod, name, view)  # type: ignore[arg-type]
         self.queue = still
+        view.pending = [self.pods[i] for _, i in still]  # what is still pending after this step's scheduling
+        self.capacity = self.policy.capacity_requests(view)
         return unplaced
 
     def truth(self, k: int) -> None:
@@ -560,23 +639,42 @@ class _Replay:
         view = self.view
         up = view.active | (self.ready_at >= 0)
         spare = np.flatnonzero(~up)  # the pool's nodes not provisioned, in pool order
-        up &= ~view.memory_pressure  # CA's simulation honours the taint: a tainted node holds no pending pod
+        up &= ~view.no_schedule  # CA's simulation honours NoSchedule taints: a tainted node holds no pending pod
         free = np.where(up[:, None], view.alloc - view.requested, 0.0)
         slots = np.where(up, view.max_pods - view.pod_count, 0)
         opened: list[int] = []
-        for i in pending:
-            req = (self.pods[i].cpu, self.pods[i].memory)
-            if first_fit(free, slots, req, np.flatnonzero(up)) >= 0:
-                continue  # fits a ready/provisioning node by requests: CA does not add one for it
-            for node in spare.tolist():
-                if node in opened or view.alloc[node, 0] < req[0] or view.alloc[node, 1] < req[1]:
-                    continue
-                opened.append(node)
-                up[node] = True
-                free[node] = view.alloc[node]
-                slots[node] = view.max_pods[node]
-                first_fit(free, slots, req, np.array([node]))
-                break
+        demands = [(self.pods[i].cpu, self.pods[i].memory) for i in pending]
+        n_real = len(demands)
+        ph = self.capacity
+        avoid = np.zeros((0, len(up)), dtype=bool)
+        if ph is not None and len(ph.demands):
+            demands += [(float(c), float(m)) for c, m in np.asarray(ph.demands, dtype=float).reshape(-1, 2)]
+            avoid = ph.avoid_rows(len(up))
+        self.held[:] = 0.0
+        self.held_count[:] = 0
+        self.held_pods = []
+        for j, req in enumerate(demands):
+            # a placeholder's required anti-affinity excludes the nodes it avoids (a new node is never one of them)
+            where = up if j < n_real else up & ~avoid[j - n_real]
+            node = first_fit(free, slots, req, np.flatnonzero(where))
+            if node < 0:
+                for cand in spare.tolist():
+                    if cand in opened or view.alloc[cand, 0] < req[0] or view.alloc[cand, 1] < req[1]:
+                        continue
+                    opened.append(cand)
+                    up[cand] = True
+                    avoid[:, cand] = False
+                    free[cand] = view.alloc[cand]
+                    slots[cand] = view.max_pods[cand]
+                    node = first_fit(free, slots, req, np.array([cand]))
+                    self.placeholder_scale_ups += j >= n_real
+                    break
+            if node >= 0 and j >= n_real:  # the room a placeholder holds (scale-down counts it)
+                self.held[node] += req
+                self.held_count[node] += 1
+                self.held_pods.append((node, req, j - n_real))
+        self.avoid = avoid
+        self.placeholder_steps += len(demands) - n_real
         for node in opened:
             self.ready_at[node] = k + ca.provision_steps
             self.unneeded[node] = 0
@@ -584,28 +682,30 @@ class _Replay:
 
     def _scale_down(self, k: int, ca: Autoscaler) -> None:
         view = self.view
-        share = (view.requested / view.alloc).max(axis=1)
+        share = ((view.requested + self.held) / view.alloc).max(axis=1)  # the placeholders' room counts as requests
         low = view.active & (share < ca.scale_down_threshold)
         self.unneeded = np.where(low, self.unneeded + 1, 0)
         candidates = np.flatnonzero(self.unneeded >= ca.scale_down_unneeded_steps)
         n_up = int(view.active.sum() + (self.ready_at >= 0).sum())
         removed: list[int] = []
-        for node in candidates[view.pod_count[candidates] == 0].tolist():
+        for node in candidates[view.pod_count[candidates] + self.held_count[candidates] == 0].tolist():
             if n_up - len(removed) <= ca.min_nodes:
                 break
             removed.append(node)
-        nonempty = candidates[view.pod_count[candidates] > 0]
+        nonempty = candidates[view.pod_count[candidates] + self.held_count[candidates] > 0]
         nonempty = nonempty[np.argsort(share[nonempty], kind="stable")]
         drained = 0
         for node in nonempty.tolist():
             if drained >= ca.max_nonempty_per_step or n_up - len(removed) <= ca.min_nodes:
                 break
-            others = np.flatnonzero(view.active & ~view.memory_pressure
+            others = np.flatnonzero(view.active & ~view.no_schedule
                                     & ~np.isin(np.arange(len(share)), [*removed, node]))
-            free = view.alloc - view.requested
-            slots = view.max_pods - view.pod_count
-            on = [p for p in view.running.values() if p.node == node]
-            if all(first_fit(free, slots, (p.cpu, p.memory), others) >= 0 for p in on):
+            free = view.alloc - view.requested - self.held
+            slots = view.max_pods - view.pod_count - self.held_count
+            on = [(p.cpu, p.memory) for p in view.running.values() if p.node == node]
+            held = [(req, j) for n, req, j in self.held_pods if n == node]  # its placeholders must fit elsewhere too
+            if (all(first_fit(free, slots, req, others) >= 0 for req in on)
+                    and all(first_fit(free, slots, req, others[~self.avoid[j, others]]) >= 0 for req, j in held)):
                 removed.append(node)
                 drained += 1
         for node in removed:
@@ -625,14 +725,20 @@ class _Replay:
             self.waits.append(T - a)
         self.served[list(view.running)] = True  # running when the replay ended
         median_pod = np.array([np.median(s.pod_cpu), np.median(s.pod_memory)]) if s.n_pods else np.zeros(2)
+        capacity = {"placeholder_pod_steps": self.placeholder_steps, "placeholder_scale_ups": self.placeholder_scale_ups,
+                    "capacity_tainted_node_steps": self.capacity_tainted_steps}
+        extra = dict(getattr(self.policy, "extra", {}))
+        if any(capacity.values()):  # a policy that sent a capacity signal: its counts in the cells' rows too
+            extra.update(capacity)
         return RunResult(self.policy.name, self.policy.mode, s.name, view._usage, view.alloc.copy(), self.requested_t,
                          self.count_t, self.pods, self.attempts, self.rejected, wall_s, self.policy.latencies, s.step_s,
-                         median_pod, extra=getattr(self.policy, "extra", {}), demand=self.demand,
+                         median_pod, extra=extra, demand=self.demand,
                          provisioned=self.provisioned, unmet_cpu_core_min=self.unmet, oom_kills=self.oom,
                          ca_evictions=self.ca_evictions, moves=self.moves, scale_ups=self.scale_ups,
                          scale_downs=self.scale_downs, pending_per_step=self.pending_t, waits_steps=self.waits,
                          autoscaler=self.ca.describe() if self.ca else "none (fixed pool)", ran=self.ran,
                          memory_pressure=self.pressure_t, served=self.served,
+                         capacity=capacity,
                          warmup_steps=self.rules.warmup_steps(s.step_s, T), rules=self.rules)
 
 

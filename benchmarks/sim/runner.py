@@ -80,21 +80,30 @@ def scenario_for(kind: str, nodes: int, hours: float, seed: int, target_load: fl
     return build_scenario(kind, nodes, hours, seed, target_load)
 
 
+def policy_for(spec: str, seed: int) -> Any:
+    """The policy a cell's spec names, labelled with the spec. The kso policies other than ``kso`` (kso's default
+    configuration: its forecaster's statistics) read the 15-minute window's statistics unless the spec says
+    ``stats=``."""
+    from benchmarks.sim.policies import make_policy
+
+    name, kwargs = parse_spec(spec)
+    if name.startswith("kso") and name != "kso":
+        kwargs.setdefault("stats", "window")
+    policy = make_policy(name, seed, **kwargs)
+    policy.name = spec if ":" in spec else policy.name
+    return policy
+
+
 def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], Any]:
     """One replay; returns (scalar metrics row, RunMetrics)."""
     import logging
 
     from benchmarks.sim.engine import Autoscaler, run
     from benchmarks.sim.metrics import compute
-    from benchmarks.sim.policies import make_policy
 
     logging.getLogger("kso").setLevel(logging.ERROR)
     scenario = scenario_for(cell.scenario, cell.nodes, cell.hours, cell.seed, cell.target_load)
-    name, kwargs = parse_spec(cell.policy)
-    if name.startswith("kso"):
-        kwargs.setdefault("stats", "window")
-    policy = make_policy(name, cell.seed, **kwargs)
-    policy.name = cell.policy if ":" in cell.policy else policy.name
+    policy = policy_for(cell.policy, cell.seed)
     m = compute(run(scenario, policy, progress, autoscaler=Autoscaler()))
     row = {"scenario": cell.scenario, "nodes": scenario.n_nodes, "hours": scenario.n_steps * scenario.step_s / 3600,
            "seed": cell.seed, "policy": cell.policy,

@@ -92,6 +92,7 @@ class ClusterState:
         self.synced = False
         self.last_change = time.time()
         self.last_sync = 0.0
+        self.last_heard = 0.0
         self.source = "empty"
 
     # ---- storage -----------------------------------------------------------------------------
@@ -464,9 +465,13 @@ class ClusterState:
             self.source = source
             self.last_sync = time.time()
 
+    def mark_heard(self) -> None:
+        """The source spoke without a change (a watch bookmark): the cache is current as of now."""
+        self.last_heard = time.time()
+
     def age_seconds(self) -> float:
-        """Seconds since the cache last heard from its source (sync or event)."""
-        ref = max(self.last_sync, self.last_change) if self.synced else 0.0
+        """Seconds since the cache last heard from its source (sync, event or bookmark)."""
+        ref = max(self.last_sync, self.last_change, self.last_heard) if self.synced else 0.0
         return time.time() - ref if ref else math.inf
 
     def clear(self) -> None:

@@ -421,7 +421,9 @@ class ClusterWatcher:
                 with self.state.lock:
                     self.state.remove_pod(meta["uid"])
                     self._known_pods.discard(meta["uid"])
-        elif type_ != "BOOKMARK":
+        elif type_ == "BOOKMARK":
+            self.state.mark_heard()  # the API server's periodic bookmark: the watch is alive, nothing changed
+        else:
             log.warning("%s watch: unknown event type %r; ignored", res.kind, type_)
         if isinstance(resource_version, str) and resource_version:
             res.resource_version = resource_version

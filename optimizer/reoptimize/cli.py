@@ -5,12 +5,14 @@ or kube-safe-scheduler's node annotations), solves the placement with a budget o
 move (optimizer.reoptimize.migration), and prints the moves (pod, from, to, why) and the expected result per
 node, before and after. Dry-run by default: it prints where every evicted pod would land.
 
-With ``--execute`` it evicts through the Eviction API (PodDisruptionBudgets hold), records Events and
-publishes the evicted pods' target slots for the extender (optimizer.reoptimize.eviction). Which pods may move at
+With ``--execute`` it publishes the moves' target slots for the extender (ConfigMap kso-plan, before the
+first eviction), evicts through the Eviction API (PodDisruptionBudgets hold), records Events and publishes
+the targets of the moves carried out, with each move's state (optimizer.reoptimize.eviction). Which pods may move at
 all: optimizer.reoptimize.eligibility (never mirror, DaemonSet, system-critical, local-storage or single-replica
 pods, nor opted-out or excluded-namespace ones).
 
-Exit codes: 0 done, 1 configuration error (message on stderr), 2 some evictions failed.
+Exit codes: 0 done, 1 configuration error or the plan could not be published (nothing evicted; message on
+stderr), 2 some evictions failed.
 
 This module is the command (flags, options, output); the cluster and forecasts are read by
 kso.core.cluster_source and forecasting.forecast_source.
@@ -32,8 +34,9 @@ from forecasting.forecast_source import node_forecasts
 from kso.core.cli_flags import add_cluster_args, cluster_source
 from kso.core.cluster_source import InputError, RawCluster, load_cluster
 from kso.core.settings import load_settings, read_config_file
+from optimizer.reoptimize.budgets import MULTIPLE_BUDGETS, disruption_limits, read_budgets
 from optimizer.reoptimize.eligibility import DEFAULT_EXCLUDED_NAMESPACES, OPT_OUT_ANNOTATION, EligibilityArgs, movable_pods
-from optimizer.reoptimize.eviction import Execution, execute, plan_namespace, publish
+from optimizer.reoptimize.eviction import DEFAULT_EVICTION_DEADLINE_S, Execution, execute, move_states, plan_namespace, publish
 
 EXIT_OK, EXIT_CONFIG, EXIT_EVICTIONS_FAILED = 0, 1, 2
 
@@ -45,10 +48,10 @@ def add_commands(subparsers: Any) -> None:
         "reoptimize", help="re-optimise the running placement with a move budget (dry-run unless --execute)",
         description="Solve the current placement with a budget of moves and a cost per move; print the moves (pod, "
                     "from, to, why) and the expected result per node. Dry-run unless --execute, which evicts through "
-                    "the Eviction API (PodDisruptionBudgets hold) and publishes the plan's target slots. Never moves "
+                    "the Eviction API (PodDisruptionBudgets hold), publishing the target slots first. Never moves "
                     "mirror, DaemonSet, system-critical, local-storage (emptyDir/hostPath) or single-replica pods, "
-                    f"nor pods annotated {OPT_OUT_ANNOTATION}: \"false\". Exit 0 ok, 1 configuration error, "
-                    "2 some evictions failed.")
+                    f"nor pods annotated {OPT_OUT_ANNOTATION}: \"false\". Exit 0 ok, 1 configuration error or the "
+                    "plan could not be published (nothing evicted), 2 some evictions failed.")
     add_cluster_args(p, snapshot_help="cluster from a snapshot file instead of the API server (dry-run only)",
                      demo_help="the embedded demo cluster (dry-run only)")
     add_forecast_args(p)  # --prometheus / --trace and the forecast options, as `kso forecast`
@@ -57,6 +60,10 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--max-per-node", type=int, default=None, metavar="N", help="evictions from one node (default: no limit)")
     p.add_argument("--max-per-namespace", type=int, default=None, metavar="N",
                    help="evictions in one namespace (default: no limit)")
+    p.add_argument("--eviction-deadline", type=float, default=DEFAULT_EVICTION_DEADLINE_S, metavar="S",
+                   help="seconds, from the first eviction, within which evictions refused with 429 (a "
+                        "PodDisruptionBudget with no disruption left, or API throttling) are retried with backoff "
+                        f"(default {DEFAULT_EVICTION_DEADLINE_S:g}; 0: never retried)")
     p.add_argument("--exclude-namespaces", default=DEFAULT_EXCLUDED_NAMESPACES, metavar="NS,...",
                    help="namespaces whose pods are never moved (default kube-system)")
     p.add_argument("--policy", type=str.lower, choices=MIGRATION_POLICIES,
@@ -128,7 +135,8 @@ def report_lines(result: Any, *, all_nodes: bool = False) -> list[str]:
     return lines
 
 
-def _json(result: Any, skipped: Counter[str], load_from: str, source: str, execution: Execution | None) -> bytes:
+def _json(result: Any, skipped: Counter[str], load_from: str, source: str, execution: Execution | None,
+          budgets: tuple[Any, ...] = ()) -> bytes:
     doc: dict[str, Any] = {
         "dryRun": execution is None, "cluster": source, "loadFrom": load_from, "policy": result.policy,
         "uStar": result.u_star, "eps": result.eps, "status": result.status, "solveSeconds": result.wall_s,
@@ -140,6 +148,8 @@ def _json(result: Any, skipped: Counter[str], load_from: str, source: str, execu
                    "overBefore": n.over_before, "overAfter": n.over_after, "inUseBefore": n.in_use_before,
                    "inUseAfter": n.in_use_after} for n in result.nodes],
         "plan": result.plan.to_dict(),
+        "disruptionBudgets": [{"name": b.name, "disruptionsAllowed": b.allowed, "movablePods": len(b.pods),
+                               "moves": sum(m.uid in b.pods for m in result.moves)} for b in budgets],
     }
     if execution is not None:
         doc["evictions"] = [{"pod": o.move.pod, "namespace": o.move.namespace, "evicted": o.evicted, "detail": o.detail,
@@ -163,6 +173,8 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
             raise InputError(f"--{flag.replace('_', '-')} must be >= {1 if flag == 'workers' else 0}, got {value}")
     if args.time_limit is not None and not args.time_limit > 0:
         raise InputError(f"--time-limit must be > 0, got {args.time_limit}")
+    if not (math.isfinite(args.eviction_deadline) and args.eviction_deadline >= 0):
+        raise InputError(f"--eviction-deadline must be a number of seconds >= 0, got {args.eviction_deadline}")
     if not (math.isfinite(args.move_cost) and args.move_cost >= 0):
         raise InputError(f"--move-cost must be a number >= 0, got {args.move_cost}")
     options = MigrationOptions(
@@ -193,29 +205,63 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
         print(f"kso reoptimize: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     movable, skipped = movable_pods(cluster, EligibilityArgs.from_flag(args.exclude_namespaces))
+    if cluster.api_client is not None:
+        try:
+            budgets = read_budgets(cluster.api_client)
+        except InputError as exc:
+            print(f"kso reoptimize: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        limits, movable, under_two = disruption_limits(budgets, cluster, movable)
+        options.limits.budgets = tuple(limits)
+        if under_two:
+            skipped[MULTIPLE_BUDGETS] += under_two
     # The CP-SAT solve runs in the protected child (seed retry, wall-clock limit), as for kso plan.
     solver = ProtectedSolver(on_crash=lambda note: print(f"kso reoptimize: {note}", file=sys.stderr))
     result = plan_migration(cluster.state, forecasts, settings.u_star, settings.eps, movable, options,
                             cost_key=settings.cost_key, now=now, solver=solver)
-    execution = execute(cluster, result, options.limits) if args.execute else None
-    if execution is not None:
-        done = [o.move for o in execution.outcomes if o.evicted]
-        if done:
-            publish(result.plan_for(done), cluster.api_client, plan_namespace(args.plan_namespace), settings.plan_file,
-                    execution)
+    execution = None
+    if args.execute:
+        execution = _execute_published(cluster, result, options.limits, plan_namespace(args.plan_namespace),
+                                       settings.plan_file, args.eviction_deadline)
+        if execution is None:
+            return EXIT_CONFIG
     if args.json:
-        sys.stdout.write(_json(result, skipped, load_from, cluster.source, execution).decode() + "\n")
+        sys.stdout.write(_json(result, skipped, load_from, cluster.source, execution, options.limits.budgets).decode() + "\n")
         if execution is not None:
             _print_errors(execution)
     else:
-        _print_text(args, result, skipped, load_from, cluster, execution)
+        _print_text(args, result, skipped, load_from, cluster, execution, options.limits.budgets)
     if execution is not None and execution.failed:
         return EXIT_EVICTIONS_FAILED
     return EXIT_OK
 
 
+def _execute_published(cluster: RawCluster, result: Any, limits: Any, namespace: str, plan_file: str,
+                       deadline_s: float) -> Execution | None:
+    """Publish every move's target, then evict, then publish the targets of the moves carried out with
+    each move's state. A run killed between two evictions leaves the first plan behind, so the replacement
+    pods still land where the plan says. None (nothing evicted) when the plan could not be published
+    anywhere: an evicted pod without its target is the failure this order prevents."""
+    if not result.moves:
+        return execute(cluster, result, limits, deadline_s)
+    before = Execution()
+    publish(result.plan, cluster.api_client, namespace, plan_file, before, move_states(result.moves, None))
+    if not before.published:
+        for e in before.publish_errors:
+            print(f"kso reoptimize: could not publish the plan: {e}", file=sys.stderr)
+        print("kso reoptimize: nothing was evicted: the targets must be published before the first eviction",
+              file=sys.stderr)
+        return None
+    execution = execute(cluster, result, limits, deadline_s)
+    done = [o.move for o in execution.outcomes if o.evicted]
+    publish(result.plan_for(done), cluster.api_client, namespace, plan_file, execution,
+            move_states(result.moves, execution))
+    execution.publish_errors += [e for e in before.publish_errors if e not in execution.publish_errors]
+    return execution
+
+
 def _print_text(args: argparse.Namespace, result: Any, skipped: Counter[str], load_from: str, cluster: RawCluster,
-                execution: Execution | None) -> None:
+                execution: Execution | None, budgets: tuple[Any, ...] = ()) -> None:
     state = cluster.state
     mode = "EXECUTE" if execution is not None else "DRY-RUN: nothing is evicted (add --execute to act)"
     print(f"kso reoptimize: {mode}")
@@ -224,6 +270,9 @@ def _print_text(args: argparse.Namespace, result: Any, skipped: Counter[str], lo
     print(f"load from: {load_from}")
     print(f"policy {result.policy}, U* {_pct(result.u_star)}, eps {_pct(result.eps)}, move cost {args.move_cost:g}; "
           f"limits: {_limits(args)}")
+    if budgets:
+        print("disruption budgets (moves planned / allowed now): " + ", ".join(
+            f"{b.name} {sum(m.uid in b.pods for m in result.moves)}/{b.allowed}" for b in budgets))
     if skipped:
         print("not movable: " + ", ".join(f"{n} {why}" for why, n in skipped.most_common()))
     used = result.nodes_in_use()

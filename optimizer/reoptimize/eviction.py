@@ -1,10 +1,11 @@
 """Acting on a migration plan (``kso reoptimize --execute``): evictions, events and the published plan.
 
-Evictions go through the Eviction API (policy/v1), so PodDisruptionBudgets hold, one pod at a time,
-each at most once: a refusal (429), a pod that is gone (404), a conflict (409) or a server error is
-reported and skipped, never retried. Each eviction and each skipped move is recorded as a Kubernetes
-Event on the pod; the target plan (the evicted pods' landing slots) is published to KSO_PLAN_FILE and
-to ConfigMap ``kso-plan`` (key ``plan.json``) so the extender places the replacement pods where the plan
+Evictions go through the Eviction API (policy/v1), so PodDisruptionBudgets hold, one pod at a time: a
+refusal (429: no disruption left in a budget, or throttling) is retried with backoff within the run's
+eviction deadline; a pod that is gone (404), a conflict (409) or a server error is reported and skipped.
+Each eviction and each skipped move is recorded as a Kubernetes Event on the pod; the target plan (the
+evicted pods' landing slots) is published to KSO_PLAN_FILE and to ConfigMap ``kso-plan`` (key
+``plan.json``) so the extender places the replacement pods where the plan
 says. Which pods may be moved at all is optimizer.reoptimize.eligibility.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,9 +29,14 @@ REASON_EVICTED = "KsoReoptimizeEvicted"
 REASON_SKIPPED = "KsoReoptimizeSkipped"
 PLAN_CONFIGMAP = "kso-plan"
 PLAN_KEY = "plan.json"
+MOVES_KEY = "moves.json"  # each move of the run and what happened to it
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_PLAN_NAMESPACE = "kso-system"
 CONFIGMAP_LIMIT = 1024 * 1024  # bytes of data a ConfigMap may hold
+# Evictions refused with 429 are retried within the run's deadline (--eviction-deadline): a budget frees a
+# disruption once a replacement pod is Ready, which takes a scheduling and a container start.
+DEFAULT_EVICTION_DEADLINE_S = 60.0
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 10.0
 
 
 @dataclass
@@ -79,7 +86,7 @@ def eviction_failure(exc: Any) -> tuple[int | None, str]:
 
 
 def evict(core: Any, move: Any) -> tuple[bool, int | None, str]:
-    """One eviction request, never retried. Returns (evicted, HTTP status on failure, detail)."""
+    """One eviction request. Returns (evicted, HTTP status on failure, detail)."""
     from kubernetes import client
 
     body = client.V1Eviction(
@@ -122,8 +129,23 @@ def record_event(core: Any, move: Any, reason: str, message: str, warning: bool)
     return None
 
 
-def execute(cluster: RawCluster, result: Any, limits: Any) -> Execution:
-    """Evict the moves in order (risk first), within the limits, each once; record events."""
+def _limit_reached(limits: Any, total: int, per_node: Counter[str], per_ns: Counter[str], move: Any) -> str | None:
+    # The model already keeps within the limits; this is the last line, should it ever not.
+    if limits.max_moves is not None and total >= limits.max_moves:
+        return f"--max-moves {limits.max_moves} reached"
+    if limits.max_per_node is not None and per_node[move.from_node] >= limits.max_per_node:
+        return f"--max-per-node {limits.max_per_node} reached on {move.from_node}"
+    if limits.max_per_namespace is not None and per_ns[move.namespace] >= limits.max_per_namespace:
+        return f"--max-per-namespace {limits.max_per_namespace} reached in {move.namespace}"
+    return None
+
+
+def execute(cluster: RawCluster, result: Any, limits: Any, deadline_s: float = DEFAULT_EVICTION_DEADLINE_S) -> Execution:
+    """Evict the moves in order (risk first), within the limits; record one event per move. Evictions
+    refused with 429 (a PodDisruptionBudget with no disruption left until a replacement pod is Ready, or the
+    API server's throttling) are retried, all of them each round, after a growing pause (RETRY_FIRST_S,
+    doubling up to RETRY_MAX_S) while the next round starts within ``deadline_s`` of the first eviction;
+    any other failure is final."""
     from kubernetes import client
 
     core = client.CoreV1Api(cluster.api_client)
@@ -131,30 +153,59 @@ def execute(cluster: RawCluster, result: Any, limits: Any) -> Execution:
     total = 0
     per_node: Counter[str] = Counter()
     per_ns: Counter[str] = Counter()
-    for move in result.moves:
-        # The model already keeps within the limits; this is the last line, should it ever not.
-        limit = None
-        if limits.max_moves is not None and total >= limits.max_moves:
-            limit = f"--max-moves {limits.max_moves} reached"
-        elif limits.max_per_node is not None and per_node[move.from_node] >= limits.max_per_node:
-            limit = f"--max-per-node {limits.max_per_node} reached on {move.from_node}"
-        elif limits.max_per_namespace is not None and per_ns[move.namespace] >= limits.max_per_namespace:
-            limit = f"--max-per-namespace {limits.max_per_namespace} reached in {move.namespace}"
+    start = time.monotonic()
+    attempts: Counter[int] = Counter()
+    final: dict[int, Outcome] = {}
+    refused: list[tuple[Any, Outcome]] = []
+
+    def attempt(move: Any) -> Outcome:
+        nonlocal total
+        limit = _limit_reached(limits, total, per_node, per_ns, move)
         if limit:
-            out.outcomes.append(Outcome(move, False, f"skipped: {limit}"))
-            err = record_event(core, move, REASON_SKIPPED, f"kso reoptimize did not evict this pod: {limit}", True)
-        else:
-            ok, status, detail = evict(core, move)
-            out.outcomes.append(Outcome(move, ok, detail, status))
-            if ok:
-                total += 1
-                per_node[move.from_node] += 1
-                per_ns[move.namespace] += 1
-                err = record_event(core, move, REASON_EVICTED,
-                             f"evicted by kso reoptimize ({move.reason}): from node {move.from_node}, planned to land "
-                             f"on {move.to_node}", False)
+            return Outcome(move, False, f"skipped: {limit}")
+        attempts[id(move)] += 1
+        ok, status, detail = evict(core, move)
+        if ok:
+            total += 1
+            per_node[move.from_node] += 1
+            per_ns[move.namespace] += 1
+        return Outcome(move, ok, detail, status)
+
+    def evict_all(moves: list[Any]) -> list[tuple[Any, Outcome]]:
+        """One round; returns the moves refused with 429."""
+        again = []
+        for move in moves:
+            o = attempt(move)
+            if o.status == 429:
+                again.append((move, o))
             else:
-                err = record_event(core, move, REASON_SKIPPED, f"kso reoptimize could not evict this pod: {detail}", True)
+                final[id(move)] = o
+        return again
+
+    refused = evict_all(result.moves)
+    pause = RETRY_FIRST_S
+    while refused and time.monotonic() + pause - start <= deadline_s:
+        time.sleep(pause)
+        pause = min(pause * 2, RETRY_MAX_S)
+        refused = evict_all([move for move, _ in refused])
+    for move, o in refused:
+        n = attempts[id(move)]
+        if n > 1:
+            o.detail += f" (tried {n} times within the {deadline_s:g} s eviction deadline)"
+        final[id(move)] = o
+    for move in result.moves:
+        o = final[id(move)]
+        out.outcomes.append(o)
+        if o.evicted:
+            tries = attempts[id(move)]
+            err = record_event(core, move, REASON_EVICTED,
+                               f"evicted by kso reoptimize ({move.reason}): from node {move.from_node}, planned to land "
+                               f"on {move.to_node}" + (f" (after {tries - 1} refusals)" if tries > 1 else ""), False)
+        elif o.status is None:
+            err = record_event(core, move, REASON_SKIPPED,
+                               f"kso reoptimize did not evict this pod: {o.detail.removeprefix('skipped: ')}", True)
+        else:
+            err = record_event(core, move, REASON_SKIPPED, f"kso reoptimize could not evict this pod: {o.detail}", True)
         if err:
             out.event_errors.append(err)
     return out
@@ -170,9 +221,34 @@ def plan_namespace(flag: str | None) -> str:
     return ns or DEFAULT_PLAN_NAMESPACE
 
 
-def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, execution: Execution) -> None:
-    """The plan to KSO_PLAN_FILE (if set) and to ConfigMap kso-plan (created or replaced); failures are
-    recorded in ``execution``, never raised."""
+def move_states(moves: list[Any], execution: Execution | None) -> dict[str, Any]:
+    """The ``moves.json`` document: every move of the run with its state. Without ``execution`` (before
+    the first eviction) every move is "pending"; after it: evicted, refused (429), failed (another
+    error), or skipped (a limit reached)."""
+    done = {id(o.move): o for o in execution.outcomes} if execution is not None else {}
+    rows = []
+    for m in moves:
+        o = done.get(id(m))
+        if o is None:
+            state, detail = "pending" if execution is None else "not attempted", ""
+        elif o.evicted:
+            state, detail = "evicted", o.detail
+        elif o.status == 429:
+            state, detail = "refused", o.detail
+        elif o.status is not None:
+            state, detail = "failed", o.detail
+        else:
+            state, detail = "skipped", o.detail
+        rows.append({"pod": m.pod, "namespace": m.namespace, "from": m.from_node, "to": m.to_node,
+                     "class": m.class_key, "state": state, **({"detail": detail} if detail else {})})
+    return {"phase": "evicting" if execution is None else "done", "moves": rows}
+
+
+def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, execution: Execution,
+            moves: dict[str, Any] | None = None) -> None:
+    """The plan to KSO_PLAN_FILE (if set) and to ConfigMap kso-plan (created or replaced), with the
+    moves' states (``move_states``) under key moves.json; failures are recorded in ``execution``, never
+    raised."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -188,7 +264,7 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
             execution.publish_errors.append(f"plan file {plan_file}: {exc.strerror or exc}")
     data = orjson.dumps(plan.to_dict()).decode()
     where = f"ConfigMap {namespace}/{PLAN_CONFIGMAP}"
-    if len(data) > CONFIGMAP_LIMIT:
+    if len(data) + (len(orjson.dumps(moves)) if moves is not None else 0) > CONFIGMAP_LIMIT:
         execution.publish_errors.append(f"{where}: the plan is {len(data)} bytes, over the ConfigMap limit")
         return
     core = client.CoreV1Api(api_client)
@@ -197,7 +273,7 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
         metadata=client.V1ObjectMeta(name=PLAN_CONFIGMAP, namespace=namespace,
                                      labels={"app.kubernetes.io/name": "kso", "app.kubernetes.io/component": "plan",
                                              "app.kubernetes.io/managed-by": EVENT_COMPONENT}),
-        data={PLAN_KEY: data})
+        data={PLAN_KEY: data, **({MOVES_KEY: orjson.dumps(moves).decode()} if moves is not None else {})})
     try:
         try:
             current = orjson.loads(response_body(core.read_namespaced_config_map(

@@ -7,7 +7,8 @@ CP-SAT then chooses the new count of each class on each node:
 
     x[c, n]      >= 0   pods of class c on node n after the moves;  sum_n x[c, n] = pods of c (all stay placed)
     moved[c, n]  >= x_cur[c, n] - x[c, n]                      evictions of class c from node n
-    budget       sum moved <= max_moves;  per source node <= max_per_node;  per namespace <= max_per_namespace
+    budget       sum moved <= max_moves;  per source node <= max_per_node;  per namespace <= max_per_namespace;
+                 per PodDisruptionBudget <= its disruptionsAllowed
     fit          sum_c req[c, r] x[c, n] <= max(free[n, r], what is there now)   (a node never has to shed
                  pods to fit: kubelet already admitted them)
     safe         the linearised chance constraint of optimizer.plan.chance (sum_c a[c, n] x[c, n] <= budget[n]),
@@ -34,7 +35,10 @@ Approximations (said here once):
   and the replacement pod may land on any of the class's target slots; the moves table pairs them up.
 * Evictions happen one by one and the replacements are scheduled later by kube-scheduler; a move
   whose target only has room after another eviction relies on the extender's plan slots and the
-  scheduler's own fit check at that time. PodDisruptionBudgets are left to the Eviction API.
+  scheduler's own fit check at that time.
+* PodDisruptionBudgets: the moves of each budget's pods stay within its disruptionsAllowed at planning
+  time (optimizer.reoptimize.budgets); a (class, node) pair with any pod under a budget counts all its
+  moves against it, which can only under-use a budget, never exceed it.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from optimizer.plan.cpsat import PlacementModel
 from optimizer.plan.placement_plan import PlacementPlan
 from optimizer.plan.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem, UsageModel, WorkloadClass, class_key, request_usage
 from optimizer.plan.protected_solver import ProtectedSolver, SolverDied
+from optimizer.reoptimize.budgets import DisruptionLimit
 from optimizer.reoptimize.migration_result import MigrationContext, MigrationResult, Move, NodeOutcome, moves_of, outcomes
 
 log = logging.getLogger("kso.optimizer.reoptimize.migration")
@@ -86,6 +91,7 @@ class MoveLimits:
     max_moves: int | None = None
     max_per_node: int | None = None  # evictions from one node
     max_per_namespace: int | None = None
+    budgets: tuple[DisruptionLimit, ...] = ()  # PodDisruptionBudgets (optimizer.reoptimize.budgets)
 
     def describe(self) -> str:
         def v(x: int | None) -> str:
@@ -422,6 +428,10 @@ def _move_rows(ctx: MigrationContext, pm: PlacementModel, lb: np.ndarray | None,
             out = [m for (c, n), m in moved.items() if ctx.namespaces[c] == ns]
             if sum(int(x_cur[c, n]) for (c, n) in moved if ctx.namespaces[c] == ns) > lim.max_per_namespace:
                 model.add(sum(out) <= lim.max_per_namespace)
+    for budget in lim.budgets:
+        under = [m for (c, n), m in moved.items() if any(p.uid in budget.pods for p in ctx.members[c].get(n, ()))]
+        if under:
+            model.add(sum(under) <= budget.allowed)
     return moved
 
 

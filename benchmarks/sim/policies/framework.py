@@ -66,7 +66,7 @@ class Framework:
             hard = np.array([any(e in ("NoSchedule", "NoExecute") and not _tolerated(pod, k, e) for k, _, e in t)
                              for t in sim.taints], dtype=bool)
         else:
-            hard = hard | sim.memory_pressure
+            hard = hard | sim.no_schedule
         ok &= ~hard
         if pod.node_selector:
             ok &= np.array([all(lbl.get(k) == v for k, v in pod.node_selector.items()) for lbl in sim.labels], dtype=bool)

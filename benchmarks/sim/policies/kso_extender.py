@@ -1,13 +1,17 @@
-"""``kso`` and ``kso-inproc``: kube-scheduler's default profile plus the real kso extender (its default
-agents and weights), the way kube-scheduler drives an extender with ``nodeCacheCapable: true``.
+"""``kso``, ``kso-http`` and ``kso-inproc``: kube-scheduler's default profile plus the real kso extender (its
+default agents and weights), the way kube-scheduler drives an extender with ``nodeCacheCapable: true``. ``kso`` is
+kso's default configuration, exactly what ``kso extender`` does out of the box (statistics from its forecaster, no
+capacity signal, pods judged at their requests), in-process; ``kso-inproc`` and ``kso-http`` take every knob below
+(``kso bench --scenario`` gives ``kso-inproc`` and ``kso-plan`` the 15-minute window's statistics unless the spec
+says ``stats=``).
 
 Per pod: the in-tree filters and node sampling pick the feasible nodes; ``/filter`` (NodeNames) removes
 the ones kso judges unsafe; if more than one is left, ``/prioritize``; final score = the default profile's
 plugin scores + extender score (0..10) x weight x 10 (extender-protocol.md), random tie-break; ``/bind``
 through the extender (RecordingBinder), so kso's own assumed-pod accounting is what decides the next pod.
 
-``kso`` talks HTTP to the FastAPI app on 127.0.0.1 (uvicorn in a thread, one keep-alive connection) and
-records each call's client-side latency; ``kso-inproc`` calls ``extender.verbs.Extender`` directly.
+``kso-http`` talks HTTP to the FastAPI app on 127.0.0.1 (uvicorn in a thread, one keep-alive connection) and
+records each call's client-side latency; ``kso`` and ``kso-inproc`` call ``extender.verbs.Extender`` directly.
 
 The replay's clock: second 0 of the replay is ``SIM_EPOCH`` (UTC); a pod's ``metadata.creationTimestamp`` is the
 time it (re-)entered the queue (an evicted, OOM-killed or drained pod comes back as a new pod of its Deployment), and
@@ -22,6 +26,25 @@ recomputed from the visible history and the nodes are upserted into kso's Cluste
 (what a production kso must plan with: a spread that covers the time until the next decision) the
 15-minute mean is raised by the upward trend of the node's current pods' summed usage over the last hour
 times the horizon, and the std is the larger of the 15-minute std and that hour's std (``trend_stats``).
+
+Recent binds: a pod counts at full weight (its size, below) on its node until the 15-minute window has fully
+seen it: within its step through kso's recent-bind list, after it through the statistics themselves
+(``settled_window_stats``); the forecast's mean is corrected by the same amount (its history has the pod's partial
+samples only).
+
+``judge``: the size kso judges a pod at. "request" (kso's default): its requests. "usage": what it will use, its
+Deployment's measured mean usage / request over the last hour (``owner_usage_ratio``, its running pods' samples
+since each was bound) times its request, its request where fewer than ``MIN_USAGE_SAMPLES`` samples exist; the
+pod kso is asked about (and binds, hence its recent-bind load) carries that size as its cpu and memory requests,
+kube-scheduler's own filters and scores keep the real ones.
+
+``capacity``: the capacity signal kso sends the cluster-autoscaler (``benchmarks.sim.engine.CapacityRequest``,
+``Policy.capacity_taints``). "none" (kso's default: ``KSO_CAPACITY_SIGNAL`` off). "placeholder": one placeholder
+per pod kso's filter refused on every node it was offered in this step and still pending (the oldest first, at
+most ``max_placeholders``), requesting that pod's requests, avoiding the nodes kso refused it on (its own hot
+nodes; a new node is none of them). "taint": the capacity taint on the nodes whose load alone the safe agent
+judges over U* (risk > eps for a pod of no size), kept until that risk has fallen to ``exit_ratio`` x eps
+(hysteresis). "both": the two.
 """
 
 from __future__ import annotations
@@ -35,7 +58,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from benchmarks.sim.engine import Policy, SimPod, SimView
+from benchmarks.sim.engine import MEMORY_PRESSURE_TAINT, CapacityRequest, Policy, SimPod, SimView
 from benchmarks.sim.policies.framework import Framework
 from kso.core.resources import MIB
 
@@ -51,6 +74,19 @@ OPEN_WINDOW_S = 1e9
 # KsoExtenderPolicy._repeat_key)
 PURE_FILTERS = frozenset({"safe-overload"})
 SIM_EPOCH = datetime(2019, 5, 1, tzinfo=UTC)  # second 0 of the replay (the Google 2019 trace's month)
+USAGE_STEPS = 12  # judge="usage": the last hour of each Deployment's running pods' measured usage
+JUDGE_MODES = {
+    "request": "a pod judged at its requests",
+    "usage": "a pod judged at its Deployment's measured mean usage over the last hour (its requests where unknown)",
+}
+CAPACITY_MODES = {
+    "none": "no capacity signal",
+    "placeholder": "placeholder pods for the demand kso refuses, avoiding the nodes it refused them on",
+    "taint": "the capacity taint on nodes whose load alone is over U* (hysteresis)",
+    "both": "placeholders and the capacity taint",
+}
+EXIT_RATIO = 0.8  # capacity="taint": a tainted node is released when its risk falls to this fraction of eps
+MAX_PLACEHOLDERS = 200  # capacity="placeholder": at most this many at once (the oldest refused pods first)
 TREND_STEPS = 12  # stats="trend": the last hour of the node's current pods' usage
 STATS_MODES = {
     "forecast": "node statistics: the kso forecaster's mean and std of the next 15 minutes",
@@ -80,9 +116,11 @@ def trend_stats(window_mean: np.ndarray, window_std: np.ndarray, series: np.ndar
 # series and it counts at its request instead. Per node n and resource r, with R = those pods on n:
 #   settled[n, t, r] = (usage[n, t, r] - sum_{p in R, t >= b_p} usage_p[t, r])+   (cpu is throttled: never below 0)
 #   mean = mean_t settled + sum_{p in R} request_p,   std = std_t settled.
-def settled_window_stats(sim: SimView, window_steps: int) -> tuple[np.ndarray, np.ndarray, bool]:
+def settled_window_stats(sim: SimView, window_steps: int, sizes: dict[int, np.ndarray] | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(N, 2) mean and std of each node's usage over the last ``window_steps`` steps with every pod the window
-    has not fully seen counted at its request (the rule above), and whether any metric exists yet."""
+    has not fully seen counted at its request (the rule above; at ``sizes[pod index]`` where given), and whether
+    any metric exists yet."""
     mean, std, has = sim.window_stats(window_steps)
     lo = max(sim.step - window_steps, 0)
     pods = [p for p in sim.running.values() if p.node >= 0 and lo < p.bound_step < sim.step]
@@ -98,18 +136,42 @@ def settled_window_stats(sim: SimView, window_steps: int) -> tuple[np.ndarray, n
     np.add.at(partial, node, use)
     settled = np.clip(sim.usage_history[:, lo:] - partial, 0.0, None)
     held = np.zeros_like(sim.alloc)
+    if sizes:
+        req = np.array([sizes.get(p.index, (p.cpu, p.memory)) for p in pods], dtype=float)
     np.add.at(held, node, req)
     return settled.mean(axis=1) + held, settled.std(axis=1), True
 
 
-def node_load_stats(sim: SimView, stats: str, horizon_steps: float) -> tuple[np.ndarray, np.ndarray, bool]:
+def node_load_stats(sim: SimView, stats: str, horizon_steps: float, sizes: dict[int, np.ndarray] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(N, 2) mean and std of absolute usage kso's statistics give each node (``STATS_MODES``, not "forecast"),
-    and whether any metric exists yet; a pod the window has not fully seen counts at its request
-    (``settled_window_stats``)."""
-    mean, std, has = settled_window_stats(sim, max(1, int(round(WINDOW_S / sim.step_s))))
+    and whether any metric exists yet; a pod the window has not fully seen counts at its request (at
+    ``sizes[pod index]`` where given: ``settled_window_stats``)."""
+    mean, std, has = settled_window_stats(sim, max(1, int(round(WINDOW_S / sim.step_s))), sizes)
     if has and stats == "trend":
         mean, std = trend_stats(mean, std, sim.current_pods_usage(TREND_STEPS), horizon_steps)
     return mean, std, has
+
+
+# judge="usage": per Deployment d, from its running pods' measured usage over the last ``window_steps`` finished
+# steps (each pod's samples since it was bound), n = the samples, per resource:
+#   ratio_d = sum over samples of usage / request  /  n          (a pod of d is judged at request x ratio_d)
+# Deployments with fewer than ``min_samples`` samples are left out (their pods are judged at their requests).
+def owner_usage_ratio(sim: SimView, window_steps: int, min_samples: int) -> dict[str, np.ndarray]:
+    pods = [p for p in sim.running.values() if p.node >= 0 and p.owner and p.bound_step < sim.step]
+    lo = max(sim.step - window_steps, 0)
+    if not pods or lo >= sim.step:
+        return {}
+    idx = np.fromiter((p.index for p in pods), dtype=np.int64, count=len(pods))
+    since = np.fromiter((max(p.bound_step, lo) for p in pods), dtype=np.int64, count=len(pods))
+    ratio = sim.pod_usage_window(idx, lo)  # (P, w, 2) usage / request
+    seen = (np.arange(lo, sim.step)[None, :] >= since[:, None])[:, :, None] & np.isfinite(ratio) & (ratio >= 0)
+    n, s1 = seen.sum(axis=1), np.where(seen, ratio, 0.0).sum(axis=1)  # (P, 2)
+    acc: dict[str, np.ndarray] = {}
+    for j, pod in enumerate(pods):
+        row = np.concatenate([n[j], s1[j]])
+        acc[pod.owner] = acc[pod.owner] + row if pod.owner in acc else row
+    return {owner: row[2:] / row[:2] for owner, row in acc.items() if row[:2].min() >= min_samples}
 
 
 def node_object(name: str, cpu_milli: float, memory_bytes: float, max_pods: int, labels: dict[str, str],
@@ -128,8 +190,10 @@ def sim_time(seconds: float) -> float:
     return SIM_EPOCH.timestamp() + seconds
 
 
-def pod_object(pod: SimPod, step_s: float | None = None) -> dict[str, Any]:
-    """The Pod kube-scheduler would send; with ``step_s``, created when it (re-)entered the queue."""
+def pod_object(pod: SimPod, step_s: float | None = None, size: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The Pod kube-scheduler would send; with ``step_s``, created when it (re-)entered the queue; with ``size``,
+    requesting that (cpu millicores, memory bytes) instead of its requests (judge="usage")."""
+    cpu, memory = size if size is not None else (pod.cpu, pod.memory)
     meta: dict[str, Any] = {"name": pod.name, "namespace": "sim", "uid": pod.uid}
     if step_s is not None and pod.queued_step >= 0:
         when = datetime.fromtimestamp(sim_time(pod.queued_step * step_s), UTC)
@@ -141,7 +205,7 @@ def pod_object(pod: SimPod, step_s: float | None = None) -> dict[str, Any]:
         "apiVersion": "v1", "kind": "Pod",
         "metadata": meta,
         "spec": {"containers": [{"name": "main", "image": "sim/workload:1",
-                                 "resources": {"requests": {"cpu": f"{int(pod.cpu)}m", "memory": str(int(pod.memory))}}}],
+                                 "resources": {"requests": {"cpu": f"{int(cpu)}m", "memory": str(int(memory))}}}],
                  **({"nodeSelector": pod.node_selector} if pod.node_selector else {})},
         "status": {"phase": "Pending"},
     }
@@ -170,18 +234,29 @@ def load_annotations(alloc: np.ndarray, mean_used: np.ndarray, std_used: np.ndar
 class KsoExtenderPolicy(Policy):
     """kube-scheduler (default profile) + the kso extender over HTTP."""
 
-    name = "kso"
+    name = "kso-http"
     mode = "HTTP: real kso extender (uvicorn on 127.0.0.1), NodeNames mode"
     http = True
 
     def __init__(self, seed: int = 0, sample: bool = True, stats: str = "forecast", forecaster: str = "",
-                 env: dict[str, str] | None = None, extender_weight: int = EXTENDER_WEIGHT) -> None:
+                 env: dict[str, str] | None = None, extender_weight: int = EXTENDER_WEIGHT, judge: str = "request",
+                 capacity: str = "none", exit_ratio: float = EXIT_RATIO,
+                 max_placeholders: float = MAX_PLACEHOLDERS) -> None:
         super().__init__(seed)
         self.framework = Framework(seed, sample)
-        if stats not in STATS_MODES:
-            raise ValueError(f"stats must be one of {', '.join(STATS_MODES)}, not {stats!r}")
-        self.stats = stats
-        self.mode = f"{self.mode}; {STATS_MODES[stats]}"
+        for what, value, known in (("stats", stats, STATS_MODES), ("judge", judge, JUDGE_MODES),
+                                   ("capacity", capacity, CAPACITY_MODES)):
+            if value not in known:
+                raise ValueError(f"{self.name}: {what} must be one of {', '.join(known)}, not {value!r}")
+        if not 0.0 <= exit_ratio <= 1.0 or max_placeholders < 0:
+            raise ValueError(f"{self.name}: exit_ratio must be in [0, 1] and max_placeholders at least 0")
+        self.stats, self.judge, self.capacity = stats, judge, capacity
+        self.exit_ratio, self.max_placeholders = float(exit_ratio), int(max_placeholders)
+        self.mode = f"{self.mode}; {STATS_MODES[stats]}; {JUDGE_MODES[judge]}; {CAPACITY_MODES[capacity]}"
+        self._owner_ratio: dict[str, np.ndarray] = {}  # judge="usage": Deployment -> measured usage / request
+        self._sizes: dict[int, np.ndarray] = {}  # pod index -> the size kso judged (and bound) it at
+        self._refused: dict[int, tuple[int, np.ndarray]] = {}  # pod index -> (step, nodes kso's filter refused it on)
+        self._tainted_nodes: np.ndarray | None = None  # capacity="taint": the nodes carrying the taint
         self.forecaster = forecaster
         self.env = env or {}
         if self.env:  # a non-default configuration is labelled in every table
@@ -269,7 +344,12 @@ class KsoExtenderPolicy(Policy):
     def observe(self, sim: SimView) -> None:
         t0 = time.perf_counter()
         self._rejected.clear()  # new statistics, nodes added or removed
-        mean, std, has = node_load_stats(sim, self.stats, FORECAST_HORIZON_S / sim.step_s)
+        if self.judge == "usage":
+            from optimizer.plan.cluster_problem import MIN_USAGE_SAMPLES
+
+            self._owner_ratio = owner_usage_ratio(sim, USAGE_STEPS, MIN_USAGE_SAMPLES)
+        mean, std, has = node_load_stats(sim, self.stats, FORECAST_HORIZON_S / sim.step_s,
+                                         self._sizes if self.judge == "usage" else None)
         # the node watch: nodes the autoscaler removed leave kso's cache, provisioned ones join it, the
         # memory-pressure taint comes and goes
         for i, node in enumerate(self.base_nodes):
@@ -291,7 +371,10 @@ class KsoExtenderPolicy(Policy):
             fc = sim.node_forecasts(self.forecaster, FORECAST_HORIZON_S)
             self.extra["forecast_s"] += time.perf_counter() - t1
             if fc is not None:
-                forecast_used = fc["mean"] * sim.alloc
+                # the forecast's history has the partial samples of the pods the window has not fully seen: the
+                # same correction as the window's mean (those pods at their size, settled_window_stats)
+                raw_mean, _, _ = sim.window_stats(max(1, int(round(WINDOW_S / sim.step_s))))
+                forecast_used = np.maximum(fc["mean"] * sim.alloc + (mean - raw_mean), 0.0)
                 std = fc["std"] * sim.alloc
         for i, ann in enumerate(load_annotations(sim.alloc, mean, std, forecast_used)):
             if sim.active[i]:
@@ -306,30 +389,76 @@ class KsoExtenderPolicy(Policy):
             from kso.core.objects import node_from_k8s
 
             self.pressure_nodes[i] = node_from_k8s(node_object(sim.node_names[i], *sim.alloc[i], int(sim.max_pods[i]),
-                                                               sim.labels[i], sim.taints[i]))
+                                                               sim.labels[i],
+                                                               [*sim.scenario_taints[i], MEMORY_PRESSURE_TAINT]))
         return self.pressure_nodes[i]
 
     def released(self, pod: SimPod, node: str, sim: SimView) -> None:
         self.state.remove_pod(pod.uid)  # what kso's pod watch would report
         self._rejected.clear()
         self._pods.pop(pod.index, None)
+        self._sizes.pop(pod.index, None)
+
+    def size(self, pod: SimPod) -> tuple[float, float]:
+        """The size kso judges ``pod`` at (``judge``): cpu millicores, memory bytes."""
+        ratio = self._owner_ratio.get(pod.owner) if self.judge == "usage" else None
+        if ratio is None:
+            return pod.cpu, pod.memory
+        return float(pod.cpu * ratio[0]), float(pod.memory * ratio[1])
+
+    # ---- the capacity signal ----
+    def capacity_requests(self, sim: SimView) -> CapacityRequest | None:
+        """capacity="placeholder"/"both": a placeholder per pod still pending that kso's filter refused on every node
+        it was offered in this step, oldest first, avoiding those nodes."""
+        if self.capacity not in ("placeholder", "both"):
+            return None
+        refused = [(p, self._refused[p.index][1]) for p in sim.pending
+                   if p.index in self._refused and self._refused[p.index][0] == sim.step][: self.max_placeholders]
+        self._refused.clear()
+        self.extra["placeholders"] = self.extra.get("placeholders", 0) + len(refused)
+        if not refused:
+            return None
+        return CapacityRequest(np.array([(p.cpu, p.memory) for p, _ in refused]), np.stack([m for _, m in refused]))
+
+    def capacity_taints(self, sim: SimView) -> np.ndarray | None:
+        """capacity="taint"/"both": the nodes whose load alone the safe agent judges over U* (risk > eps for a pod of
+        no size); a tainted node keeps the taint until that risk is at most exit_ratio x eps."""
+        if self.capacity not in ("taint", "both") or self.safe is None:
+            return None
+        from kso.core.objects import pod_from_k8s
+        from kso.decisions.agents.base import Call
+
+        if self._tainted_nodes is None:
+            self._tainted_nodes = np.zeros(len(sim.node_names), dtype=bool)
+        active = np.flatnonzero(sim.active)
+        risk = np.zeros(len(sim.node_names))
+        if len(active):
+            probe = pod_from_k8s(pod_object(SimPod(-1, "kso-hot-probe", "kso-hot-probe", 0.0, 0.0, 0, 0)))
+            inputs = self.safe.inputs(Call(probe, self.state.view([sim.node_names[i] for i in active.tolist()])))
+            risk[active] = np.where(inputs.valid, inputs.risk, 0.0).max(axis=1)
+        eps = self.safe.eps
+        self._tainted_nodes = sim.active & ((risk > eps) | (self._tainted_nodes & (risk > self.exit_ratio * eps)))
+        return self._tainted_nodes.copy()
 
     # ---- scheduling ----
     def place(self, pod: SimPod, sim: SimView) -> str | None:
         idx = self.framework.feasible(pod, sim)
         if len(idx) == 0:
             return None
-        body = self._pods.get(pod.index)
-        if body is None:
-            body = self._pods[pod.index] = pod_object(pod, sim.step_s)
+        size = self.size(pod)
+        cached = self._pods.get(pod.index)
+        if cached is None or cached[0] != size:
+            cached = self._pods[pod.index] = (size, pod_object(pod, sim.step_s, size if self.judge == "usage" else None))
+        body = cached[1]
         names = [sim.node_names[i] for i in idx.tolist()]
         self.extra["filter_calls"] += 1
-        key = self._repeat_key(pod)
+        key = self._repeat_key(pod, size)
         known = self._rejected.get(key) if key is not None and not self._held(pod, sim) else None
         if known is not None and known[idx].all():
             self.extender.parse_pod(body)  # what the call would leave behind: kso remembers the pending pod
             self.extra["filtered_out"] += len(names)
             self.extra["filter_repeats"] = self.extra.get("filter_repeats", 0) + 1
+            self._refuse(pod, idx, sim)
             return None
         reply = self._post("filter", {"Pod": body, "NodeNames": names})
         passed = reply.get("NodeNames") or []
@@ -339,6 +468,7 @@ class KsoExtenderPolicy(Policy):
                 if known is None:
                     known = self._rejected[key] = np.zeros(len(sim.node_names), dtype=bool)
                 known[idx] = True
+            self._refuse(pod, idx, sim)
             return None
         if len(passed) == 1:  # prioritize is not called when only one node is feasible
             return str(passed[0])
@@ -363,13 +493,22 @@ class KsoExtenderPolicy(Policy):
         return (self.safe is not None and pod.queued_step >= 0  # never queued: no creationTimestamp (pod_object)
                 and held_past(pod.queued_step * sim.step_s, sim.now, self.safe.params.max_hold_s))
 
-    def _repeat_key(self, pod: SimPod) -> tuple[Any, ...] | None:
+    def _repeat_key(self, pod: SimPod, size: tuple[float, float]) -> tuple[Any, ...] | None:
         if self.http or not set(self.extender.filters) <= PURE_FILTERS:
             return None
-        return pod.cpu, pod.memory, pod.owner, tuple(sorted(pod.node_selector.items())), pod.tolerations
+        return *size, pod.owner, tuple(sorted(pod.node_selector.items())), pod.tolerations
+
+    def _refuse(self, pod: SimPod, idx: np.ndarray, sim: SimView) -> None:
+        """kso's filter refused ``pod`` on every node of ``idx`` in this step (its placeholder avoids them)."""
+        if self.capacity in ("placeholder", "both"):
+            mask = np.zeros(len(sim.node_names), dtype=bool)
+            mask[idx] = True
+            self._refused[pod.index] = (sim.step, mask)
 
     def bound(self, pod: SimPod, node: str, sim: SimView) -> None:
         j = sim.node_index[node]
+        if self.judge == "usage":
+            self._sizes[pod.index] = np.array(self._pods[pod.index][0]) if pod.index in self._pods else pod.requests
         for known in self._rejected.values():  # the bind changed that node's row only
             known[j] = False
         reply = self._post("bind", {"PodName": pod.name, "PodNamespace": "sim", "PodUID": pod.uid, "Node": node})
@@ -381,3 +520,12 @@ class KsoInprocPolicy(KsoExtenderPolicy):
     name = "kso-inproc"
     mode = "in-process: extender.verbs.Extender called directly (same bodies, no HTTP)"
     http = False
+
+
+class KsoDefaultPolicy(KsoInprocPolicy):
+    """``kso``: kso's default configuration, what ``kso extender`` does out of the box (its default settings, agents
+    and weights; node statistics from its default forecaster), called in-process (the same decisions as over HTTP:
+    ``kso-http``)."""
+
+    name = "kso"
+    mode = "kso's default configuration, in-process (extender.verbs.Extender called directly)"

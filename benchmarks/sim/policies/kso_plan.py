@@ -6,7 +6,7 @@ forecaster's, or with ``stats="window"`` the 15-minute mean and std load-watcher
 mean raised by the last hour's upward trend up to the next re-solve and a std covering the hour: ``node_load_stats``), the
 pods to place (the pending queue plus, per class, as many pods as arrived in the last planning window:
 kso's guess at the next arrivals; the trace's future is never read), and **per-class usage from the
-replay's own past**: ``optimizer.inputs.class_usage_from_history`` over the measured usage of the
+replay's own past**: ``optimizer.plan.cluster_problem.class_usage_from_history`` over the measured usage of the
 class's running pods in the last ``history_steps`` (no oracle). The plan is installed into the
 extender's PlanCache, so the prioritize calls that decide follow plan slots, as in production.
 
@@ -29,7 +29,7 @@ from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, node_load_stat
 
 HISTORY_STEPS = 12  # one hour of each running pod's measured usage
 PRIORS = {
-    "none": "a class with no measured usage counts at its requests, no spread (optimizer.problem.request_usage)",
+    "none": "a class with no measured usage counts at its requests, no spread (optimizer.plan.problem.request_usage)",
     "pooled": "a class with no measured usage counts at request x the mean usage/request of every measured pod of "
               "the last hour, std request x that ratio's std (pooled over pod-steps)",
 }
@@ -120,7 +120,7 @@ class KsoPlanPolicy(KsoInprocPolicy):
 
     def class_usage(self, sim: SimView) -> dict[str, Any]:
         """Per Deployment, mean and std of its running pods' measured usage over the last hour (the past only):
-        ``optimizer.inputs.class_usage_from_history``'s pooled statistics, computed here from per-pod sums
+        ``optimizer.plan.cluster_problem.class_usage_from_history``'s pooled statistics, computed here from per-pod sums
         (the replay's usage is a dense array; building per-pod sample lists each plan cost ~10% of a run).
         tests/benchmarks/sim/test_google.py checks both give the same models."""
         from optimizer.plan.cluster_problem import MIN_USAGE_SAMPLES

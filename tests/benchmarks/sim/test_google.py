@@ -69,7 +69,7 @@ def test_embedded_excerpt_is_labelled_and_burstable() -> None:
 
 
 def test_kso_plan_class_usage_equals_the_optimizer_pooled_history() -> None:
-    """kso-plan's vectorised class usage (per-pod sums) gives optimizer.inputs.class_usage_from_history's models."""
+    """kso-plan's vectorised class usage (per-pod sums) gives optimizer.plan.cluster_problem.class_usage_from_history's models."""
     from benchmarks.sim.engine import run
     from benchmarks.sim.policies.kso_plan import HISTORY_STEPS, KsoPlanPolicy
     from optimizer.plan.cluster_problem import class_usage_from_history
