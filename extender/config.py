@@ -73,8 +73,8 @@ class ExtenderSettings:
     # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), so a
     # bind in flight costs a connection, not a thread, and the value bounds how many Bindings kso keeps waiting at
     # the API server. More does not bind faster where the API server is the bottleneck: end to end on a loaded
-    # 2-core control plane (session 10), 64 slots gave 68 / 68 pods/s with the Binding's round trip at 660-940 ms
-    # mean, 16 slots 76 / 78 pods/s at 320-350 ms (kube-scheduler binds what kso refuses). Raise it for an API
+    # 2-core control plane, 64 slots bound no more pods per second than 16 and doubled the Binding's round trip
+    # (kube-scheduler binds what kso refuses; benchmarks/e2e.py measures it). Raise it for an API
     # server with room (at least kube-scheduler's peak binds per second x a bind's round trip).
     bind_threads: int = setting("KSO_BIND_THREADS", 16, lo=1, hi=256,
                                 help="binds in flight to the API server at once (the rest wait in arrival order); a bind in "
@@ -82,8 +82,8 @@ class ExtenderSettings:
     # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
     # kube-scheduler stops waiting at its extender httpTimeout (deploy/scheduler-config.yaml: 2 s) and, the
     # extender being ignorable, binds the pod itself; a Binding kso posted after that only races its binder. 1.5 s
-    # leaves the last 0.5 s of the 2 for the Binding's own round trip (mean 145 ms, p99 ~1 s on a saturated
-    # 2-core control plane). A bind that would not get a slot in that time, by the binds ahead of it and the recent
+    # leaves the last 0.5 s of the 2 for the Binding's own round trip (which reaches a second at the p99 on a
+    # saturated control plane). A bind that would not get a slot in that time, by the binds ahead of it and the recent
     # binds' duration, is refused at once. Keep it under the httpTimeout of the scheduler configuration in use.
     bind_max_wait_s: float = setting("KSO_BIND_MAX_WAIT_S", 1.5, lo=0.01,
                                      help="a bind still waiting for a bind slot this long is answered with an error, not posted"
@@ -104,8 +104,8 @@ class ExtenderSettings:
                                  help="predicates of the combined /filter; empty = every predicate of the enabled agents")
     # Bounds on one request, checked before any work: a request past one is a 400 naming the setting.
     # 1 MiB holds KSO_MAX_NODES node names (nodeCacheCapable: true, ~130 KiB) with room, or 300-1,000 full
-    # Node objects (nodeCacheCapable: false). Parsing a body holds the interpreter in one piece (orjson):
-    # ~50-90 ms per MiB on a loaded 2-core machine, the time /healthz and every other call then wait, so
+    # Node objects (nodeCacheCapable: false). Parsing a body holds the interpreter in one piece (orjson), and
+    # /healthz and every other call wait that long (benchmarks/adversarial.py measures it), so
     # full-node mode on a bigger cluster raises this knowingly.
     max_body_bytes: int = setting("KSO_MAX_BODY_BYTES", 1024 * 1024, lo=1024,
                                   help="a larger request body is a 400 (full-node mode on more than a few hundred nodes needs "

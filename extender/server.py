@@ -352,13 +352,13 @@ def serve(config: Config) -> None:
         main_config, admin_config = server_configs(config, outermost_hot_routes(app), admin_app, level)
         # The node cache is long-lived: move it out of the collector's reach and collect young objects
         # less often. Parsing one full-nodes body creates ~160k containers; with default thresholds that
-        # triggers repeated full collections over the cache (measured: 92 ms -> 21 ms per 500-node parse).
+        # triggers repeated full collections over the cache, several times the parse itself.
         gc.collect()
         gc.freeze()
         gc.set_threshold(100_000, 50, 100)
         # A worker thread answering a big body hands the interpreter back to the event loop every 1 ms
-        # instead of 5: /healthz under the worst allowed requests, p99 51 -> 32 ms and max 104 -> 51 ms in
-        # one back-to-back run on a loaded 2-core machine (benchmarks/README.md, adversarial.py).
+        # instead of 5, which shortens /healthz's tail under the worst allowed requests
+        # (benchmarks/adversarial.py measures it).
         sys.setswitchinterval(0.001)
         scheme = "https" if s.tls_cert_file else "http"
         log.info("serving kube-scheduler on %s://%s:%d%s", scheme, s.host, s.http_port,

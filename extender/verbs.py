@@ -160,7 +160,7 @@ class Extender(DecisionEngine):
         """A bind kso answers with an error without posting it (no bind slot in time): kube-scheduler, the
         extender being ``ignorable``, binds the pod itself, to the node it asked kso for. The pod counts there
         now, as for a bind kso posts, not once the watch reports kube-scheduler's Binding: at peak that is the
-        API server's round trip later (1-2 s on the benchmark's 2 cores), and every call meanwhile would see the
+        API server's round trip later (seconds on a busy control plane), and every call meanwhile would see the
         node without it. Were the pod not bound there after all, the watch's next event for it (unbound, deleted,
         or bound elsewhere) puts it right, as for any assumed pod."""
         pod = self.state.pending_pod(args.pod_uid, args.pod_namespace, args.pod_name)

@@ -87,7 +87,7 @@ FORECASTERS: dict[str, Callable[..., Forecaster]] = {
     # default on the development split, worse on held-out Bitbrains series/origins (pooled_qr.py docstring).
     "pooled-qr": PooledQuantileForecaster,
     "pooled-qr+holt-winters": lambda: _average("pooled-qr+holt-winters", ["pooled-qr", "holt-winters+conformal"]),
-    # Experimental (issue 15): quantile average of the calibrated Holt-Winters and EWMA bands.
+    # Experimental: quantile average of the calibrated Holt-Winters and EWMA bands.
     "holt-winters+ewma": lambda: _average("holt-winters+ewma", ["holt-winters+conformal", "ewma+conformal"]),
 }
 

@@ -58,7 +58,7 @@ P99_CAP_RANK = 1
 # every few minutes, so a cap from the past pinned p95 = p99 = the newest value and the whole next hour lay
 # above it (Google 2019 p95 coverage 74-77 %). The lift is zero for a series whose top values are old (a
 # week of steady load), and equals the recent climb for a ramp or a level shift that the window confirms
-# (k values above the old cap). Tuning part (benchmarks/README.md, Forecast accuracy): Google memory p95
+# (k values above the old cap). Tuning part (benchmarks/forecast_accuracy.py; HISTORY.md): Google memory p95
 # pinball -8 to -12 %, p95 coverage +0.7 to +1.1 points; Google tasks in their first 60 h (every 30 min
 # after each start inside the tuning span) coverage +0.5 to +1 point; Bitbrains unchanged, Alibaba and
 # Google cpu pinball +0 to +1 %. A lift of two horizons was no better; the cap's rank scaled to short
@@ -77,14 +77,14 @@ FLOOR_FROM_Q = 0.9
 # rows of climbing tasks in their first 16 h covered 79-86 % (young-task tuning set, the cap bound in two
 # thirds of them). A series without a climb has the same top values in both halves, and over a week any climb
 # is spread over ~1,000 bins: the term is near 0. The factor was chosen on the tuning part and the young-task
-# set (benchmarks/README.md, Forecast accuracy).
+# set (benchmarks/forecast_accuracy.py --part tune / young; the runs: HISTORY.md).
 CAP_TREND = 2.0
 # The local scale's memory is chosen per series: SCALE_HALF_LIFE_BINS, or one of ALT_HALF_LIVES_BINS (15 min, 3 h)
 # if its calibrated p95 had a pinball loss over the window's origins lower by more than ALT_MARGIN (window_pinball,
 # every SCALE_CHOICE_STRIDE-th origin: neighbouring origins share most of their future values, and the full
 # criterion made the 1,000-node call 4x slower). Why: one memory does not fit every series; a series with short
-# bursts every few hours or a calm one that steps are served by another than 1 h. Tuning part (session 9,
-# benchmarks/README.md, Forecast accuracy): Bitbrains pin95 -1.2 to -6.6 %, Alibaba -1.2 to +0.3 %, Google -0.1
+# bursts every few hours or a calm one that steps are served by another than 1 h. Tuning part
+# (benchmarks/forecast_accuracy.py --part tune): Bitbrains pin95 -1.2 to -6.6 %, Alibaba -1.2 to +0.3 %, Google -0.1
 # to -1.7 % (within the bootstrap noise), coverage within 0.1 point; with a 5 % margin Bitbrains gained more
 # (-2.8 to -11.4 %) but Alibaba memory lost 1 % beyond the noise; a single global 15-min memory cost Bitbrains
 # +9 to +18 %.
@@ -265,7 +265,7 @@ class ConformalForecaster(GridForecaster):
             sub = grid.subset(short)
             sub_series = [series[i] for i in short]
             if self.fallback is not None and sub.n_obs.max(initial=0) > 0:
-                # cpu rows may take their own fallback centre (fallback_cpu_half_life; session 9 candidate)
+                # cpu rows may take their own fallback centre (fallback_cpu_half_life; a candidate, off by default)
                 cpu = np.array([s.resource == "cpu" for s in sub_series]) & (self.fallback_cpu_half_life is not None)
                 fcs_by: list[NodeForecast | None] = [None] * len(sub_series)
                 for part, hl in ((~cpu, self.fallback_half_life), (cpu, self.fallback_cpu_half_life)):

@@ -28,8 +28,8 @@ On Alibaba (32 series, 8 origins in the last 0.75 d) pooled-qr gained 12.2 % / 2
 against holt-winters+conformal's 7.8 % / 15.6 %. The pooled tail shape wins where a few bursty VMs
 dominate the loss and loses where the per-series calibration of the conformal model fits better; the
 equal average (``pooled-qr+holt-winters``) was best on development (16.9 % / 15.4 %) and second on
-held out (7.7 % / 11.4 %). 8.2 s per 1,000 series x 7 days on the loaded 2-core VM (holt-winters+conformal
-2.8 s in the same run); 4 quantiles x 30 MM steps, and the p95/p99 fits are not fully converged at 30
+held out (7.7 % / 11.4 %). About three times holt-winters+conformal's time per 1,000 series x 7 days (the same
+run); 4 quantiles x 30 MM steps, and the p95/p99 fits are not fully converged at 30
 steps -- that is the configuration measured.
 
 A batch with fewer than MIN_POOL_SERIES usable series (e.g. a single ``forecast``) uses the built-in

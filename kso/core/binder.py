@@ -216,9 +216,8 @@ class ApiBinder:
         if self._api is None:
             # As the sync client: no cookie jar (only the configured cookie is sent) and nothing from the environment
             # per request. kubernetes.aio's session would trust it, and aiohttp then looks up ~/.netrc and the proxy
-            # variables on worker threads for every request: two thread hand-overs per bind, ~1/3 of its CPU
-            # (in-process, against a trivial server: 0.96 -> 0.39-0.46 ms per bind; the sync ApiBinder from 16
-            # threads 0.61-0.68). The jar is made here, on the loop the session is for.
+            # variables on worker threads for every request: two thread hand-overs per bind, a large share of its
+            # CPU (benchmarks/latency/bind.py measures it). The jar is made here, on the loop the session is for.
             self.configuration.client_session_kwargs = {"trust_env": False, "cookie_jar": aiohttp.DummyCookieJar()}
             self._api = aio_client.ApiClient(configuration=self.configuration, cookie=self.cookie)
             self._api.default_headers.update(self.default_headers)

@@ -42,7 +42,7 @@ class QuantityError(ValueError):
 def _k8s_parse_quantity() -> Callable[[str], Decimal]:
     """The kubernetes client's ``kubernetes.utils.quantity.parse_quantity``, loaded on first use from its own
     file. ``from kubernetes.utils import ...`` runs ``kubernetes/__init__``, which imports the whole client
-    (1-2 s), and every process that imports kso.core.objects paid it, the solver's children included; the
+    (a noticeable start-up cost), and every process that imports kso.core.objects paid it, the solver's children included; the
     quantity module itself needs only ``decimal``."""
     loaded = sys.modules.get("kubernetes.utils.quantity")
     if loaded is not None:

@@ -112,7 +112,7 @@ def balance_score(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 # Bounded holding. The rule above refuses a pod on every node for as long as every node it is offered stays hot,
 # and nothing else brings that pod a node: the cluster-autoscaler simulates scheduling without the scheduler's
 # extenders (kubernetes/autoscaler#506), so a pod that fits a ready node by requests orders no new node, and the
-# pod would stay Pending for as long as the cluster is busy (in the replay, kso never ran 26-62% of the pods).
+# pod would stay Pending for as long as the cluster is busy (in the trace replay, many pods never ran).
 # So a pod refused on EVERY node it is offered, pending for at least max_hold_s (now - its creationTimestamp),
 # is passed to the node(s) of least risk, the others keeping their reasons:
 #     worst_i  = max over resources r of P(util_i,r > U*)        (the risk the rule refused node i for)

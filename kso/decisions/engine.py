@@ -120,8 +120,8 @@ class Verdicts:
 def clamp_scores(scores: Any) -> np.ndarray:
     """An agent's scores as floats in 0..MAX_PRIORITY; NaN (an agent that could not judge) counts 0.
 
-    min(fmax(s, 0), MAX): fmax takes the non-NaN operand, so NaN -> 0 in the same pass; one fifth of the
-    time of nan_to_num(clip(...)) at 100 nodes (2.2 vs 11.7 us, x5 priorities per call)."""
+    min(fmax(s, 0), MAX): fmax takes the non-NaN operand, so NaN -> 0 in the same pass, several times faster
+    than nan_to_num(clip(...)), once per priority per call."""
     return np.minimum(np.fmax(np.asarray(scores, dtype=float), 0.0), MAX_PRIORITY)
 
 
@@ -224,7 +224,7 @@ class DecisionEngine:
         if nodes is not None:
             if not self.cache_bodies:
                 # API mode, every node in the cache (the usual call): the names in one comprehension and the view,
-                # without the per-item checks below (~1 us a node), which would find every name good and known
+                # without the per-item checks below (a cost per node), which would find every name good and known
                 try:
                     names = [item["metadata"]["name"] for item in nodes]
                 except (KeyError, TypeError):

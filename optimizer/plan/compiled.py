@@ -34,8 +34,8 @@ class SolverOptions:
     repair_rounds: int = 3
     seed: int = 0
     hint: str = "ffd"  # "ffd" | "none": start CP-SAT from the first-fit-decreasing placement
-    # Above this many (class, node) pairs one CP-SAT model is too slow on a few cores (measured: 1,500
-    # nodes x 103 classes, 2 workers: no improvement on the hint in 60 s), so the plan is improved by
+    # Above this many (class, node) pairs one CP-SAT model is too slow on a few cores (at 1,500 nodes x ~100
+    # classes on 2 workers it did not improve on the hint within a plan's time limit), so the plan is improved by
     # large-neighbourhood search instead: CP-SAT re-solves a few dozen nodes at a time.
     full_model_limit: int = 40_000
     lns_nodes: int = 48

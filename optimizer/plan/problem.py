@@ -118,7 +118,7 @@ def _class_key(pod: PodInfo) -> str:
 
 
 # class_key's memo, by everything the key is made of (the extender asks for the pending pod's key on every
-# prioritize while a plan is in use: ~9 us with the rules' sha1, which most pods have through the default
+# prioritize while a plan is in use, a sha1 of the rules, which most pods have through the default
 # not-ready / unreachable tolerations). Emptied when full.
 _CLASS_KEYS: dict[tuple[object, ...], str] = {}
 _CLASS_KEYS_MAX = 4096

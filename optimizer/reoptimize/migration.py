@@ -512,7 +512,7 @@ def _policy_terms(ctx: MigrationContext, pm: PlacementModel, policy: str, unit: 
 
 
 # A large model (classes x nodes above ``full_model_limit``) does not get past CP-SAT's presolve within a
-# re-optimisation's time limit (measured: 337 classes x 89 nodes, 5 s: only the no-move hint). With a
+# re-optimisation's time limit (a few hundred classes on ~90 nodes returned only the no-move hint). With a
 # move budget of M pods, a node can be emptied only if it holds at most M movable pods, and risk moves
 # start on nodes over their bound: only those nodes give pods up (every other count may only grow), so
 # only the classes on them have free variables. Chains (a pod moved off a full node to make room for

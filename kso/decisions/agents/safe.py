@@ -97,7 +97,7 @@ class RiskMemo:
     from. The risk is a pure function of (mu, sigma) for a given U*, so a slot whose inputs are exactly those of
     the last call is answered from here, bit for bit: replicas of one workload (the same requests) meet the
     same nodes call after call, and only the nodes whose load changed since (a bind, an annotation) need
-    betainc again (~0.2 us a value: most of the maths at 500 nodes). No invalidation is needed, whatever
+    betainc again (most of the maths on a large cluster). No invalidation is needed, whatever
     happens to a row: a changed input is a miss."""
 
     def __init__(self, u_star: float) -> None:
@@ -192,7 +192,7 @@ class SafeInputs:
         Cantelli's inequality holds for any distribution with mean mu and variance sigma^2, the
         moment-matched Beta included: P(U > U*) <= sigma^2 / (sigma^2 + (U* - mu)^2) when mu < U*.
         Where that bound is below eps (less a margin), risk > eps is False for certain, as it is for
-        the betainc value, so betainc (~0.2 us per value, most of the filter's maths) runs only on
+        the betainc value, so betainc (most of the filter's maths) runs only on
         the rest. The rule's special cases (mu = 0, sigma = 0, no Beta fits) never take the shortcut."""
         if self.full_risk is not None:
             return self.valid & (self.full_risk > eps), self.full_risk
@@ -446,7 +446,7 @@ class SafeAgent(Agent):
         The text of f"{risk:.3g}", f"{mu:.1%}" and f"{sigma:.1%}" (= f"{mu * 100:.1f}%": CPython multiplies
         by 100 in double precision, as numpy does here), with the numbers from tables (sig3, fixed1) and
         each reason one f-string of strings: formatting every value on its own dominated the filter when
-        many nodes fail (~1 us a node before, ~0.5 now)."""
+        many nodes fail."""
         # The failed (node, resource) entries in reason order (node by node, cpu before memory), formatted
         # in two table lookups, then consumed in that order.
         flat = failed.ravel()
