@@ -3,7 +3,7 @@
 A ReplicaSet's pods sit on one node annotated too hot (the test binds them there and patches their status
 Running/Ready, as a kubelet would: there is none); a real PodDisruptionBudget allows 2 disruptions, which
 the real disruption controller computes. The dry run proposes moves; ``--execute`` evicts through the
-Eviction API until the budget says no (429), the ReplicaSet controller re-creates the evicted pods, and
+Eviction API within the budget (the plan asks no more than it allows), the ReplicaSet controller re-creates the evicted pods, and
 the real kube-scheduler with kso (which reads the ``kso-plan`` ConfigMap the execution published) places
 the replacements on the nodes the plan named.
 """
@@ -67,16 +67,15 @@ def test_reoptimize_execute_evicts_within_the_pdb_and_kso_places_replacements(co
 
         rc, dry, err = reoptimize(control_plane, ns)
         assert rc == 0 and dry["dryRun"], err
-        assert len(dry["moves"]) > REPLICAS - MIN_AVAILABLE, dry  # more moves wanted than the budget allows
+        assert 1 <= len(dry["moves"]) <= REPLICAS - MIN_AVAILABLE, dry  # planned within the budget
         assert all(m["from"] == hot and m["to"] != hot for m in dry["moves"]), dry["moves"]
 
         rc, done, err = reoptimize(control_plane, ns, "--execute")
-        assert rc == 2, err  # some evictions failed: the PDB's 429s
+        assert rc == 0, err  # every eviction accepted: the plan stayed within the budget
         assert [(m["pod"], m["to"]) for m in done["moves"]] == [(m["pod"], m["to"]) for m in dry["moves"]]
         evicted = [e for e in done["evictions"] if e["evicted"]]
         refused = [e for e in done["evictions"] if not e["evicted"]]
-        assert len(evicted) == REPLICAS - MIN_AVAILABLE, done["evictions"]
-        assert refused and all(e["status"] == 429 for e in refused), refused
+        assert len(evicted) == len(dry["moves"]) and not refused, done["evictions"]
         targets = Counter(m["to"] for m in done["moves"] if m["pod"] in {e["pod"] for e in evicted})
         cm = core.read_namespaced_config_map("kso-plan", ns)
         assert "plan.json" in cm.data
