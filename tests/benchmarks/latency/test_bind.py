@@ -20,6 +20,9 @@ def test_a_round_binds_every_pod_and_measures_it(control_plane: Any, tmp_path: P
     try:
         with kso_process(control_plane.kubeconfig, tmp_path / "kso.log") as ext:
             cpu_ms, rate, p50, p99 = bind_round(ext, api, f"bind-{tag}", nodes, binds=6, in_flight=3)
-        assert cpu_ms > 0 and rate > 0 and 0 < p50 <= p99 and math.isfinite(p99)
+        # The process's CPU time comes in clock ticks (10 ms), so six binds may read as none: measured means a
+        # finite, non-negative number, not a positive one.
+        assert math.isfinite(cpu_ms) and cpu_ms >= 0
+        assert rate > 0 and 0 < p50 <= p99 and math.isfinite(p99)
     finally:
         delete_nodes(api, nodes)
