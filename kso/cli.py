@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "bench": ("benchmarks.sim.cli", "replay a trace through the default scheduler, the peers, kso and the oracle "
                                     "reference, and write the cost-harm report"),
     "scheduler": ("scheduler.cli", "run kso as a standalone scheduler for pods whose spec.schedulerName names it"),
+    "shadow": ("shadow.run", "run beside the cluster's scheduler, off its path: record what kso would have decided for "
+                             "each bind and what happened to both nodes (metrics and a report)"),
 }
 # KSO_* variables read by the benchmarks and the tests, not by kso: known, so that the environment check
 # (check_configuration) lets them through.
@@ -158,6 +160,10 @@ def settings_sections() -> list[tuple[str, list[type]]]:
         from benchmarks.sim.history_names import HistoryNames
 
         sections.append(("The replay of a cluster's history (kso bench --prometheus)", [HistoryNames]))
+    if importlib.util.find_spec("shadow") is not None:
+        from shadow.settings import ShadowSettings
+
+        sections.append(("The shadow (kso shadow)", [ShadowSettings]))
     return sections
 
 

@@ -1,0 +1,150 @@
+"""What kso would have decided for one bind: kube-scheduler's core filters as kso reads them (scheduler.feasibility),
+then the decision engine's verdicts, scores and ranking (DecisionEngine.explain) on the nodes that pass them, as the
+extender is asked about them. Judged on a copy of the node cache's rows taken before the bind was applied."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kso.core.objects import PodInfo
+from kso.core.resources import CPU, MEMORY, MIB
+from kso.core.views import NodeView
+from kso.decisions.engine import DecisionEngine
+from scheduler.feasibility import resource_reasons, rule_reasons
+
+NOT_IN_CACHE = "not in kso's node cache"
+
+
+@dataclass(slots=True)
+class NodeOutcome:
+    """What Prometheus saw on a node during a bind's horizon (None: no samples, or the metric does not exist)."""
+
+    peak_cpu: float | None = None
+    peak_memory: float | None = None
+    oom_kills: float | None = None
+    throttled: float | None = None  # peak share of throttled CFS periods
+
+    @property
+    def peak(self) -> float | None:
+        values = [v for v in (self.peak_cpu, self.peak_memory) if v is not None]
+        return max(values) if values else None
+
+    def over(self, u_star: float) -> bool | None:
+        peak = self.peak
+        return None if peak is None else peak > u_star
+
+
+@dataclass(slots=True)
+class Bind:
+    """One bind seen by the watch: the pod as it was pending, the node a scheduler chose, and the node cache's rows
+    at that moment (the pod not counted anywhere yet)."""
+
+    pod: PodInfo
+    node: str
+    at: float
+    view: NodeView
+    late: bool = False  # seen in a re-list after a watch gap, not as its own event
+
+
+@dataclass(slots=True)
+class Record:
+    """kso's judgement of one bind, then its outcome."""
+
+    uid: str
+    pod: str
+    scheduler: str
+    cpu_m: float
+    memory_mb: float
+    at: float
+    chosen: str  # the node the cluster's scheduler bound the pod to
+    pick: str | None  # the node kso would have picked (None: kso would have left the pod pending)
+    warned: bool  # kso would have refused the chosen node
+    reasons: list[str]  # why (core filters, then kso's predicates)
+    chosen_score: int | None
+    pick_score: int | None
+    chosen_risk: float | None  # the safe agent's P(util > U*) with the pod, the worse of cpu and memory
+    pick_risk: float | None
+    nodes: int
+    fitting: int  # nodes passing the core filters
+    passing: int  # of those, nodes passing kso's predicates
+    late: bool = False
+    seconds: float = 0.0  # time to judge
+    chosen_outcome: NodeOutcome | None = None
+    pick_outcome: NodeOutcome | None = None
+    judged_at: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.pick != self.chosen
+
+    def row(self) -> dict[str, Any]:
+        """The record as JSON-ready values."""
+        out = {name: getattr(self, name) for name in self.__slots__ if not name.endswith("_outcome")}  # type: ignore[attr-defined]
+        for role in ("chosen", "pick"):
+            o = getattr(self, f"{role}_outcome")
+            out[f"{role}_outcome"] = None if o is None else {k: getattr(o, k) for k in o.__slots__}
+        return out
+
+
+def subview(view: NodeView, idx: list[int]) -> NodeView:
+    """The rows ``idx`` of ``view``, as a view of its own (the call kube-scheduler would send the extender)."""
+    take = np.asarray(idx, dtype=np.intp)
+    nodes = view.nodes
+    return NodeView(names=[view.names[i] for i in idx], known=view.known[take], alloc=view.alloc[take],
+                    requested=view.requested[take], columns=view.columns, mean_free=view.mean_free[take],
+                    std_free=view.std_free[take], forecast_free=view.forecast_free[take], recent=view.recent[take],
+                    congestion=view.congestion[take], node_list=[nodes[i] for i in idx],
+                    image_node_count=view.image_node_count, total_nodes=view.total_nodes,
+                    rows=None if view.rows is None else view.rows[take], state=view.state, layout=view.layout)
+
+
+def _risk(row: dict[str, Any]) -> float | None:
+    safe = row.get("details", {}).get("safe") or {}
+    risks = [r for r in (safe.get("cpu_risk"), safe.get("memory_risk")) if r is not None and math.isfinite(r)]
+    return max(risks) if risks else None
+
+
+def judge(engine: DecisionEngine, bind: Bind) -> Record:
+    """kso's decision for ``bind``'s pod on ``bind.view``: the core filters, then the engine's explain on the nodes
+    that pass them; the chosen node is judged by both even when kso would not have offered it to the engine."""
+    started = time.perf_counter()
+    pod, view = bind.pod, bind.view
+    names = view.names
+    core = rule_reasons(pod, view.nodes)
+    for i, why in resource_reasons(pod, view).items():
+        core.setdefault(i, why)  # kube-scheduler reports the first failing plugin per node
+    fitting = [i for i in range(len(names)) if i not in core]
+    rows: dict[str, dict[str, Any]] = {}
+    pick = None
+    if fitting:
+        explained = engine.explain(pod, subview(view, fitting))
+        rows = {r["node"]: r for r in explained["nodes"]}
+        pick = explained["winner"]
+    index = {n: i for i, n in enumerate(names)}
+    reasons: list[str] = []
+    chosen_row = rows.get(bind.node)
+    if bind.node not in index:
+        reasons.append(NOT_IN_CACHE)
+    elif index[bind.node] in core:
+        reasons.append(core[index[bind.node]])
+        # kso's own predicates on the chosen node too, for its risk and their reasons
+        chosen_row = engine.explain(pod, subview(view, [index[bind.node]]))["nodes"][0]
+    if chosen_row is not None:
+        reasons += chosen_row["reasons"]
+    pick_row = rows.get(pick) if pick is not None else None
+    return Record(
+        uid=pod.uid, pod=pod.key, scheduler=pod.scheduler_name, cpu_m=pod.requests.get(CPU, 0.0),
+        memory_mb=pod.requests.get(MEMORY, 0.0) / MIB, at=bind.at, chosen=bind.node, pick=pick,
+        warned=bool(reasons), reasons=reasons,
+        chosen_score=None if chosen_row is None or bind.node not in rows else int(chosen_row["score"]),
+        pick_score=None if pick_row is None else int(pick_row["score"]),
+        chosen_risk=None if chosen_row is None else _risk(chosen_row),
+        pick_risk=None if pick_row is None else _risk(pick_row),
+        nodes=len(names), fitting=len(fitting), passing=sum(1 for r in rows.values() if r["passed"]),
+        late=bind.late, seconds=time.perf_counter() - started)

@@ -1,0 +1,150 @@
+"""The shadow report (Markdown), rewritten periodically: how many placements kso would have changed, how many of the
+nodes it warned about went over U* during the horizon, and how many of its own picks did; then the latest changed
+placements, one row each."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shadow.judge import NodeOutcome, Record
+
+
+@dataclass
+class Tally:
+    """Counts over every bind since the start (the records themselves are bounded, these are not needed to be)."""
+
+    seen: int = 0
+    judged: int = 0
+    skipped: int = 0
+    unreadable: int = 0
+    late: int = 0
+    changed: int = 0
+    held: int = 0
+    warned: int = 0
+    dropped: int = 0
+    judge_seconds: float = 0.0
+    # outcomes: (role, warned) -> [over, under, no_data]
+    outcomes: dict[tuple[str, bool], list[int]] = field(default_factory=dict)
+    oom: dict[str, float] = field(default_factory=dict)
+    throttled: dict[str, int] = field(default_factory=dict)
+    with_outcome: int = 0
+    started: float = field(default_factory=time.time)
+
+    def add(self, record: Record) -> None:
+        self.judged += 1
+        self.late += record.late
+        self.changed += record.pick is not None and record.changed
+        self.held += record.pick is None
+        self.warned += record.warned
+        self.judge_seconds += record.seconds
+
+    def add_outcome(self, record: Record, u_star: float, share: float) -> None:
+        self.with_outcome += 1
+        for role, o in (("chosen", record.chosen_outcome), ("kso_pick", record.pick_outcome)):
+            if o is None:
+                continue
+            over = o.over(u_star)
+            counts = self.outcomes.setdefault((role, record.warned), [0, 0, 0])
+            counts[2 if over is None else 0 if over else 1] += 1
+            if o.oom_kills:
+                self.oom[role] = self.oom.get(role, 0.0) + o.oom_kills
+            if o.throttled is not None and o.throttled > share:
+                self.throttled[role] = self.throttled.get(role, 0) + 1
+
+    def count(self, role: str, warned: bool | None, which: int) -> int:
+        return sum(c[which] for (r, w), c in self.outcomes.items() if r == role and (warned is None or w == warned))
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n} of {d} ({100 * n / d:.0f} %)" if d else f"{n} of 0"
+
+
+def _risk(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _outcome(o: NodeOutcome | None, u_star: float) -> str:
+    if o is None:
+        return "pending"
+    peak = o.peak
+    if peak is None:
+        return "no data"
+    text = f"{peak:.0%}{' > U*' if peak > u_star else ''}"
+    if o.oom_kills:
+        text += f", {o.oom_kills:g} OOM"
+    if o.throttled is not None:
+        text += f", {o.throttled:.0%} thr."
+    return text
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[str, Any], u_star: float,
+             now: float | None = None, rows: int = 30) -> str:
+    """The report's text. ``context``: what kso judged with (agents, weights, U*, eps, horizon, Prometheus, nodes)."""
+    now = time.time() if now is None else now
+    t = tally
+    over_w, judged_w = t.count("chosen", True, 0), t.count("chosen", True, 0) + t.count("chosen", True, 1)
+    over_nw, judged_nw = t.count("chosen", False, 0), t.count("chosen", False, 0) + t.count("chosen", False, 1)
+    over_p, judged_p = t.count("kso_pick", None, 0), t.count("kso_pick", None, 0) + t.count("kso_pick", None, 1)
+    no_data = t.count("chosen", None, 2) + t.count("kso_pick", None, 2)
+    lines = [
+        "# kso shadow report", "",
+        f"From {_iso(t.started)} to {_iso(now)}: what kso would have decided for each pod the cluster's schedulers "
+        "bound, and what Prometheus saw on both nodes during the forecast horizon that followed.", "",
+        "## Summary", "",
+        "| | |", "|---|---|",
+        f"| binds seen | {t.seen} (judged {t.judged}, skipped with a full queue {t.skipped}, unreadable {t.unreadable}"
+        f"{f', {t.late} seen late, after a watch gap' if t.late else ''}) |",
+        f"| kso would have placed the pod elsewhere | {_pct(t.changed, t.judged)} |",
+        f"| kso would have left the pod pending (no node passes) | {_pct(t.held, t.judged)} |",
+        f"| kso warned about the chosen node (would have refused it) | {_pct(t.warned, t.judged)} |",
+        f"| binds whose horizon has passed and were read | {t.with_outcome} (dropped before it: {t.dropped}) |",
+        f"| **warned nodes that went over U\\* ({u_star:.0%})** | {_pct(over_w, judged_w)} |",
+        f"| chosen nodes kso did not warn about that went over U\\* | {_pct(over_nw, judged_nw)} |",
+        f"| **kso's own picks (where they differ) that went over U\\*** | {_pct(over_p, judged_p)} |",
+        f"| nodes without utilisation data in their window | {no_data} |",
+        f"| OOM kills on chosen nodes / on kso's picks | {_kills(t.oom.get('chosen'))} / {_kills(t.oom.get('kso_pick'))} |",
+        f"| throttled nodes (share > {context.get('throttled_share', 0):.0%}): chosen / kso's picks | "
+        f"{t.throttled.get('chosen', 0)} / {t.throttled.get('kso_pick', 0)} |",
+        f"| time to judge a bind (mean) | {1000 * t.judge_seconds / t.judged:.2f} ms |" if t.judged else
+        "| time to judge a bind (mean) | - |",
+        "",
+        "## What kso judged with", "",
+        *(f"- {k}: {v}" for k, v in context.items()),
+        "",
+        "## How to read it", "",
+        "- kso judges each bind at the moment the watch sees it, on its node cache as it was just before: the pod not "
+        "yet counted on any node. Its decision is the extender's: kube-scheduler's core filters as kso reads them, "
+        "then kso's predicates, and the best score of kso's priorities among the nodes that pass (the plan's slots are "
+        "not used: a shadow does not run the plan's jobs).",
+        "- Risk: the safe agent's P(util > U*) with the pod added, the worse of cpu and memory.",
+        "- Outcome: the node's peak cpu and memory utilisation in [bind, bind + horizon], from the series kso's "
+        "forecasts predict. kso's pick is measured as it ran, without the pod (the pod ran on the chosen node): for a "
+        "small pod that is close, for a big one it flatters kso's pick and counts the pod's load against the chosen node.",
+        "",
+        f"## The latest placements kso would have changed (up to {rows})", "",
+        "| bound at | pod | scheduler | chosen node | risk | kso refused it because | kso's pick | risk | "
+        "chosen node after | kso's pick after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    shown = list(changed)[-rows:][::-1]
+    for r in shown:
+        reasons = "; ".join(r.reasons).replace("|", "\\|") or "-"
+        lines.append(f"| {_iso(r.at)[11:19]} | {r.pod} | {r.scheduler} | {r.chosen} | {_risk(r.chosen_risk)} | "
+                     f"{reasons} | {r.pick or '(none: held)'} | {_risk(r.pick_risk)} | "
+                     f"{_outcome(r.chosen_outcome, u_star)} | "
+                     f"{_outcome(r.pick_outcome, u_star) if r.pick is not None else '-'} |")
+    if not shown:
+        lines.append("| | none yet | | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _kills(value: float | None) -> str:
+    return f"{value:g}" if value else "0"

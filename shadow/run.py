@@ -1,0 +1,438 @@
+"""``kso shadow``: the wiring (the extender's configuration, node cache, forecasts and decision engine, a watch that
+sees each bind before applying it, the outcome reads, /metrics and the report) and the subcommand.
+
+When a bind is judged: at the watch event that first shows the pod with a node, before the node cache applies it
+(ShadowWatcher). The cache then holds every bind before this one and not the pod itself: what kso would have known
+had it been asked to place the pod at that moment. (Judging when the pod is first seen pending would miss the binds
+made between its creation and its bind, which a busy cluster has many of.) Binds seen only in a re-list after a watch
+gap are judged on the cache as it was before the re-list, and counted as late.
+
+Bounded memory: at most KSO_SHADOW_QUEUE binds wait to be judged (each with its copy of the node cache's rows: about
+150 bytes a node), KSO_SHADOW_MAX_PENDING judged binds wait for their outcome (a record is about 1 KiB) and
+KSO_SHADOW_KEEP are kept for the report; the counts behind the report and the metrics are numbers.
+
+Outages: the API server's are the watch's (kso.core.watcher: retried with backoff, a re-list after a gap, the cache
+serving meanwhile); Prometheus's leave the forecasts to the node annotations (kso.decisions.forecasts) and the
+outcome reads waiting: a failed read is logged when the outage starts and ends, and retried every
+KSO_SHADOW_CHECK_EVERY_S with the records kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from kso.core.cluster import ClusterState
+from kso.core.objects import ObjectError, pod_from_k8s
+from kso.core.watcher import ClusterWatcher, Reflector
+from shadow.judge import Bind, Record, judge
+from shadow.metrics import ShadowMetrics
+from shadow.report import Tally, markdown
+from shadow.settings import ShadowSettings
+
+log = logging.getLogger("kso.shadow")
+
+
+class ShadowWatcher(ClusterWatcher):
+    """The extender's list+watch of nodes and pods, handing each bind to ``on_bind`` before the cache applies it."""
+
+    def __init__(self, state: ClusterState, api_client: Any, on_bind: Callable[[dict[str, Any], bool], None],
+                 **kwargs: Any) -> None:
+        super().__init__(state, api_client, **kwargs)
+        self.on_bind = on_bind
+
+    def _handle(self, res: Reflector, event: dict[str, Any]) -> None:
+        if res is self._pods and event.get("type") == "MODIFIED":
+            self._seen(event.get("raw_object"), late=False)
+        super()._handle(res, event)
+
+    def _replace_pods(self, items: list[Any], relist: bool) -> None:
+        if relist:  # binds made during a watch gap; the first list's bound pods were bound before kso looked
+            for item in items:
+                self._seen(item, late=True)
+        super()._replace_pods(items, relist)
+
+    def _seen(self, obj: Any, late: bool) -> None:
+        """``obj`` is a bind when it has a node and the cache does not count the pod on one yet. A pod created with
+        its node set (no scheduler bound it) arrives ADDED, not MODIFIED, and is not one."""
+        try:
+            if not isinstance(obj, dict):
+                return
+            spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+            uid = meta.get("uid")
+            if not spec.get("nodeName") or not isinstance(uid, str) or uid in self.state.pods:
+                return
+            if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            if late and self.state.pending_pod(uid) is None:
+                return
+            self.on_bind(obj, late)
+        except Exception:  # noqa: BLE001 - the shadow must never break the watch that feeds it
+            log.exception("judging a bind failed; the watch goes on")
+
+
+@dataclass
+class Shadow:
+    """The binds' judgement (a worker thread) and their outcomes and report (another), over ``state``."""
+
+    engine: Any  # kso.decisions.engine.DecisionEngine
+    state: ClusterState
+    settings: ShadowSettings
+    outcomes: Any  # shadow.outcomes.Outcomes, or None without Prometheus
+    u_star: float
+    context: dict[str, Any]
+    metrics: ShadowMetrics = field(default_factory=ShadowMetrics)
+    tally: Tally = field(default_factory=Tally)
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.binds: queue.Queue[Bind | None] = queue.Queue(maxsize=self.settings.queue)
+        self.pending: deque[Record] = deque()
+        self.changed: deque[Record] = deque(maxlen=self.settings.keep)
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.prometheus_down_since: float | None = None
+        self.report_text = ""
+        self.judged_event = threading.Condition(self.lock)
+
+    # ---- the watch thread: one bind seen ---------------------------------------------------------------
+    def on_bind(self, obj: dict[str, Any], late: bool) -> None:
+        with self.lock:
+            self.tally.seen += 1
+        try:
+            pod = replace(pod_from_k8s(obj), node_name="")
+        except ObjectError as exc:
+            with self.lock:
+                self.tally.unreadable += 1
+            self.metrics.binds.labels("unreadable").inc()
+            log.warning("bind of an unreadable pod not judged: %s", exc)
+            return
+        view = self.state.view(sorted(self.state.node_names()))
+        view.nodes  # noqa: B018 - the node objects as they are now, not when the judge gets to them
+        try:
+            self.binds.put_nowait(Bind(pod, obj["spec"]["nodeName"], self.clock(), view, late))
+        except queue.Full:
+            with self.lock:
+                self.tally.skipped += 1
+            self.metrics.binds.labels("skipped").inc()
+            log.warning("bind of %s to %s not judged: %d binds already wait (KSO_SHADOW_QUEUE)", pod.key,
+                        obj["spec"]["nodeName"], self.settings.queue)
+
+    # ---- the judge -------------------------------------------------------------------------------------
+    def _judge_loop(self) -> None:
+        while True:
+            bind = self.binds.get()
+            if bind is None:
+                return
+            try:
+                record = judge(self.engine, bind)
+            except Exception:  # noqa: BLE001 - one pod kso cannot judge must not stop the others
+                log.exception("judging the bind of %s to %s failed", bind.pod.key, bind.node)
+                continue
+            self.add(record)
+
+    def add(self, record: Record) -> None:
+        self.metrics.judged(record)
+        with self.lock:
+            self.tally.add(record)
+            if record.changed and self.changed.maxlen:
+                self.changed.append(record)
+            if self.outcomes is not None:
+                self.pending.append(record)
+                while len(self.pending) > self.settings.max_pending:
+                    self.pending.popleft()
+                    self.tally.dropped += 1
+                    self.metrics.dropped.inc()
+            self.metrics.pending.set(len(self.pending))
+            self.judged_event.notify_all()
+        if record.changed:
+            log.info("%s bound to %s by %s; kso would have %s (%s)", record.pod, record.chosen, record.scheduler or "?",
+                     f"picked {record.pick}" if record.pick else "left it pending",
+                     "; ".join(record.reasons) or "a better score")
+
+    def wait_judged(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` binds have been judged (tests)."""
+        with self.judged_event:
+            return self.judged_event.wait_for(lambda: self.tally.judged >= count, timeout)
+
+    # ---- outcomes ----------------------------------------------------------------------------------------
+    def due(self, now: float) -> list[Record]:
+        """The oldest pending records whose horizon and settling time have passed, spanning at most
+        KSO_SHADOW_MAX_WINDOW_S of bind times (one batch of queries)."""
+        wait = self.outcomes.horizon_s + self.settings.settle_s
+        with self.lock:
+            out: list[Record] = []
+            for r in self.pending:
+                if r.at + wait > now or (out and r.at - out[0].at > self.settings.max_window_s):
+                    break
+                out.append(r)
+            return out
+
+    def check_outcomes(self, now: float | None = None) -> int:
+        """Read the outcomes of every record that is due; returns how many were read. A failed read is logged
+        (at the start and the end of an outage) and leaves the records waiting for the next check."""
+        from forecasting.prometheus import PrometheusError
+
+        if self.outcomes is None:
+            return 0
+        now = self.clock() if now is None else now
+        done = 0
+        while batch := self.due(now):
+            try:
+                self.outcomes.read(batch)
+            except PrometheusError as exc:
+                self.metrics.prometheus_errors.inc()
+                if self.prometheus_down_since is None:
+                    self.prometheus_down_since = now
+                    log.warning("outcomes not read: %s; %d binds wait, retried every %g s (kept up to "
+                                "KSO_SHADOW_MAX_PENDING %d)", exc, len(self.pending), self.settings.check_every_s,
+                                self.settings.max_pending)
+                else:
+                    log.debug("outcomes still not read: %s", exc)
+                return done
+            if self.prometheus_down_since is not None:
+                log.warning("outcomes read again from %s after %.0f s", self.outcomes.url, now - self.prometheus_down_since)
+                self.prometheus_down_since = None
+            judged_at = self.clock()
+            with self.lock:
+                for r in batch:
+                    r.judged_at = judged_at
+                    self.tally.add_outcome(r, self.u_star, self.settings.throttled_share)
+                    self.metrics.outcome(r, self.u_star, self.settings.throttled_share)
+                for _ in batch:
+                    self.pending.popleft()
+                self.metrics.pending.set(len(self.pending))
+            done += len(batch)
+        return done
+
+    # ---- the report ----------------------------------------------------------------------------------------
+    def report(self, now: float | None = None) -> str:
+        now = self.clock() if now is None else now
+        with self.lock:
+            context = {**self.context, "nodes in kso's cache": len(self.state),
+                       "binds waiting for their outcome": len(self.pending)}
+            if self.outcomes is not None and self.outcomes.missing:
+                context["metrics Prometheus has no series of"] = ", ".join(sorted(self.outcomes.missing))
+            if self.prometheus_down_since is not None:
+                since = time.strftime("%H:%M:%S", time.gmtime(self.prometheus_down_since))
+                context["Prometheus"] = f"unavailable since {since} UTC"
+            return markdown(self.tally, list(self.changed), context, self.u_star, now)
+
+    def write_report(self, now: float | None = None) -> str:
+        """Write the report file (atomically: a reader never sees half of it); a write that fails is logged."""
+        text = self.report(now)
+        self.report_text = text
+        path = Path(self.settings.report_path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+            self.metrics.last_report.set(self.clock())
+        except OSError as exc:
+            log.warning("report not written to %s: %s", path, exc)
+        return text
+
+    # ---- threads -------------------------------------------------------------------------------------------
+    def _periodic(self) -> None:
+        next_report = time.monotonic() + self.settings.report_every_s
+        while not self.stop_event.wait(min(self.settings.check_every_s, max(0.0, next_report - time.monotonic()))):
+            try:
+                self.check_outcomes()
+                if time.monotonic() >= next_report:
+                    next_report = time.monotonic() + self.settings.report_every_s
+                    self.write_report()
+            except Exception:  # noqa: BLE001 - a bad round must not end the shadow
+                log.exception("outcome check or report failed; retried at the next round")
+
+    def start(self) -> None:
+        for name, target in (("kso-shadow-judge", self._judge_loop), ("kso-shadow-outcomes", self._periodic)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.binds.put(None)  # after the binds already queued: they are judged first
+        for thread in self.threads:
+            thread.join(10)
+
+
+def http_server(address: str, shadow: Shadow) -> ThreadingHTTPServer:
+    """/metrics, /healthz and /report (the latest report's Markdown) on ``address`` in a daemon thread."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from scheduler.debug import parse_address
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            path = self.path.partition("?")[0]
+            try:
+                if path == "/metrics":
+                    self._send(200, generate_latest(shadow.metrics.registry), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    self._send(200, b"ok", "text/plain")
+                elif path == "/report":
+                    self._send(200, shadow.report().encode(), "text/markdown; charset=utf-8")
+                else:
+                    self._send(404, b"not found: try /metrics, /healthz, /report\n", "text/plain")
+            except Exception as exc:  # noqa: BLE001 - answer, never drop the connection
+                log.exception("%s failed", path)
+                self._send(500, f"error: {exc}\n".encode(), "text/plain")
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server API
+            log.debug("http %s", format % args)
+
+    server = ThreadingHTTPServer(parse_address(address, 9110), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="kso-shadow-http", daemon=True).start()
+    return server
+
+
+@dataclass
+class RunningShadow:
+    shadow: Shadow
+    watcher: ShadowWatcher
+    server: ThreadingHTTPServer | None = None
+    stops: list[Callable[[], Any]] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1]) if self.server is not None else 0
+
+    def close(self) -> str:
+        """Stop everything; the report is written a last time and returned."""
+        self.watcher.stop()
+        self.shadow.stop()
+        text = self.shadow.write_report()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        for fn in reversed(self.stops):
+            fn()
+        return text
+
+
+def start(env: Mapping[str, str] | None = None, config_file: str | None = None, kubeconfig: str | None = None,
+          api_client: Any = None, sync_timeout_s: float | None = None) -> RunningShadow:
+    """Start ``kso shadow`` in background threads (the CLI waits on it; tests call it). The configuration is the
+    extender's (extender.config.load_config: ``env`` over ``config_file``) plus ShadowSettings."""
+    from benchmarks.sim.history_names import HistoryNames
+    from extender.config import load_config
+    from forecasting.store import StoreSettings
+    from kso.core import kube
+    from kso.decisions.engine import DecisionEngine
+    from kso.decisions.forecasts import start_forecasts
+    from kso.decisions.recent import recent_bind_hold_s
+    from shadow.outcomes import Outcomes
+
+    config = load_config(env, config_file)
+    problems = config.validate()
+    if problems:
+        raise ValueError("bad configuration: " + "; ".join(problems))
+    settings = config.load(ShadowSettings)
+    names = config.load(HistoryNames)
+    if settings.address:
+        from scheduler.debug import parse_address
+
+        parse_address(settings.address, 9110)  # a bad address fails before any thread starts
+    client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
+    s = config.settings
+    state = ClusterState(max_resource_columns=s.max_resource_columns, max_pod_annotation_bytes=s.max_pod_annotation_bytes)
+    state.recent_window_s = recent_bind_hold_s(config)
+    stops: list[Callable[[], Any]] = []
+    started = start_forecasts(config)
+    stats = None
+    if started is not None:
+        stats, stop_forecasts = started
+        stops.append(stop_forecasts)
+    engine = DecisionEngine(config, state, stats, plan=None, cache_bodies=False)
+    safe = config.agent_params["safe"]
+    horizon_s = (config.store or StoreSettings()).horizon_s
+    outcomes = None
+    if config.prometheus is not None:
+        outcomes = Outcomes(config.prometheus, settings, horizon_s, names.node_label, names.container_selector)
+    else:
+        log.warning("KSO_PROMETHEUS_URL is not set: kso shadow judges binds but reads no outcomes")
+    context = {"agents": ", ".join(engine.agents), "filters": ", ".join(engine.filters) or "none",
+               "weights": ", ".join(f"{k}={v}" for k, v in engine.weights.items()),
+               "U* (SAFEUTILIZATION)": f"{safe.u_star:.0%}", "eps (SAFEPERCENTILE)": f"{safe.eps:.0%}",
+               "forecast horizon (KSO_FORECAST_HORIZON)": f"{horizon_s:g} s",
+               "load statistics": "forecasts from " + config.prometheus.url if stats is not None and config.prometheus
+               else "node annotations",
+               "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)",
+               "throttled_share": settings.throttled_share}
+    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context)
+    watcher = ShadowWatcher(state, client, shadow.on_bind)
+    running = RunningShadow(shadow, watcher, stops=stops)
+    shadow.start()
+    watcher.start()
+    wait_s = s.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
+    if not watcher.wait_synced(wait_s):
+        log.warning("node cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); judging from what is listed so far",
+                    wait_s)
+    if settings.address:
+        running.server = http_server(settings.address, shadow)
+        log.info("kso shadow: /metrics, /report on http://%s:%d", *running.server.server_address[:2])
+    log.info("kso shadow: judging binds (%s), outcomes after %g s + %g s, report %s every %g s", context["agents"],
+             horizon_s, settings.settle_s, settings.report_path, settings.report_every_s)
+    return running
+
+
+def cmd_shadow(args: argparse.Namespace) -> int:
+    from extender.config import load_config
+    from kso.core.logs import configure_logging
+
+    env = dict(os.environ)
+    for flag, name in ((args.address, "KSO_SHADOW_ADDRESS"), (args.report, "KSO_SHADOW_REPORT")):
+        if flag is not None:
+            env[name] = flag
+    if getattr(args, "log_format", None):
+        env["KSO_LOG_FORMAT"] = args.log_format
+    logs = load_config(env, args.config).logs
+    configure_logging(logs.level_number, logs.format)
+    try:
+        running = start(env, args.config, kubeconfig=args.kubeconfig)
+    except (OSError, ValueError) as exc:  # KubeConfigError, a bad address, a port in use: one line, exit 1
+        print(f"kso shadow: {exc}", file=sys.stderr)
+        return 1
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait(args.duration if args.duration else None)
+    running.close()
+    print(f"kso shadow: report written to {running.shadow.settings.report_path}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("shadow", help="run beside the cluster's scheduler, off its path: record what kso would have "
+                                      "decided for each bind and what happened to both nodes (metrics and a report)")
+    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--config", help="settings file (YAML/JSON mapping of setting names; env wins)")
+    p.add_argument("--address", help="host:port of /metrics, /healthz and /report (default KSO_SHADOW_ADDRESS or "
+                                     "127.0.0.1:9110; empty = not served)")
+    p.add_argument("--report", help="the Markdown report's path (default KSO_SHADOW_REPORT or shadow-report.md)")
+    p.add_argument("--duration", type=float, default=0.0,
+                   help="stop after this many seconds and write the report (default: run until stopped)")
+    p.set_defaults(func=cmd_shadow)

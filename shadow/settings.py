@@ -1,0 +1,46 @@
+"""``kso shadow``'s own settings (``KSO_SHADOW_*``). A module of its own, light to import: every kso command checks
+the configuration against the declared settings before it starts. The rest of its configuration is kso's: the
+agents, weights and U* of the extender (extender.config), Prometheus and the forecast horizon (forecasting), and the
+cAdvisor names of ``kso bench --prometheus`` (benchmarks.sim.history_names) for the throttling query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kso.core.settings import setting
+
+# cAdvisor's CFS counters, per node: $node is KSO_HISTORY_NODE_LABEL, $containers KSO_HISTORY_CONTAINER_SELECTOR.
+THROTTLED_QUERY = ("sum by ($node) (rate(container_cpu_cfs_throttled_periods_total{$containers}[5m])) / "
+                   "sum by ($node) (rate(container_cpu_cfs_periods_total{$containers}[5m]))")
+
+
+@dataclass
+class ShadowSettings:
+    address: str = setting("KSO_SHADOW_ADDRESS", "127.0.0.1:9110",
+                           help="host:port of kso shadow's /metrics, /healthz and /report (--address); empty = not served")
+    report_path: str = setting("KSO_SHADOW_REPORT", "shadow-report.md",
+                               help="the Markdown report kso shadow rewrites every KSO_SHADOW_REPORT_EVERY_S (--report)")
+    report_every_s: float = setting("KSO_SHADOW_REPORT_EVERY_S", 600.0, lo=1, hi=86400,
+                                    help="how often kso shadow rewrites its report, seconds")
+    check_every_s: float = setting("KSO_SHADOW_CHECK_EVERY_S", 60.0, lo=1, hi=86400,
+                                   help="how often kso shadow asks Prometheus about the binds whose horizon has passed, "
+                                        "seconds")
+    settle_s: float = setting("KSO_SHADOW_SETTLE_S", 120.0, lo=0, hi=86400,
+                              help="a bind's outcome is read this long after its horizon ended (scrapes and rate windows "
+                                   "to land), seconds")
+    max_pending: int = setting("KSO_SHADOW_MAX_PENDING", 10_000, lo=1, hi=10_000_000,
+                               help="binds kept waiting for their outcome; past it the oldest are dropped (counted)")
+    queue: int = setting("KSO_SHADOW_QUEUE", 64, lo=1, hi=100_000,
+                         help="binds waiting to be judged, each with its copy of the node cache's rows; past it a bind "
+                              "is skipped (counted)")
+    keep: int = setting("KSO_SHADOW_KEEP", 200, lo=0, hi=1_000_000,
+                        help="judged binds kept for the report's table of changed placements")
+    max_window_s: float = setting("KSO_SHADOW_MAX_WINDOW_S", 3600.0, lo=60, hi=7 * 86400,
+                                  help="longest time range of one batch of outcome queries, seconds")
+    query_oom: str = setting("KSO_SHADOW_QUERY_OOM", "sum by ($by) (node_vmstat_oom_kill)",
+                             help="range query: each node's OOM-kill counter (node-exporter); '' to skip")
+    query_throttled: str = setting("KSO_SHADOW_QUERY_THROTTLED", THROTTLED_QUERY,
+                                   help="range query: each node's share of throttled CFS periods ($node, $containers: "
+                                        "KSO_HISTORY_NODE_LABEL and KSO_HISTORY_CONTAINER_SELECTOR); '' to skip")
+    throttled_share: float = setting("KSO_SHADOW_THROTTLED_SHARE", 0.25, lo=0, hi=1,
+                                     help="a node whose throttled share passes this in a bind's window counts as throttled")
