@@ -1,0 +1,221 @@
+"""``kso shadow`` on the real control plane (etcd + kube-apiserver) and a real Prometheus backfilled (promtool) with
+node-exporter-shaped series for two nodes: ``sh-hot`` runs at 86 % cpu, then at 97 % from minutes before the test
+on (with OOM kills),
+``sh-cool`` at 20 %. Pods are bound with the Binding API, as another scheduler would; the shadow judges each bind on
+its cache as it was before it and reads both nodes' outcomes from Prometheus once the horizon has passed."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+from kubernetes import client
+
+from benchmarks.e2e import create_nodes, delete_nodes, node_manifest, pod_manifest
+from benchmarks.sim.history_openmetrics import backfill
+from shadow.run import RunningShadow, start
+from tests.support.fixtures import make_running, until
+from tests.support.prom_server import PromServer, prometheus_binaries
+
+HOT, COOL = "sh-hot", "sh-cool"
+SCRAPE = 60
+BEFORE_S, AFTER_S = 6 * 3600, 1800
+CPUS = 4
+HOT_BEFORE, HOT_AFTER, COOL_UTIL = 0.86, 0.97, 0.20
+HORIZON_S = 120
+SWITCH_S = 600
+
+
+def node_exporter_lines(now: float) -> list[str]:
+    """OpenMetrics text of node-exporter's series for HOT and COOL from now - BEFORE_S to now + AFTER_S, one scrape a
+    minute: cpu counters rising by each interval's utilisation (small deterministic noise), memory at 50 %,
+    node_uname_info, and HOT's OOM-kill counter rising by one a minute. HOT's load rises SWITCH_S before now, so
+    that the 5-minute rate has reached it when the test's pods are bound."""
+    end = math.floor(now / SCRAPE) * SCRAPE + AFTER_S
+    scrapes = np.arange(end - BEFORE_S - AFTER_S, end + 1, SCRAPE, dtype=float)
+    rng = np.random.default_rng(7)
+    fam: dict[str, list[str]] = {k: [] for k in ("node_cpu_seconds", "node_memory_MemAvailable_bytes",
+                                                 "node_memory_MemTotal_bytes", "node_uname_info", "node_vmstat_oom_kill")}
+    for i, (node, before, after) in enumerate(((HOT, HOT_BEFORE, HOT_AFTER), (COOL, COOL_UTIL, COOL_UTIL))):
+        util = np.clip(np.where(scrapes > now - SWITCH_S, after, before) + rng.normal(0, 0.01, len(scrapes)), 0, 1)
+        busy, idle = np.cumsum(util * SCRAPE) + 1e5, np.cumsum((1 - util) * SCRAPE) + 1e5
+        base = f'instance="10.9.0.{i + 1}:9100",job="node-exporter"'
+        for cpu in range(CPUS):
+            for mode, counter in (("idle", idle), ("user", busy)):
+                fam["node_cpu_seconds"] += [f'node_cpu_seconds_total{{cpu="{cpu}",{base},mode="{mode}"}} {v:.3f} {t:.0f}'
+                                            for v, t in zip(counter, scrapes, strict=True)]
+        total = 16 * 2.0**30
+        fam["node_memory_MemTotal_bytes"] += [f"node_memory_MemTotal_bytes{{{base}}} {total:.0f} {t:.0f}" for t in scrapes]
+        fam["node_memory_MemAvailable_bytes"] += [f"node_memory_MemAvailable_bytes{{{base}}} {total / 2:.0f} {t:.0f}"
+                                                  for t in scrapes]
+        fam["node_uname_info"] += [f'node_uname_info{{{base},nodename="{node}"}} 1 {t:.0f}' for t in scrapes]
+        kills = np.cumsum(scrapes > now - SWITCH_S) if node == HOT else np.zeros(len(scrapes))
+        fam["node_vmstat_oom_kill"] += [f"node_vmstat_oom_kill{{{base}}} {k:.0f} {t:.0f}"
+                                        for k, t in zip(kills, scrapes, strict=True)]
+    out = []
+    for name, lines in fam.items():
+        out.append(f"# TYPE {name} {'counter' if name == 'node_cpu_seconds' else 'gauge'}\n")
+        out += [line + "\n" for line in lines]
+    return [*out, "# EOF\n"]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+    bins = prometheus_binaries()
+    assert bins is not None, "prometheus/promtool not installed (apt-get install -y prometheus)"
+    workdir = tmp_path_factory.mktemp("shadow-prometheus")
+    om = workdir / "nodes.om"
+    om.write_text("".join(node_exporter_lines(time.time())))
+    backfill(om, workdir / "tsdb", bins[1])
+    server = PromServer(bins[0], workdir, np.zeros(0), {}, np.zeros(0), np.zeros(0),
+                        provenance="node-exporter series generated for the shadow's two nodes")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def two_nodes(control_plane: Any, kube_namespace: str) -> Iterator[str]:
+    """HOT and COOL, labelled for this test's pods (the shared control plane holds other tests' nodes, which the
+    pods' nodeSelector keeps out of kso's choice); the label value is returned."""
+    api = control_plane.api_client()
+    label = {"shadow-test": kube_namespace}
+    create_nodes(api, [node_manifest(HOT, str(CPUS), "16Gi", labels=label),
+                       node_manifest(COOL, str(CPUS), "16Gi", labels=label)])
+    yield kube_namespace
+    core = client.CoreV1Api(api)
+    for name in (HOT, COOL):
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+    delete_nodes(api, [HOT, COOL])
+
+
+def env_for(url: str, report: Path) -> dict[str, str]:
+    return {"KSO_PROMETHEUS_URL": url, "KSO_PROMETHEUS_HISTORY": str(BEFORE_S), "KSO_FORECAST_HORIZON": str(HORIZON_S),
+            "KSO_SHADOW_SETTLE_S": "0", "KSO_SHADOW_ADDRESS": "127.0.0.1:0", "KSO_SHADOW_REPORT": str(report),
+            "KSO_SHADOW_CHECK_EVERY_S": "3600", "KSO_PROMETHEUS_TIMEOUT": "3", "KSO_PROMETHEUS_RETRIES": "0"}
+
+
+def started(control_plane: Any, env: dict[str, str]) -> RunningShadow:
+    running = start(env, api_client=control_plane.api_client(), sync_timeout_s=30)
+    assert running.watcher.synced
+    return running
+
+
+def pod(core: client.CoreV1Api, ns: str, name: str, label: str, node: str = "", cpu: str = "500m") -> None:
+    manifest = pod_manifest(name, cpu=cpu, memory="256Mi", scheduler="default-scheduler",
+                            node_selector={"shadow-test": label})
+    if node:
+        manifest["spec"]["nodeName"] = node
+    core.create_namespaced_pod(ns, manifest)
+
+
+def metric(text: str, line_start: str) -> float:
+    found = [ln for ln in text.splitlines() if ln.startswith(line_start)]
+    assert len(found) == 1, (line_start, [ln for ln in text.splitlines() if ln.startswith("kso_shadow")])
+    return float(found[0].rsplit(" ", 1)[1])
+
+
+def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not(
+        control_plane: Any, kube_namespace: str, two_nodes: str, prometheus: PromServer, tmp_path: Path) -> None:
+    core = client.CoreV1Api(control_plane.api_client())
+    ns = kube_namespace
+    report = tmp_path / "shadow-report.md"
+    running = started(control_plane, env_for(prometheus.url, report))
+    try:
+        shadow = running.shadow
+        status = shadow.engine.forecast_status
+        until(lambda: status.last_success is not None, 60, f"a forecast refresh ({status.last_error})")
+        pod(core, ns, "web", two_nodes, cpu="2500m")  # more than half a node: it fits HOT only while not counted there
+        pod(core, ns, "api", two_nodes)
+        pod(core, ns, "pinned", two_nodes, node=HOT)  # created on its node: no scheduler bound it
+        until(lambda: running.shadow.state.pending_pod(namespace=ns, name="api"), 10, "the pods seen pending")
+        make_running(core, ns, "web", HOT)  # the other scheduler's choice: the node kso forecasts over U*
+        assert shadow.wait_judged(1, 30)
+        make_running(core, ns, "api", COOL)  # ... and one kso agrees with
+        assert shadow.wait_judged(2, 30)
+        time.sleep(1)
+        records = {r.pod.split("/")[1]: r for r in shadow.pending}
+        assert set(records) == {"web", "api"}, records  # the pod created on its node is not a bind
+        web, api = records["web"], records["api"]
+        assert (web.chosen, web.pick, web.warned) == (HOT, COOL, True)
+        assert any(r.startswith("safe-overload") for r in web.reasons), web.reasons
+        assert web.chosen_risk is not None and web.chosen_risk > 0.3 > (web.pick_risk or 0.0)
+        # judged on the cache before the bind: web's 2500m not counted on HOT yet (else "Insufficient cpu" there)
+        assert web.fitting == 2 and web.passing == 1 and not web.late and web.nodes >= 2
+        assert (api.chosen, api.pick, api.warned, api.reasons) == (COOL, COOL, False, [])
+
+        assert shadow.check_outcomes() == 0  # the horizon has not passed
+        assert shadow.check_outcomes(now=web.at + HORIZON_S + 1) == 2
+        hot, cool = web.chosen_outcome, web.pick_outcome
+        assert hot is not None and cool is not None and api.pick_outcome is None
+        assert hot.peak_cpu == pytest.approx(HOT_AFTER, abs=0.05) and hot.over(0.9)
+        assert hot.peak_memory == pytest.approx(0.5, abs=1e-6)
+        assert hot.oom_kills is not None and hot.oom_kills >= 1
+        assert cool.peak_cpu == pytest.approx(COOL_UTIL, abs=0.05) and cool.over(0.9) is False
+        assert cool.oom_kills == 0
+        assert hot.throttled is None and "throttled" in shadow.outcomes.missing  # no cAdvisor series here
+
+        text = requests.get(f"http://127.0.0.1:{running.port}/metrics", timeout=5).text
+        assert metric(text, 'kso_shadow_decisions_total{decision="changed"}') == 1
+        assert metric(text, 'kso_shadow_decisions_total{decision="same"}') == 1
+        assert metric(text, "kso_shadow_warned_total") == 1
+        assert metric(text, 'kso_shadow_outcomes_total{result="over",role="chosen",warned="true"}') == 1
+        assert metric(text, 'kso_shadow_outcomes_total{result="under",role="chosen",warned="false"}') == 1
+        assert metric(text, 'kso_shadow_outcomes_total{result="under",role="kso_pick",warned="true"}') == 1
+        assert metric(text, 'kso_shadow_oom_kills_total{role="chosen"}') >= 1
+        assert metric(text, "kso_shadow_pending_records") == 0
+    finally:
+        final = running.close()
+    assert report.read_text() == final
+    assert "| kso would have placed the pod elsewhere | 1 of 2 (50 %) |" in final
+    assert "| **warned nodes that went over U\\* (90%)** | 1 of 1 (100 %) |" in final
+    assert "| **kso's own picks (where they differ) that went over U\\*** | 0 of 1 (0 %) |" in final
+    row = next(ln for ln in final.splitlines() if f"{ns}/web" in ln)
+    assert f"| {HOT} |" in row and f"| {COOL} |" in row and "> U*" in row and "safe-overload" in row
+
+
+def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
+        control_plane: Any, kube_namespace: str, two_nodes: str, prometheus: PromServer, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    core = client.CoreV1Api(control_plane.api_client())
+    ns = kube_namespace
+    prometheus.stop()
+    running = started(control_plane, env_for(prometheus.url, tmp_path / "report.md"))
+    try:
+        shadow = running.shadow
+        status = shadow.engine.forecast_status
+        until(lambda: status.last_error, 30, "the forecasts' refresh failing")
+        assert prometheus.url in status.last_error and status.last_success is None
+        pod(core, ns, "web", two_nodes)
+        until(lambda: shadow.state.pending_pod(namespace=ns, name="web"), 10, "the pod seen pending")
+        make_running(core, ns, "web", HOT)
+        assert shadow.wait_judged(1, 30)  # judged without forecasts: the safe agent reads annotations (none here)
+        record = shadow.pending[0]
+        assert record.chosen == HOT and record.chosen_risk is None
+        with caplog.at_level(logging.WARNING, logger="kso.shadow"):
+            assert shadow.check_outcomes(now=record.at + HORIZON_S + 1) == 0
+            assert shadow.check_outcomes(now=record.at + HORIZON_S + 2) == 0
+        down = [r.getMessage() for r in caplog.records if "outcomes not read" in r.getMessage()]
+        assert len(down) == 1 and prometheus.url in down[0] and "1 binds wait" in down[0], down  # once per outage
+        assert list(shadow.pending) == [record] and record.chosen_outcome is None
+        text = requests.get(f"http://127.0.0.1:{running.port}/metrics", timeout=5).text
+        assert metric(text, "kso_shadow_prometheus_errors_total") == 2
+        assert "Prometheus | unavailable since" not in shadow.report() and "- Prometheus: unavailable since" in shadow.report()
+
+        prometheus.start()
+        with caplog.at_level(logging.WARNING, logger="kso.shadow"):
+            assert shadow.check_outcomes(now=record.at + HORIZON_S + 3) == 1
+        assert any("outcomes read again" in r.getMessage() for r in caplog.records)
+        assert record.chosen_outcome is not None and record.chosen_outcome.over(0.9)
+    finally:
+        if prometheus.proc is None:
+            prometheus.start()
+        running.close()
