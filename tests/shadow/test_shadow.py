@@ -1,8 +1,8 @@
 """``kso shadow`` on the real control plane (etcd + kube-apiserver) and a real Prometheus backfilled (promtool) with
-node-exporter-shaped series for two nodes: ``sh-hot`` runs at 86 % cpu, then at 97 % from minutes before the test
-on (with OOM kills),
-``sh-cool`` at 20 %. Pods are bound with the Binding API, as another scheduler would; the shadow judges each bind on
-its cache as it was before it and reads both nodes' outcomes from Prometheus once the horizon has passed."""
+node-exporter-shaped series for two nodes: ``sh-hot`` runs at 86 % cpu, then at 97 % from minutes before the test on
+(with OOM kills), ``sh-cool`` at 20 %. Pods are bound with the Binding API, as another scheduler would; the shadow
+judges each bind on its cache as it was before it and reads both nodes' outcomes from Prometheus once the horizon has
+passed."""
 
 from __future__ import annotations
 
