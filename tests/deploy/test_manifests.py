@@ -73,9 +73,10 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 
 def _manifest_files() -> list[str]:
-    # deploy/scheduler-standalone/ is its own optional set, checked by tests/deploy/test_scheduler_standalone.py
+    # deploy/scheduler-standalone/ and deploy/shadow/ are optional sets of their own, checked by
+    # tests/deploy/test_scheduler_standalone.py and tests/deploy/test_shadow_manifests.py
     return sorted(str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml")
-                  if p.name != "kustomization.yaml" and p.relative_to(DEPLOY).parts[0] != "scheduler-standalone")
+                  if p.name != "kustomization.yaml" and p.relative_to(DEPLOY).parts[0] not in ("scheduler-standalone", "shadow"))
 
 
 def _docs(include_optional: bool = False) -> list[dict[str, Any]]:
