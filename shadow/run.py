@@ -7,14 +7,15 @@ had it been asked to place the pod at that moment. (Judging when the pod is firs
 made between its creation and its bind, which a busy cluster has many of.) Binds seen only in a re-list after a watch
 gap are judged on the cache as it was before the re-list, and counted as late.
 
-Bounded memory: at most KSO_SHADOW_QUEUE binds wait to be judged (each with its copy of the node cache's rows: about
-150 bytes a node), KSO_SHADOW_MAX_PENDING judged binds wait for their outcome (a record is about 1 KiB) and
-KSO_SHADOW_KEEP are kept for the report; the counts behind the report and the metrics are numbers.
+Bounded memory: at most ShadowSettings.queue (64) binds wait to be judged, each with its copy of the node cache's
+rows (about 150 bytes a node: 10 MiB at 1,000 nodes), KSO_SHADOW_MAX_PENDING judged binds wait for their outcome (a
+record is about 1 KiB: 10 MiB at the default 10,000) and ShadowSettings.keep (200) are kept for the report; the
+counts behind the report and the metrics are numbers.
 
 Outages: the API server's are the watch's (kso.core.watcher: retried with backoff, a re-list after a gap, the cache
 serving meanwhile); Prometheus's leave the forecasts to the node annotations (kso.decisions.forecasts) and the
 outcome reads waiting: a failed read is logged when the outage starts and ends, and retried every
-KSO_SHADOW_CHECK_EVERY_S with the records kept.
+scrape interval with the records kept.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class Shadow:
             with self.lock:
                 self.tally.skipped += 1
             self.metrics.binds.labels("skipped").inc()
-            log.warning("bind of %s to %s not judged: %d binds already wait (KSO_SHADOW_QUEUE)", pod.key,
+            log.warning("bind of %s to %s not judged: %d binds already wait to be judged", pod.key,
                         obj["spec"]["nodeName"], self.settings.queue)
 
     # ---- the judge -------------------------------------------------------------------------------------
@@ -171,8 +172,8 @@ class Shadow:
     # ---- outcomes ----------------------------------------------------------------------------------------
     def due(self, now: float) -> list[Record]:
         """The oldest pending records whose horizon and settling time have passed, spanning at most
-        KSO_SHADOW_MAX_WINDOW_S of bind times (one batch of queries)."""
-        wait = self.outcomes.horizon_s + self.settings.settle_s
+        ShadowSettings.max_window_s of bind times (one batch of queries)."""
+        wait = self.outcomes.horizon_s + (self.settings.settle_s or 0.0)
         with self.lock:
             out: list[Record] = []
             for r in self.pending:
@@ -198,7 +199,7 @@ class Shadow:
                 if self.prometheus_down_since is None:
                     self.prometheus_down_since = now
                     log.warning("outcomes not read: %s; %d binds wait, retried every %g s (kept up to "
-                                "KSO_SHADOW_MAX_PENDING %d)", exc, len(self.pending), self.settings.check_every_s,
+                                "KSO_SHADOW_MAX_PENDING %d)", exc, len(self.pending), self.settings.check_every_s or 0,
                                 self.settings.max_pending)
                 else:
                     log.debug("outcomes still not read: %s", exc)
@@ -249,7 +250,8 @@ class Shadow:
     # ---- threads -------------------------------------------------------------------------------------------
     def _periodic(self) -> None:
         next_report = time.monotonic() + self.settings.report_every_s
-        while not self.stop_event.wait(min(self.settings.check_every_s, max(0.0, next_report - time.monotonic()))):
+        every = self.settings.check_every_s or 60.0
+        while not self.stop_event.wait(min(every, max(0.0, next_report - time.monotonic()))):
             try:
                 self.check_outcomes()
                 if time.monotonic() >= next_report:
@@ -334,9 +336,10 @@ class RunningShadow:
 
 
 def start(env: Mapping[str, str] | None = None, config_file: str | None = None, kubeconfig: str | None = None,
-          api_client: Any = None, sync_timeout_s: float | None = None) -> RunningShadow:
+          api_client: Any = None, sync_timeout_s: float | None = None, **fixed: Any) -> RunningShadow:
     """Start ``kso shadow`` in background threads (the CLI waits on it; tests call it). The configuration is the
-    extender's (extender.config.load_config: ``env`` over ``config_file``) plus ShadowSettings."""
+    extender's (extender.config.load_config: ``env`` over ``config_file``) plus ShadowSettings (``fixed``: its fields
+    that are not settings, e.g. ``settle_s``)."""
     from benchmarks.sim.history_names import HistoryNames
     from extender.config import load_config
     from forecasting.store import StoreSettings
@@ -350,7 +353,11 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     problems = config.validate()
     if problems:
         raise ValueError("bad configuration: " + "; ".join(problems))
-    settings = config.load(ShadowSettings)
+    settings = replace(config.load(ShadowSettings), **fixed)
+    if config.prometheus is not None:
+        scrape = config.prometheus.scrape_interval_s
+        settings = replace(settings, settle_s=scrape if settings.settle_s is None else settings.settle_s,
+                           check_every_s=scrape if settings.check_every_s is None else settings.check_every_s)
     names = config.load(HistoryNames)
     if settings.address:
         from scheduler.debug import parse_address
@@ -395,7 +402,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
         running.server = http_server(settings.address, shadow)
         log.info("kso shadow: /metrics, /report on http://%s:%d", *running.server.server_address[:2])
     log.info("kso shadow: judging binds (%s), outcomes after %g s + %g s, report %s every %g s", context["agents"],
-             horizon_s, settings.settle_s, settings.report_path, settings.report_every_s)
+             horizon_s, settings.settle_s or 0, settings.report_path, settings.report_every_s)
     return running
 
 

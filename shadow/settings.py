@@ -22,25 +22,25 @@ class ShadowSettings:
                                help="the Markdown report kso shadow rewrites every KSO_SHADOW_REPORT_EVERY_S (--report)")
     report_every_s: float = setting("KSO_SHADOW_REPORT_EVERY_S", 600.0, lo=1, hi=86400,
                                     help="how often kso shadow rewrites its report, seconds")
-    check_every_s: float = setting("KSO_SHADOW_CHECK_EVERY_S", 60.0, lo=1, hi=86400,
-                                   help="how often kso shadow asks Prometheus about the binds whose horizon has passed, "
-                                        "seconds")
-    settle_s: float = setting("KSO_SHADOW_SETTLE_S", 120.0, lo=0, hi=86400,
-                              help="a bind's outcome is read this long after its horizon ended (scrapes and rate windows "
-                                   "to land), seconds")
     max_pending: int = setting("KSO_SHADOW_MAX_PENDING", 10_000, lo=1, hi=10_000_000,
-                               help="binds kept waiting for their outcome; past it the oldest are dropped (counted)")
-    queue: int = setting("KSO_SHADOW_QUEUE", 64, lo=1, hi=100_000,
-                         help="binds waiting to be judged, each with its copy of the node cache's rows; past it a bind "
-                              "is skipped (counted)")
-    keep: int = setting("KSO_SHADOW_KEEP", 200, lo=0, hi=1_000_000,
-                        help="judged binds kept for the report's table of changed placements")
-    max_window_s: float = setting("KSO_SHADOW_MAX_WINDOW_S", 3600.0, lo=60, hi=7 * 86400,
-                                  help="longest time range of one batch of outcome queries, seconds")
+                               help="judged binds kept waiting for their outcome (about 1 KiB each); past it the oldest "
+                                    "are dropped, counted")
     query_oom: str = setting("KSO_SHADOW_QUERY_OOM", "sum by ($by) (node_vmstat_oom_kill)",
                              help="range query: each node's OOM-kill counter (node-exporter); '' to skip")
     query_throttled: str = setting("KSO_SHADOW_QUERY_THROTTLED", THROTTLED_QUERY,
                                    help="range query: each node's share of throttled CFS periods ($node, $containers: "
                                         "KSO_HISTORY_NODE_LABEL and KSO_HISTORY_CONTAINER_SELECTOR); '' to skip")
-    throttled_share: float = setting("KSO_SHADOW_THROTTLED_SHARE", 0.25, lo=0, hi=1,
-                                     help="a node whose throttled share passes this in a bind's window counts as throttled")
+    # Not settings of their own (fixed here, changed by tests):
+    # binds waiting to be judged, each with its copy of the node cache's rows (about 150 bytes a node): past it a
+    # bind is skipped, counted
+    queue: int = 64
+    # judged binds kept for the report's table of changed placements
+    keep: int = 200
+    # a bind's outcome is read this long after its horizon ended, and outcomes are checked this often: one scrape
+    # interval (KSO_PROMETHEUS_SCRAPE_INTERVAL) when None, for the newest samples to land
+    settle_s: float | None = None
+    check_every_s: float | None = None
+    # the longest time range of one batch of outcome queries, seconds
+    max_window_s: float = 3600.0
+    # a node whose throttled share of CFS periods passes this in a bind's window counts as throttled
+    throttled_share: float = 0.25

@@ -31,6 +31,7 @@ CPUS = 4
 HOT_BEFORE, HOT_AFTER, COOL_UTIL = 0.86, 0.97, 0.20
 HORIZON_S = 120
 SWITCH_S = 600
+SETTLE_S = 60.0
 
 
 def node_exporter_lines(now: float) -> list[str]:
@@ -99,12 +100,13 @@ def two_nodes(control_plane: Any, kube_namespace: str) -> Iterator[str]:
 
 def env_for(url: str, report: Path) -> dict[str, str]:
     return {"KSO_PROMETHEUS_URL": url, "KSO_PROMETHEUS_HISTORY": str(BEFORE_S), "KSO_FORECAST_HORIZON": str(HORIZON_S),
-            "KSO_SHADOW_SETTLE_S": "0", "KSO_SHADOW_ADDRESS": "127.0.0.1:0", "KSO_SHADOW_REPORT": str(report),
-            "KSO_SHADOW_CHECK_EVERY_S": "3600", "KSO_PROMETHEUS_TIMEOUT": "3", "KSO_PROMETHEUS_RETRIES": "0"}
+            "KSO_SHADOW_ADDRESS": "127.0.0.1:0", "KSO_SHADOW_REPORT": str(report), "KSO_PROMETHEUS_TIMEOUT": "3",
+            "KSO_PROMETHEUS_RETRIES": "0"}
 
 
 def started(control_plane: Any, env: dict[str, str]) -> RunningShadow:
-    running = start(env, api_client=control_plane.api_client(), sync_timeout_s=30)
+    # outcomes read by the test itself (check_outcomes), not every scrape interval behind its back
+    running = start(env, api_client=control_plane.api_client(), sync_timeout_s=30, check_every_s=3600.0)
     assert running.watcher.synced
     return running
 
@@ -152,8 +154,10 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
         assert web.fitting == 2 and web.passing == 1 and not web.late and web.nodes >= 2
         assert (api.chosen, api.pick, api.warned, api.reasons) == (COOL, COOL, False, [])
 
+        assert shadow.settings.settle_s == SETTLE_S  # one scrape interval (KSO_PROMETHEUS_SCRAPE_INTERVAL's default)
         assert shadow.check_outcomes() == 0  # the horizon has not passed
-        assert shadow.check_outcomes(now=web.at + HORIZON_S + 1) == 2
+        assert shadow.check_outcomes(now=web.at + HORIZON_S + 1) == 0  # nor the settling time after it
+        assert shadow.check_outcomes(now=web.at + HORIZON_S + SETTLE_S + 1) == 2
         hot, cool = web.chosen_outcome, web.pick_outcome
         assert hot is not None and cool is not None and api.pick_outcome is None
         assert hot.peak_cpu == pytest.approx(HOT_AFTER, abs=0.05) and hot.over(0.9)
@@ -201,8 +205,8 @@ def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
         record = shadow.pending[0]
         assert record.chosen == HOT and record.chosen_risk is None
         with caplog.at_level(logging.WARNING, logger="kso.shadow"):
-            assert shadow.check_outcomes(now=record.at + HORIZON_S + 1) == 0
-            assert shadow.check_outcomes(now=record.at + HORIZON_S + 2) == 0
+            assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 1) == 0
+            assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 2) == 0
         down = [r.getMessage() for r in caplog.records if "outcomes not read" in r.getMessage()]
         assert len(down) == 1 and prometheus.url in down[0] and "1 binds wait" in down[0], down  # once per outage
         assert list(shadow.pending) == [record] and record.chosen_outcome is None
@@ -212,7 +216,7 @@ def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
 
         prometheus.start()
         with caplog.at_level(logging.WARNING, logger="kso.shadow"):
-            assert shadow.check_outcomes(now=record.at + HORIZON_S + 3) == 1
+            assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 3) == 1
         assert any("outcomes read again" in r.getMessage() for r in caplog.records)
         assert record.chosen_outcome is not None and record.chosen_outcome.over(0.9)
     finally:
