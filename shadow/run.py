@@ -323,9 +323,13 @@ class RunningShadow:
         return int(self.server.server_address[1]) if self.server is not None else 0
 
     def close(self) -> str:
-        """Stop everything; the report is written a last time and returned."""
+        """Stop everything; the outcomes that are due are read and the report is written a last time (and returned)."""
         self.watcher.stop()
         self.shadow.stop()
+        try:
+            self.shadow.check_outcomes()
+        except Exception:  # noqa: BLE001 - the report is written whatever happened
+            log.exception("last outcome check failed")
         text = self.shadow.write_report()
         if self.server is not None:
             self.server.shutdown()

@@ -110,7 +110,7 @@ def test_kubernetes_service_variables_and_development_variables_are_not_settings
 
 
 def _source_files() -> list[Path]:
-    return [p for pkg in ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "scripts")
+    return [p for pkg in ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "scripts", "shadow")
             for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 
