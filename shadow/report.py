@@ -12,6 +12,7 @@ from typing import Any
 
 from shadow.judge import NodeOutcome, Record
 
+PLOT_POINTS = 5000
 
 @dataclass
 class Tally:
@@ -33,6 +34,8 @@ class Tally:
     throttled: dict[str, int] = field(default_factory=dict)
     with_outcome: int = 0
     started: float = field(default_factory=time.time)
+    # (role, warned, risk at the bind, measured peak) of the latest nodes read: the plot's points
+    points: deque[tuple[str, bool, float, float]] = field(default_factory=lambda: deque(maxlen=PLOT_POINTS))
 
     def add(self, record: Record) -> None:
         self.judged += 1
@@ -54,6 +57,9 @@ class Tally:
                 self.oom[role] = self.oom.get(role, 0.0) + o.oom_kills
             if o.throttled is not None and o.throttled > share:
                 self.throttled[role] = self.throttled.get(role, 0) + 1
+            risk = record.chosen_risk if role == "chosen" else record.pick_risk
+            if risk is not None and o.peak is not None:
+                self.points.append((role, record.warned, risk, o.peak))
 
     def count(self, role: str, warned: bool | None, which: int) -> int:
         return sum(c[which] for (r, w), c in self.outcomes.items() if r == role and (warned is None or w == warned))
@@ -86,8 +92,9 @@ def _iso(t: float) -> str:
 
 
 def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[str, Any], u_star: float,
-             now: float | None = None, rows: int = 30) -> str:
-    """The report's text. ``context``: what kso judged with (agents, weights, U*, eps, horizon, Prometheus, nodes)."""
+             now: float | None = None, rows: int = 30, plot: str = "") -> str:
+    """The report's text. ``context``: what kso judged with (agents, weights, U*, eps, horizon, Prometheus, nodes);
+    ``plot``: the file name of the risk-against-outcome plot beside the report, when there is one."""
     now = time.time() if now is None else now
     t = tally
     over_w, judged_w = t.count("chosen", True, 0), t.count("chosen", True, 0) + t.count("chosen", True, 1)
@@ -116,6 +123,10 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         f"| time to judge a bind (mean) | {1000 * t.judge_seconds / t.judged:.2f} ms |" if t.judged else
         "| time to judge a bind (mean) | - |",
         "",
+        *([f"![forecast risk at the bind against the peak utilisation measured after it]({plot})", "",
+           "Each point a node of a bind whose horizon has passed: the safe agent's risk with the pod (x) against the "
+           "peak utilisation Prometheus measured in the horizon (y). Red: chosen nodes kso warned about; grey: chosen "
+           "nodes it did not; blue: kso's own picks where they differ.", ""] if plot else []),
         "## What kso judged with", "",
         *(f"- {k}: {v}" for k, v in context.items()),
         "",
@@ -136,7 +147,7 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
     ]
     shown = list(changed)[-rows:][::-1]
     for r in shown:
-        reasons = "; ".join(r.reasons).replace("|", "\\|") or "-"
+        reasons = "; ".join(r.reasons).replace("|", "\\|") or "not refused: kso scores its pick higher"
         lines.append(f"| {_iso(r.at)[11:19]} | {r.pod} | {r.scheduler} | {r.chosen} | {_risk(r.chosen_risk)} | "
                      f"{reasons} | {r.pick or '(none: held)'} | {_risk(r.pick_risk)} | "
                      f"{_outcome(r.chosen_outcome, u_star)} | "
@@ -148,3 +159,34 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
 
 def _kills(value: float | None) -> str:
     return f"{value:g}" if value else "0"
+
+
+def plot(points: list[tuple[str, bool, float, float]], u_star: float, eps: float, path: str) -> bool:
+    """The risk-against-outcome scatter as a PNG at ``path``; False (nothing written) without matplotlib or points."""
+    import importlib.util
+
+    if not points or importlib.util.find_spec("matplotlib") is None:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for (role, warned), (color, marker, label) in {
+            ("chosen", True): ("tab:red", "x", "chosen node, kso warned"),
+            ("chosen", False): ("tab:gray", "o", "chosen node, not warned"),
+            ("kso_pick", True): ("tab:blue", "^", "kso's pick"), ("kso_pick", False): ("tab:blue", "^", "")}.items():
+        xy = [(x, y) for r, w, x, y in points if r == role and w == warned]
+        if xy:
+            ax.scatter(*zip(*xy, strict=True), c=color, marker=marker, s=22, alpha=0.7, label=label or None)
+    ax.axhline(u_star, color="black", lw=0.8, ls="--", label=f"U* {u_star:.0%}")
+    ax.axvline(eps, color="black", lw=0.8, ls=":", label=f"eps {eps:.0%}")
+    ax.set_xlabel("forecast P(util > U*) with the pod, at the bind")
+    ax.set_ylabel("peak utilisation in the horizon (measured)")
+    ax.set_xlim(-0.02, 1.02)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -40,7 +40,7 @@ from kso.core.objects import ObjectError, pod_from_k8s
 from kso.core.watcher import ClusterWatcher, Reflector
 from shadow.judge import Bind, Record, judge
 from shadow.metrics import ShadowMetrics
-from shadow.report import Tally, markdown
+from shadow.report import Tally, markdown, plot
 from shadow.settings import ShadowSettings
 
 log = logging.getLogger("kso.shadow")
@@ -97,6 +97,7 @@ class Shadow:
     metrics: ShadowMetrics = field(default_factory=ShadowMetrics)
     tally: Tally = field(default_factory=Tally)
     clock: Callable[[], float] = time.time
+    eps: float = 0.3
 
     def __post_init__(self) -> None:
         self.binds: queue.Queue[Bind | None] = queue.Queue(maxsize=self.settings.queue)
@@ -220,7 +221,7 @@ class Shadow:
         return done
 
     # ---- the report ----------------------------------------------------------------------------------------
-    def report(self, now: float | None = None) -> str:
+    def report(self, now: float | None = None, plot: str = "") -> str:
         now = self.clock() if now is None else now
         with self.lock:
             context = {**self.context, "nodes in kso's cache": len(self.state),
@@ -230,13 +231,22 @@ class Shadow:
             if self.prometheus_down_since is not None:
                 since = time.strftime("%H:%M:%S", time.gmtime(self.prometheus_down_since))
                 context["Prometheus"] = f"unavailable since {since} UTC"
-            return markdown(self.tally, list(self.changed), context, self.u_star, now)
+            return markdown(self.tally, list(self.changed), context, self.u_star, now, plot=plot)
 
     def write_report(self, now: float | None = None) -> str:
-        """Write the report file (atomically: a reader never sees half of it); a write that fails is logged."""
-        text = self.report(now)
-        self.report_text = text
+        """Write the report file (atomically: a reader never sees half of it), and its plot beside it (``.png``) when
+        matplotlib is installed; a write that fails is logged."""
         path = Path(self.settings.report_path)
+        with self.lock:
+            points = list(self.tally.points)
+        image = path.with_suffix(".png")
+        try:
+            drawn = plot(points, self.u_star, self.eps, str(image))
+        except Exception:  # noqa: BLE001 - the plot is a courtesy: the report is written without it
+            log.exception("report plot not drawn")
+            drawn = False
+        text = self.report(now, plot=image.name if drawn else "")
+        self.report_text = text
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
@@ -393,7 +403,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
                else "node annotations",
                "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)",
                "throttled_share": settings.throttled_share}
-    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context)
+    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps)
     watcher = ShadowWatcher(state, client, shadow.on_bind)
     running = RunningShadow(shadow, watcher, stops=stops)
     shadow.start()

@@ -6,6 +6,7 @@ passed."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import time
@@ -182,6 +183,8 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
     assert "| kso would have placed the pod elsewhere | 1 of 2 (50 %) |" in final
     assert "| **warned nodes that went over U\\* (90%)** | 1 of 1 (100 %) |" in final
     assert "| **kso's own picks (where they differ) that went over U\\*** | 0 of 1 (0 %) |" in final
+    if importlib.util.find_spec("matplotlib") is not None:  # the plot: a point per node read, beside the report
+        assert (tmp_path / "shadow-report.png").stat().st_size > 0 and "](shadow-report.png)" in final
     row = next(ln for ln in final.splitlines() if f"{ns}/web" in ln)
     assert f"| {HOT} |" in row and f"| {COOL} |" in row and "> U*" in row and "safe-overload" in row
 
