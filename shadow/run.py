@@ -376,7 +376,10 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     if settings.address:
         from scheduler.debug import parse_address
 
-        parse_address(settings.address, 9110)  # a bad address fails before any thread starts
+        try:  # a bad address fails before any thread starts
+            parse_address(settings.address, 9110)
+        except ValueError:
+            raise ValueError(f"--address / KSO_SHADOW_ADDRESS {settings.address!r} is not host:port") from None
     client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
     s = config.settings
     state = ClusterState(max_resource_columns=s.max_resource_columns, max_pod_annotation_bytes=s.max_pod_annotation_bytes)
@@ -424,6 +427,9 @@ def cmd_shadow(args: argparse.Namespace) -> int:
     from extender.config import load_config
     from kso.core.logs import configure_logging
 
+    if args.duration < 0:
+        print(f"kso shadow: --duration {args.duration:g} is negative", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     for flag, name in ((args.address, "KSO_SHADOW_ADDRESS"), (args.report, "KSO_SHADOW_REPORT")):
         if flag is not None:

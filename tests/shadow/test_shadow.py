@@ -226,3 +226,16 @@ def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
         if prometheus.proc is None:
             prometheus.start()
         running.close()
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), [
+    (["--address", "127.0.0.1:http"], 1, "kso shadow: --address / KSO_SHADOW_ADDRESS '127.0.0.1:http' is not host:port"),
+    (["--duration", "-5"], 2, "kso shadow: --duration -5 is negative"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(argv: list[str], code: int, message: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from kso.cli import main as kso_main
+
+    assert kso_main(["shadow", *argv]) == code
+    err = capsys.readouterr().err
+    assert err.strip() == message, err
