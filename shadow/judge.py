@@ -28,14 +28,26 @@ class NodeOutcome:
     peak_memory: float | None = None
     oom_kills: float | None = None
     throttled: float | None = None  # peak share of throttled CFS periods
+    # kso's pick ran without the pod: its requests as shares of the node's allocatable (cpu, memory), added to the
+    # measured peaks to judge it (None: the node ran the pod, its measure has it)
+    pod_share: tuple[float, float] | None = None
 
     @property
     def peak(self) -> float | None:
+        """The measured peak, the larger of cpu and memory."""
         values = [v for v in (self.peak_cpu, self.peak_memory) if v is not None]
         return max(values) if values else None
 
+    @property
+    def with_pod(self) -> float | None:
+        """The peak the node would have had with the pod: measured, plus the pod at its requests where it did not run."""
+        if self.pod_share is None:
+            return self.peak
+        values = [v + a for v, a in zip((self.peak_cpu, self.peak_memory), self.pod_share, strict=True) if v is not None]
+        return max(values) if values else None
+
     def over(self, u_star: float) -> bool | None:
-        peak = self.peak
+        peak = self.with_pod
         return None if peak is None else peak > u_star
 
 
@@ -69,6 +81,7 @@ class Record:
     pick_score: int | None
     chosen_risk: float | None  # the safe agent's P(util > U*) with the pod, the worse of cpu and memory
     pick_risk: float | None
+    pick_share: tuple[float, float] | None  # the pod's requests as shares of the pick's allocatable (cpu, memory)
     nodes: int
     fitting: int  # nodes passing the core filters
     passing: int  # of those, nodes passing kso's predicates
@@ -138,6 +151,12 @@ def judge(engine: DecisionEngine, bind: Bind) -> Record:
     if chosen_row is not None:
         reasons += chosen_row["reasons"]
     pick_row = rows.get(pick) if pick is not None else None
+    share = None
+    if pick is not None:
+        alloc = view.alloc[index[pick]]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = tuple(float(np.nan_to_num(pod.requests.get(r, 0.0) / alloc[view.columns[r]], posinf=0.0))
+                          for r in (CPU, MEMORY))
     return Record(
         uid=pod.uid, pod=pod.key, scheduler=pod.scheduler_name, cpu_m=pod.requests.get(CPU, 0.0),
         memory_mb=pod.requests.get(MEMORY, 0.0) / MIB, at=bind.at, chosen=bind.node, pick=pick,
@@ -145,6 +164,6 @@ def judge(engine: DecisionEngine, bind: Bind) -> Record:
         chosen_score=None if chosen_row is None or bind.node not in rows else int(chosen_row["score"]),
         pick_score=None if pick_row is None else int(pick_row["score"]),
         chosen_risk=None if chosen_row is None else _risk(chosen_row),
-        pick_risk=None if pick_row is None else _risk(pick_row),
+        pick_risk=None if pick_row is None else _risk(pick_row), pick_share=share,  # type: ignore[arg-type]
         nodes=len(names), fitting=len(fitting), passing=sum(1 for r in rows.values() if r["passed"]),
         late=bind.late, seconds=time.perf_counter() - started)

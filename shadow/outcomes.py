@@ -61,6 +61,7 @@ class Outcomes:
             r.chosen_outcome = self._outcome(r.chosen, lo, hi, cpu, memory, oom, throttled)
             if r.pick is not None and r.pick != r.chosen:
                 r.pick_outcome = self._outcome(r.pick, lo, hi, cpu, memory, oom, throttled)
+                r.pick_outcome.pod_share = r.pick_share
 
     def _series(self, query: str, start: float, end: float, uname: dict[str, str] | None,
                 optional: str = "") -> NodeSeries | None:

@@ -58,8 +58,8 @@ class Tally:
             if o.throttled is not None and o.throttled > share:
                 self.throttled[role] = self.throttled.get(role, 0) + 1
             risk = record.chosen_risk if role == "chosen" else record.pick_risk
-            if risk is not None and o.peak is not None:
-                self.points.append((role, record.warned, risk, o.peak))
+            if risk is not None and o.with_pod is not None:
+                self.points.append((role, record.warned, risk, o.with_pod))
 
     def count(self, role: str, warned: bool | None, which: int) -> int:
         return sum(c[which] for (r, w), c in self.outcomes.items() if r == role and (warned is None or w == warned))
@@ -79,7 +79,11 @@ def _outcome(o: NodeOutcome | None, u_star: float) -> str:
     peak = o.peak
     if peak is None:
         return "no data"
-    text = f"{peak:.0%}{' > U*' if peak > u_star else ''}"
+    text = f"{peak:.0%}"
+    if o.pod_share is not None:
+        text += f" (+pod {o.with_pod:.0%})"
+    if o.over(u_star):
+        text += " > U*"
     if o.oom_kills:
         text += f", {o.oom_kills:g} OOM"
     if o.throttled is not None:
@@ -125,7 +129,8 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         "",
         *([f"![forecast risk at the bind against the peak utilisation measured after it]({plot})", "",
            "Each point a node of a bind whose horizon has passed: the safe agent's risk with the pod (x) against the "
-           "peak utilisation Prometheus measured in the horizon (y). Red: chosen nodes kso warned about; grey: chosen "
+           "peak utilisation Prometheus measured in the horizon (y; kso's picks with the pod at its requests). "
+           "Red: chosen nodes kso warned about; grey: chosen "
            "nodes it did not; blue: kso's own picks where they differ.", ""] if plot else []),
         "## What kso judged with", "",
         *(f"- {k}: {v}" for k, v in context.items()),
@@ -137,8 +142,8 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         "not used: a shadow does not run the plan's jobs).",
         "- Risk: the safe agent's P(util > U*) with the pod added, the worse of cpu and memory.",
         "- Outcome: the node's peak cpu and memory utilisation in [bind, bind + horizon], from the series kso's "
-        "forecasts predict. kso's pick is measured as it ran, without the pod (the pod ran on the chosen node): for a "
-        "small pod that is close, for a big one it flatters kso's pick and counts the pod's load against the chosen node.",
+        "forecasts predict. The pod ran on the chosen node, so kso's pick ran without it: its peaks are judged with the "
+        "pod added at its requests (\"+pod\"), an estimate of what the pod would have added there.",
         "",
         f"## The latest placements kso would have changed (up to {rows})", "",
         "| bound at | pod | scheduler | chosen node | risk | kso refused it because | kso's pick | risk | "
@@ -183,7 +188,7 @@ def plot(points: list[tuple[str, bool, float, float]], u_star: float, eps: float
     ax.axhline(u_star, color="black", lw=0.8, ls="--", label=f"U* {u_star:.0%}")
     ax.axvline(eps, color="black", lw=0.8, ls=":", label=f"eps {eps:.0%}")
     ax.set_xlabel("forecast P(util > U*) with the pod, at the bind")
-    ax.set_ylabel("peak utilisation in the horizon (measured)")
+    ax.set_ylabel("peak utilisation in the horizon")
     ax.set_xlim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()

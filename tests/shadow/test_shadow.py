@@ -164,7 +164,9 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
         assert hot.peak_cpu == pytest.approx(HOT_AFTER, abs=0.05) and hot.over(0.9)
         assert hot.peak_memory == pytest.approx(0.5, abs=1e-6)
         assert hot.oom_kills is not None and hot.oom_kills >= 1
-        assert cool.peak_cpu == pytest.approx(COOL_UTIL, abs=0.05) and cool.over(0.9) is False
+        assert cool.peak_cpu == pytest.approx(COOL_UTIL, abs=0.05) and hot.pod_share is None
+        assert cool.pod_share == pytest.approx((2500 / 4000, 256 / (16 * 1024)))  # web's requests, where it did not run
+        assert cool.with_pod == pytest.approx(cool.peak_cpu + 2500 / 4000) and cool.over(0.9) is False
         assert cool.oom_kills == 0
         assert hot.throttled is None and "throttled" in shadow.outcomes.missing  # no cAdvisor series here
 
