@@ -24,6 +24,7 @@ class Tally:
     unreadable: int = 0
     late: int = 0
     changed: int = 0
+    changed_refused: int = 0  # of the changed, those whose chosen node kso refused (the rest on score alone)
     held: int = 0
     warned: int = 0
     dropped: int = 0
@@ -41,6 +42,7 @@ class Tally:
         self.judged += 1
         self.late += record.late
         self.changed += record.pick is not None and record.changed
+        self.changed_refused += record.pick is not None and record.changed and record.warned
         self.held += record.pick is None
         self.warned += record.warned
         self.judge_seconds += record.seconds
@@ -113,7 +115,8 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         "| | |", "|---|---|",
         f"| binds seen | {t.seen} (judged {t.judged}, skipped with a full queue {t.skipped}, unreadable {t.unreadable}"
         f"{f', {t.late} seen late, after a watch gap' if t.late else ''}) |",
-        f"| kso would have placed the pod elsewhere | {_pct(t.changed, t.judged)} |",
+        f"| kso would have placed the pod elsewhere | {_pct(t.changed, t.judged)}: {t.changed_refused} refusing the "
+        f"chosen node, {t.changed - t.changed_refused} on score alone |",
         f"| kso would have left the pod pending (no node passes) | {_pct(t.held, t.judged)} |",
         f"| kso warned about the chosen node (would have refused it) | {_pct(t.warned, t.judged)} |",
         f"| binds whose horizon has passed and were read | {t.with_outcome} (dropped before it: {t.dropped}) |",

@@ -182,7 +182,7 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
     finally:
         final = running.close()
     assert report.read_text() == final
-    assert "| kso would have placed the pod elsewhere | 1 of 2 (50 %) |" in final
+    assert "| kso would have placed the pod elsewhere | 1 of 2 (50 %): 1 refusing the chosen node, 0 on score alone |" in final
     assert "| **warned nodes that went over U\\* (90%)** | 1 of 1 (100 %) |" in final
     assert "| **kso's own picks (where they differ) that went over U\\*** | 0 of 1 (0 %) |" in final
     if importlib.util.find_spec("matplotlib") is not None:  # the plot: a point per node read, beside the report
