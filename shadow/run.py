@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from extender.bind_queue import RateLimitedLog
 from kso.core.cluster import ClusterState
 from kso.core.objects import ObjectError, pod_from_k8s
 from kso.core.watcher import ClusterWatcher, Reflector
@@ -109,6 +110,7 @@ class Shadow:
         self.prometheus_down_since: float | None = None
         self.report_text = ""
         self.judged_event = threading.Condition(self.lock)
+        self.skips = RateLimitedLog(log)  # a burst of binds past the queue: one line every 10 s, not one a bind
 
     # ---- the watch thread: one bind seen ---------------------------------------------------------------
     def on_bind(self, obj: dict[str, Any], late: bool) -> None:
@@ -130,7 +132,7 @@ class Shadow:
             with self.lock:
                 self.tally.skipped += 1
             self.metrics.binds.labels("skipped").inc()
-            log.warning("bind of %s to %s not judged: %d binds already wait to be judged", pod.key,
+            self.skips.warning("bind of %s to %s not judged: %d binds already wait to be judged", pod.key,
                         obj["spec"]["nodeName"], self.settings.queue)
 
     # ---- the judge -------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import requests
 from kubernetes import client
+from prometheus_client import generate_latest
 
 from benchmarks.e2e import create_nodes, delete_nodes, node_manifest, pod_manifest
 from benchmarks.sim.history_openmetrics import backfill
@@ -241,3 +242,38 @@ def test_bad_input_is_one_line_and_an_exit_code(argv: list[str], code: int, mess
     assert kso_main(["shadow", *argv]) == code
     err = capsys.readouterr().err
     assert err.strip() == message, err
+
+
+def test_memory_is_bounded_by_the_queue_and_the_pending_cap() -> None:
+    """Binds past the judging queue are skipped and counted; judged binds past KSO_SHADOW_MAX_PENDING drop the oldest,
+    counted: a shadow that cannot keep up or cannot reach Prometheus holds a bounded number of either."""
+    from dataclasses import replace
+
+    from extender.config import load_config
+    from forecasting.prometheus import PrometheusSettings
+    from kso.decisions.engine import DecisionEngine
+    from shadow.judge import judge
+    from shadow.outcomes import Outcomes
+    from shadow.run import Shadow
+    from shadow.settings import ShadowSettings
+    from tests.support.fixtures import make_node, make_pod, make_state
+
+    state = make_state([make_node("n1"), make_node("n2")])
+    engine = DecisionEngine(load_config({"KSO_AGENTS": "safe,pigeon"}), state)
+    settings = replace(ShadowSettings(), queue=2, max_pending=3, report_path="")
+    outcomes = Outcomes(PrometheusSettings(), settings, 60.0, "node", "")
+    shadow = Shadow(engine, state, settings, outcomes, 0.9, {})
+    for i in range(5):  # nobody judges: the queue holds 2
+        shadow.on_bind(make_pod(f"p{i}", node="n1"), late=False)
+    assert (shadow.tally.seen, shadow.tally.skipped, shadow.binds.qsize()) == (5, 3, 2)
+    for _ in range(2):
+        shadow.add(judge(engine, shadow.binds.get_nowait()))
+    for i in range(2, 5):
+        pod = make_pod(f"p{i}", node="n1")
+        shadow.on_bind(pod, late=False)
+        shadow.add(judge(engine, shadow.binds.get_nowait()))
+    assert len(shadow.pending) == 3 and shadow.tally.dropped == 2
+    assert [r.pod for r in shadow.pending] == ["default/p2", "default/p3", "default/p4"]  # the oldest went
+    text = generate_latest(shadow.metrics.registry).decode()
+    assert metric(text, 'kso_shadow_binds_total{result="skipped"}') == 3
+    assert metric(text, "kso_shadow_records_dropped_total") == 2 and metric(text, "kso_shadow_pending_records") == 3
