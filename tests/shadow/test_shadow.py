@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 
 from benchmarks.e2e import create_nodes, delete_nodes, node_manifest, pod_manifest
 from benchmarks.sim.history_openmetrics import backfill
+from kso.core.net import free_port
 from shadow.run import RunningShadow, start
 from tests.support.fixtures import make_running, until
 from tests.support.prom_server import PromServer, prometheus_binaries
@@ -277,3 +278,43 @@ def test_memory_is_bounded_by_the_queue_and_the_pending_cap() -> None:
     text = generate_latest(shadow.metrics.registry).decode()
     assert metric(text, 'kso_shadow_binds_total{result="skipped"}') == 3
     assert metric(text, "kso_shadow_records_dropped_total") == 2 and metric(text, "kso_shadow_pending_records") == 3
+
+
+def test_an_api_server_outage_is_the_watch_s_and_a_bind_in_the_gap_is_judged_late(
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """The stand-in API server (tests/support/kube_standin.py: the real server does not go away on demand) becomes
+    unreachable while a pod is bound and the history of the gap is compacted: the watch logs, retries and re-lists,
+    the shadow keeps running and judges the bind it missed on the cache as it was before the re-list (late)."""
+    from tests.support.kube_standin import StandinApiServer
+    from tests.support.standin_cases import api_client_for
+
+    with StandinApiServer() as server:
+        server.add_node("n1", cpu="4", memory="8Gi")
+        server.add_node("n2", cpu="4", memory="8Gi")
+        server.add_pod("before", node="n1", cpu="3200m")
+        server.add_pod("p", cpu="500m")
+        # no forecasts; outcomes from a Prometheus nobody serves (the records wait for it)
+        env = {"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}",
+               "KSO_SHADOW_ADDRESS": "", "KSO_SHADOW_REPORT": str(tmp_path / "r.md")}
+        running = start(env, api_client=api_client_for(server), sync_timeout_s=10, check_every_s=3600.0)
+        try:
+            shadow = running.shadow
+            assert running.watcher.synced and shadow.state.pending_pod(namespace="default", name="p")
+            assert server.wait_for_watches(2)
+            with caplog.at_level(logging.WARNING, logger="kso.core.kube"):
+                server.partition()
+                assert server.bind("default", "p", {"target": {"name": "n1"}})[0] == 201  # missed: kso cannot watch
+                server.compact()  # ... and the history covering the gap is gone
+                time.sleep(1.5)
+                server.heal()
+                assert shadow.wait_judged(1, 30), running.watcher.stats()
+            assert any("kube watcher pods" in r.getMessage() for r in caplog.records)
+            [record] = shadow.pending
+            assert (record.pod, record.chosen, record.late) == ("default/p", "n1", True)
+            # judged before the re-list applied it: "before"'s 3.2 cpus on n1, not p's 0.5 (4.2 would not fit)
+            assert record.fitting == 2 and "Insufficient cpu" not in record.reasons
+            assert until(lambda: any(p.name == "p" and p.node_name == "n1" for p in shadow.state.bound_pods()), 5,
+                         "the re-list applied after the judgement")
+            assert shadow.tally.late == 1 and running.watcher.relists >= 1
+        finally:
+            running.close()
