@@ -96,14 +96,6 @@ class Record:
     def changed(self) -> bool:
         return self.pick != self.chosen
 
-    def row(self) -> dict[str, Any]:
-        """The record as JSON-ready values."""
-        out = {name: getattr(self, name) for name in self.__slots__ if not name.endswith("_outcome")}  # type: ignore[attr-defined]
-        for role in ("chosen", "pick"):
-            o = getattr(self, f"{role}_outcome")
-            out[f"{role}_outcome"] = None if o is None else {k: getattr(o, k) for k in o.__slots__}
-        return out
-
 
 def subview(view: NodeView, idx: list[int]) -> NodeView:
     """The rows ``idx`` of ``view``, as a view of its own (the call kube-scheduler would send the extender)."""
