@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "demo": (None, "the main job on embedded data: forecasts, a CP-SAT plan, the extender over HTTP, and a trace "
                    "replay against the default scheduler (no cluster, no Prometheus)"),
     "settings": (None, "print every setting kso reads: its default, the values it accepts and what it does "
-                       "(README.md's configuration table)"),
+                       "(docs/configuration.md)"),
     "forecast": ("forecasting.cli", "forecast node utilisation from Prometheus or a trace"),
     "annotate": ("forecasting.cli", "write kube-safe-scheduler node annotations from forecasts"),
     "plan": ("optimizer.plan.cli", "solve a placement plan once (CP-SAT) and write the plan file"),
