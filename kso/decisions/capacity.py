@@ -239,8 +239,10 @@ class CapacitySignal:
         risks = {r.pod.uid: node_risks(self.agent, self.state, r) for r in refusals}
         self.wanted = self.decision.step(self.clock(), refusals, risks)
         self.refused = len(refusals)
-        result = self.reconciler.apply(self.wanted)
+        # Gone instances' placeholders first: one of the same refused pod and nodes has the name this kso's would
+        # have (it is "kept", not created, while it exists), so deleting it after would leave no signal for a round.
         reaped = self.reconciler.reap()
+        result = self.reconciler.apply(self.wanted)
         self.metrics.count(result, reaped)
         return self.wanted
 
