@@ -49,33 +49,41 @@ def reoptimize(cp: Any, ns: str, *extra: str) -> tuple[int, dict[str, Any], str]
     return run.returncode, doc, run.stderr
 
 
+def replicas_on(api: Any, ns: str, name: str, node: str, group: str, replicas: int, min_available: int) -> None:
+    """ReplicaSet ``name`` (``replicas`` pods of 300m / 256Mi, node selector kso-test/group=``group``) with every
+    pod bound to ``node`` and Running and Ready (as a kubelet would report), and a PodDisruptionBudget of
+    ``min_available`` whose status the real disruption controller has computed."""
+    core, apps, policy = client.CoreV1Api(api), client.AppsV1Api(api), client.PolicyV1Api(api)
+    labels = {"app": name}
+    apps.create_namespaced_replica_set(ns, {"metadata": {"name": name}, "spec": {
+        "replicas": replicas, "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels}, "spec": {
+            "schedulerName": "kso-scheduler", "nodeSelector": {"kso-test/group": group},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "300m", "memory": "256Mi"}}}]}}}})
+    policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": name}, "spec": {
+        "minAvailable": min_available, "selector": {"matchLabels": labels}}})
+    pods = until(lambda: (lambda p: p if len(p) == replicas else None)(core.list_namespaced_pod(ns).items), 60,
+                 "the ReplicaSet's pods")
+    for p in pods:
+        make_running(core, ns, p.metadata.name, node)
+    until(lambda: (policy.read_namespaced_pod_disruption_budget(name, ns).status.disruptions_allowed or 0)
+          == replicas - min_available, 60, "PDB status from the disruption controller")
+
+
 def test_reoptimize_execute_evicts_within_the_pdb_and_kso_places_replacements(control_plane: Any, kube_namespace: str,
                                                                               tmp_path: Any) -> None:
     control_plane.start_controller_manager()
     api = control_plane.api_client()
-    core, apps, policy = client.CoreV1Api(api), client.AppsV1Api(api), client.PolicyV1Api(api)
+    core = client.CoreV1Api(api)
     ns = kube_namespace
     hot = "t4-hot"
     nodes = [node_manifest(hot, "4", "16Gi", labels={"kso-test/group": "t4"}, annotations=HOT)]
     nodes += [node_manifest(f"t4-cool-{i}", "8", "32Gi", labels={"kso-test/group": "t4"}) for i in range(3)]
     create_nodes(api, nodes)
     try:
-        labels = {"app": "web"}
-        apps.create_namespaced_replica_set(ns, {"metadata": {"name": "web"}, "spec": {
-            "replicas": REPLICAS, "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {
-                "schedulerName": "kso-scheduler", "nodeSelector": {"kso-test/group": "t4"},
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": {"cpu": "300m", "memory": "256Mi"}}}]}}}})
-        policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": "web"}, "spec": {
-            "minAvailable": MIN_AVAILABLE, "selector": {"matchLabels": labels}}})
-        pods = until(lambda: (lambda p: p if len(p) == REPLICAS else None)(core.list_namespaced_pod(ns).items), 60,
-                     "the ReplicaSet's pods")
-        for p in pods:
-            make_running(core, ns, p.metadata.name, hot)
-        until(lambda: (policy.read_namespaced_pod_disruption_budget("web", ns).status.disruptions_allowed or 0)
-              == REPLICAS - MIN_AVAILABLE, 60, "PDB status from the disruption controller")
+        replicas_on(api, ns, "web", hot, "t4", REPLICAS, MIN_AVAILABLE)
 
         rc, dry, err = reoptimize(control_plane, ns)
         assert rc == 0 and dry["dryRun"], err
@@ -171,29 +179,14 @@ def test_reoptimize_moves_pods_off_a_node_hot_by_forecast_within_the_pdb(control
                                                                          forecast_prometheus: str) -> None:
     control_plane.start_controller_manager()
     api = control_plane.api_client()
-    core, apps, policy = client.CoreV1Api(api), client.AppsV1Api(api), client.PolicyV1Api(api)
+    core = client.CoreV1Api(api)
     ns = kube_namespace
     hot = "t4f-hot"
     create_nodes(api, [node_manifest(n, str(CPUS), "16Gi", labels={"kso-test/group": "t4f"}) for n in FORECAST_NODES])
     replicas, min_available = 6, 4
+    allowed = replicas - min_available
     try:
-        labels = {"app": "api"}
-        apps.create_namespaced_replica_set(ns, {"metadata": {"name": "api"}, "spec": {
-            "replicas": replicas, "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {
-                "schedulerName": "kso-scheduler", "nodeSelector": {"kso-test/group": "t4f"},
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": {"cpu": "300m", "memory": "256Mi"}}}]}}}})
-        policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": "api"}, "spec": {
-            "minAvailable": min_available, "selector": {"matchLabels": labels}}})
-        pods = until(lambda: (lambda p: p if len(p) == replicas else None)(core.list_namespaced_pod(ns).items), 60,
-                     "the ReplicaSet's pods")
-        for p in pods:
-            make_running(core, ns, p.metadata.name, hot)
-        allowed = replicas - min_available
-        until(lambda: (policy.read_namespaced_pod_disruption_budget("api", ns).status.disruptions_allowed or 0)
-              == allowed, 60, "PDB status from the disruption controller")
+        replicas_on(api, ns, "api", hot, "t4f", replicas, min_available)
         assert not [p for p in core.list_namespaced_pod(ns).items if not p.spec.node_name], "nothing is pending"
 
         def ours(doc: dict[str, Any]) -> list[dict[str, Any]]:

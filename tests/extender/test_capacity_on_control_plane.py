@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from benchmarks.e2e import ExtenderProcess, create_nodes, delete_nodes, node_manifest, pod_manifest, scheduler_config
+from benchmarks.e2e import ExtenderProcess, delete_nodes, pod_manifest, scheduler_config
 from benchmarks.prometheus_text import metric_sum, parse_metrics
 from kso.core.capacity import CapacityReconciler, CapacitySettings, PlaceholderSpec
 from kso.core.kube import load_api_client
@@ -36,6 +36,7 @@ from tests.support.capacity_plane import (
     DEFAULT_PROFILE,
     NS,
     apply_deploy,
+    capacity_appears,
     hot_nodes,
     kill,
     new_namespace,
@@ -175,16 +176,8 @@ def test_the_signal_goes_when_capacity_appears(plane: tuple[Any, Path], schedule
         core.create_namespaced_pod(ns, pod_manifest("api", cpu="1", memory="1Gi"))
         until(lambda: signal_for(core, f"{ns}/api"), AIM_S, "a placeholder kube-scheduler finds Unschedulable")
         appear = time.monotonic() - t0
-        t1 = time.monotonic()
-        create_nodes(api, [node_manifest("ca-new", "4", "16Gi")])
         nodes.append("ca-new")
-        until(lambda: not signal_for(core, f"{ns}/api"), AIM_S, "no unschedulable placeholder once a node was added")
-        gone = time.monotonic() - t1
-        # the placeholder went to the new node (kube-scheduler's verdict on it changed), or the pod did
-        assert {p.spec.node_name for p in placeholders(core, "kso-ca")} <= {"ca-new"}
-        until(lambda: core.read_namespaced_pod("api", ns).spec.node_name == "ca-new", AIM_S, "the pod bound to ca-new")
-        until(lambda: not placeholders(core, "kso-ca"), AIM_S, "the placeholder deleted once the pod was bound")
-        deleted = time.monotonic() - t1
+        gone, deleted = capacity_appears(api, ns, "api", "ca-new", "kso-ca")
         print(f"\ncapacity appears: signal appeared {appear:.1f} s after the pod was created; no longer unschedulable "
               f"{gone:.1f} s after the node was added, deleted {deleted:.1f} s after (2-core machine, shared)")
     finally:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from benchmarks.e2e import ExtenderProcess, create_nodes, delete_nodes, node_manifest, pod_manifest
+from benchmarks.e2e import ExtenderProcess, delete_nodes, pod_manifest
 from benchmarks.prometheus_text import metric_sum, parse_metrics
 from kso.core.capacity import HOLDER
 from tests.support.capacity_plane import (
@@ -33,6 +33,7 @@ from tests.support.capacity_plane import (
     DEFAULT_PROFILE,
     NS,
     apply_deploy,
+    capacity_appears,
     hot_nodes,
     kill,
     new_namespace,
@@ -115,15 +116,8 @@ def test_the_signal_appears_when_every_node_is_hot_and_goes_when_capacity_appear
         scrape = metrics(kso)
         assert metric_sum(scrape, "kso_capacity_placeholders") == 1 == metric_sum(scrape, "kso_capacity_refused_pods")
         assert metric_sum(scrape, "kso_capacity_hot_nodes") == len(nodes)
-        t1 = time.monotonic()
-        create_nodes(api, [node_manifest("sc-new", "4", "16Gi")])
         nodes.append("sc-new")
-        until(lambda: not signal_for(core, f"{ns}/api"), AIM_S, "no unschedulable placeholder once a node was added")
-        gone = time.monotonic() - t1
-        assert {p.spec.node_name for p in placeholders(core, "sched-ca")} <= {"sc-new"}
-        until(lambda: core.read_namespaced_pod("api", ns).spec.node_name == "sc-new", AIM_S, "the pod bound to sc-new")
-        until(lambda: not placeholders(core, "sched-ca"), AIM_S, "the placeholder deleted once the pod was bound")
-        deleted = time.monotonic() - t1
+        gone, deleted = capacity_appears(api, ns, "api", "sc-new", "sched-ca")
         print(f"\nkso scheduler, capacity appears: signal appeared {appear:.1f} s after the pod was created; no longer "
               f"unschedulable {gone:.1f} s after the node was added, deleted {deleted:.1f} s after (2-core machine, "
               f"shared)")

@@ -11,6 +11,7 @@ import base64
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from benchmarks.e2e import create_nodes, node_manifest
 from kso.core.capacity import HOLDER, PLACEHOLDER_FOR
+from tests.support.fixtures import until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NS = "kso-capacity"
@@ -102,3 +104,20 @@ def kill(proc: subprocess.Popen[bytes] | None) -> None:
     assert proc is not None
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+
+
+def capacity_appears(api: Any, ns: str, pod: str, new_node: str, holder: str) -> tuple[float, float]:
+    """Add node ``new_node`` (what the autoscaler adds) while pod ``ns/pod`` has an Unschedulable placeholder of
+    ``holder``: the placeholder is no longer unschedulable (kube-scheduler places it there), the pod lands there
+    too, and the placeholder is deleted. Returns the seconds from the node's creation to each of the first and
+    the last."""
+    core = client.CoreV1Api(api)
+    t0 = time.monotonic()
+    create_nodes(api, [node_manifest(new_node, "4", "16Gi")])
+    until(lambda: not signal_for(core, f"{ns}/{pod}"), AIM_S, "no unschedulable placeholder once a node was added")
+    gone = time.monotonic() - t0
+    # the placeholder went to the new node (kube-scheduler's verdict on it changed), or the pod did
+    assert {p.spec.node_name for p in placeholders(core, holder)} <= {new_node}
+    until(lambda: core.read_namespaced_pod(pod, ns).spec.node_name == new_node, AIM_S, f"the pod bound to {new_node}")
+    until(lambda: not placeholders(core, holder), AIM_S, "the placeholder deleted once the pod was bound")
+    return gone, time.monotonic() - t0
