@@ -37,10 +37,10 @@ from tests.support.fixtures import make_running, until
 REPLICAS, MIN_AVAILABLE = 6, 5
 
 
-def reoptimize(cp: Any, ns: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+def reoptimize(cp: Any, ns: str, *extra: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
     run = subprocess.run([sys.executable, "-m", "kso.cli", "reoptimize", "--kubeconfig", str(cp.kubeconfig), "--json",
                           "--policy", "none", "--workers", "1", "--max-moves", "6", "--plan-namespace", ns, *extra],
-                         capture_output=True, text=True, timeout=180, env=cp.env())
+                         capture_output=True, text=True, timeout=180, env={**cp.env(), **(env or {})})
     try:
         doc = json.loads(run.stdout)
     except json.JSONDecodeError:
@@ -192,7 +192,7 @@ def test_reoptimize_moves_pods_off_a_node_hot_by_forecast_within_the_pdb(control
         def ours(doc: dict[str, Any]) -> list[dict[str, Any]]:
             return [m for m in doc["moves"] if m["namespace"] == ns]
 
-        rc, by_requests, err = reoptimize(control_plane, ns)
+        rc, by_requests, err = reoptimize(control_plane, ns, env={"KSO_FORECAST_SOURCE": "NONE"})
         assert rc == 0, err
         assert not ours(by_requests), "without the forecast the node is judged on its requests (45 %): not hot"
 
@@ -203,6 +203,10 @@ def test_reoptimize_moves_pods_off_a_node_hot_by_forecast_within_the_pdb(control
         assert row["meanBefore"]["cpu"] > 0.9, row  # the forecast's, not the requests' 45 %
         assert 1 <= len(ours(dry)) <= allowed, dry["moves"]
         assert all(m["from"] == hot and m["to"] != hot for m in ours(dry)), dry["moves"]
+        # KSO_PROMETHEUS_URL (what the CronJob reads from kso-settings) is the same source without the flag
+        rc, by_settings, err = reoptimize(control_plane, ns, env={"KSO_PROMETHEUS_URL": forecast_prometheus})
+        assert rc == 0 and forecast_prometheus in by_settings["loadFrom"], err
+        assert [(m["pod"], m["to"]) for m in ours(by_settings)] == [(m["pod"], m["to"]) for m in ours(dry)]
 
         rc, done, err = reoptimize(control_plane, ns, "--prometheus", forecast_prometheus, "--execute")
         assert rc == 0, err  # every eviction accepted: the plan stayed within the budget
