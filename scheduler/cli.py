@@ -179,15 +179,15 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     binder = ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
     try:
         engine = None if seed_compatible else _engine(config, names, state, stops)
+        events = ApiEvents(client, component=names[0], instance=identity)
+        scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible)
+        out = RunningScheduler(scheduler, watcher, stops=stops)
+        if capacity_settings.enabled:  # exits when the agents have no safe agent
+            out.capacity = _capacity(engine, state, client, capacity_settings, scheduler)
     except BaseException:
         for fn in reversed(stops):
             fn()
         raise
-    events = ApiEvents(client, component=names[0], instance=identity)
-    scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible)
-    out = RunningScheduler(scheduler, watcher, stops=stops)
-    if capacity_settings.enabled:
-        out.capacity = _capacity(engine, state, client, capacity_settings, scheduler)
     if address:
         out.debug = debug_server(address, scheduler.qos_table, scheduler.metrics, lambda: status(out, identity))
         stops.append(out.debug.shutdown)
