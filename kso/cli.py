@@ -149,7 +149,8 @@ def settings_sections() -> list[tuple[str, list[type]]]:
 
     sections = [("Every command", [ConfigFileSettings, LogSettings]),
                 ("The extender (kso extender)", [ExtenderSettings]),
-                ("The capacity signal (kso extender: placeholders for the cluster-autoscaler)", [CapacitySettings]),
+                ("The capacity signal (kso extender, kso scheduler: placeholders for the cluster-autoscaler)",
+                 [CapacitySettings]),
                 ("Agents", [agent.Params for agent in AGENTS.values()]),
                 ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
                 ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),
