@@ -96,7 +96,7 @@ class ExtenderSettings:
                                     help="kube-scheduler's extender httpTimeout: a bind's API calls end within it, seconds")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list",
-                                help="the agents enabled (safe, pigeon, congestion, image, cost, foo)")
+                                help="the agents enabled (safe, pigeon, congestion, image, cost)")
     weights: dict[str, int] = setting("KSO_WEIGHTS", DEFAULT_WEIGHTS, kind="weights",
                                       help="priorities in the combined score and their weights")
     # Predicates used by the combined /filter; empty = every predicate of the enabled agents.

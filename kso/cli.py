@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "demo": (None, "the main job on embedded data: forecasts, a CP-SAT plan, the extender over HTTP, and a trace "
                    "replay against the default scheduler (no cluster, no Prometheus)"),
     "settings": (None, "print every setting kso reads: its default, the values it accepts and what it does "
-                       "(README.md's configuration table)"),
+                       "(docs/configuration.md)"),
     "forecast": ("forecasting.cli", "forecast node utilisation from Prometheus or a trace"),
     "annotate": ("forecasting.cli", "write kube-safe-scheduler node annotations from forecasts"),
     "plan": ("optimizer.plan.cli", "solve a placement plan once (CP-SAT) and write the plan file"),
@@ -151,7 +151,8 @@ def settings_sections() -> list[tuple[str, list[type]]]:
 
     sections = [("Every command", [ConfigFileSettings, LogSettings]),
                 ("The extender (kso extender)", [ExtenderSettings]),
-                ("The capacity signal (kso extender: placeholders for the cluster-autoscaler)", [CapacitySettings]),
+                ("The capacity signal (kso extender, kso scheduler: placeholders for the cluster-autoscaler)",
+                 [CapacitySettings]),
                 ("Agents", [agent.Params for agent in AGENTS.values()]),
                 ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
                 ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),

@@ -22,6 +22,7 @@ from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
 
 if TYPE_CHECKING:
+    from kso.core.capacity import CapacitySettings
     from kso.decisions.engine import DecisionEngine
 
 log = logging.getLogger("kso.scheduler")
@@ -55,6 +56,9 @@ class RunningScheduler:
     # The plan's background jobs (reload, reconcile, re-solve) while this replica leads, else None: a standby
     # replica neither solves nor polls.
     leader_jobs: Any = None
+    # The capacity signal (KSO_CAPACITY_SIGNAL, kso.decisions.capacity), run while this replica leads: only the
+    # leader judges pods, so only its refusals exist to show.
+    capacity: Any = None
 
     @property
     def debug_port(self) -> int:
@@ -66,6 +70,8 @@ class RunningScheduler:
             self.elector.stop()
         if self.thread is not None:
             self.thread.join(5)
+        if self.capacity is not None:  # the leader-election thread stops it too; the first stop deletes
+            self.capacity.stop()
         self.scheduler.close()
         for fn in reversed(self.stops):
             fn()
@@ -81,7 +87,7 @@ def with_cost_agent(config: Config, weight: int) -> Config:
     return config
 
 
-def _check(config: SchedulerConfig, address: str, leader_elect: bool) -> None:
+def _check(config: SchedulerConfig, names: list[str], address: str, leader_elect: bool) -> None:
     """Bad settings fail here, before any thread starts."""
     from scheduler.debug import parse_address
 
@@ -90,6 +96,12 @@ def _check(config: SchedulerConfig, address: str, leader_elect: bool) -> None:
     lease = config.scheduler.lease
     if leader_elect and lease and not all(lease.partition("/")[::2]):
         raise ValueError(f"KSO_SCHEDULER_LEASE={lease!r} is not namespace/name")
+    capacity = config.extender.capacity
+    if capacity.enabled and capacity.scheduler_name in names:
+        # kso scheduler never marks a pod PodScheduled=False, which is what the cluster-autoscaler reads
+        raise ValueError(f"KSO_CAPACITY_SCHEDULER_NAME={capacity.scheduler_name!r} is a name this scheduler serves: "
+                         "the placeholders need a scheduler that marks them Unschedulable (kube-scheduler's "
+                         "default-scheduler)")
 
 
 def _engine(config: SchedulerConfig, names: list[str], state: ClusterState,
@@ -146,9 +158,14 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
 
     config = config or load_scheduler_config(env, config_file)
     settings = replace(config.scheduler, order=order.upper()) if order else config.scheduler
+    # The capacity signal's identity: KSO_CAPACITY_IDENTITY, else the one given here (deploy/: the pod's name, which
+    # a restarted container keeps, so it finds what it left), else the host name (kso.core.capacity).
+    capacity_settings = config.extender.capacity
+    if capacity_settings.enabled and identity and not capacity_settings.identity:
+        capacity_settings = replace(capacity_settings, identity=identity)
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     address = settings.debug_address if debug_address is None else debug_address
-    _check(config, address, leader_elect)
+    _check(config, names, address, leader_elect)
     client = api_client or kube.load_api_client(kubeconfig or config.extender.settings.kubeconfig or None)
     state = ClusterState(pending_pod_memory=1_000_000)
     state.recent_window_s = recent_bind_hold_s(config.extender)
@@ -162,18 +179,33 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     binder = ApiBinder(client)  # pods/<name>/binding with the uid precondition, as kube-scheduler
     try:
         engine = None if seed_compatible else _engine(config, names, state, stops)
+        events = ApiEvents(client, component=names[0], instance=identity)
+        scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible)
+        out = RunningScheduler(scheduler, watcher, stops=stops)
+        if capacity_settings.enabled:  # exits when the agents have no safe agent
+            out.capacity = _capacity(engine, state, client, capacity_settings, scheduler)
     except BaseException:
         for fn in reversed(stops):
             fn()
         raise
-    events = ApiEvents(client, component=names[0], instance=identity)
-    scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible)
-    out = RunningScheduler(scheduler, watcher, stops=stops)
     if address:
         out.debug = debug_server(address, scheduler.qos_table, scheduler.metrics, lambda: status(out, identity))
         stops.append(out.debug.shutdown)
     _run(out, settings, client, identity, leader_elect, on_lost)
     return out
+
+
+def _capacity(engine: DecisionEngine | None, state: ClusterState, client: Any, settings: CapacitySettings,
+              scheduler: Scheduler) -> Any:
+    """The capacity signal, as ``kso extender`` runs it (kso.decisions.capacity.capacity_signal), its gauges on the
+    scheduler's /metrics; started while leading (``_run``)."""
+    from kso.decisions.capacity import capacity_signal
+
+    if engine is None:
+        log.warning("KSO_CAPACITY_SIGNAL is on but --seed-compatible judges no pod with the safe agent: "
+                    "no capacity signal")
+        return None
+    return capacity_signal(engine, state, client, settings, registry=scheduler.metrics.registry)
 
 
 def _run(out: RunningScheduler, settings: SchedulerSettings, client: Any, identity: str, leader_elect: bool,
@@ -186,12 +218,16 @@ def _run(out: RunningScheduler, settings: SchedulerSettings, client: Any, identi
     def lead(stop: threading.Event) -> None:
         scheduler.metrics.leader.set(1)
         out.leader_jobs = lead_plan(scheduler.engine, client)
+        if out.capacity is not None:
+            out.capacity.start()
         try:
             both = threading.Event()
             threading.Thread(target=lambda: (stop.wait(), both.set()), daemon=True).start()
             threading.Thread(target=lambda: (out.stop_event.wait(), both.set()), daemon=True).start()
             scheduler.run(both)
         finally:
+            if out.capacity is not None:
+                out.capacity.stop()
             jobs, out.leader_jobs = out.leader_jobs, None
             if jobs is not None:
                 jobs.close()

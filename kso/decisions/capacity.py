@@ -209,7 +209,7 @@ class CapacitySignal:
     placeholders (kso.core.capacity), and delete what gone kso instances left. Cleans up on start and stop."""
 
     def __init__(self, engine: Any, state: ClusterState, reconciler: CapacityReconciler,
-                 settings: CapacitySettings, clock: Callable[[], float] = time.time) -> None:
+                 settings: CapacitySettings, clock: Callable[[], float] = time.time, registry: Any = None) -> None:
         safe = engine.agents.get("safe")
         if not isinstance(safe, SafeAgent):
             raise ValueError("KSO_CAPACITY_SIGNAL needs the safe agent (KSO_AGENTS)")
@@ -224,9 +224,10 @@ class CapacitySignal:
                                          max_placeholders=settings.max_placeholders)
         self.wanted: list[PlaceholderSpec] = []
         self.refused = 0  # refused pods still pending, at the last round
-        self.metrics = CapacityMetrics(engine.metrics.registry, self)
+        self.metrics = CapacityMetrics(engine.metrics.registry if registry is None else registry, self)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._life = threading.Lock()  # start and stop, from the serving thread and the leader-election thread
 
     def _pending_uids(self) -> set[str]:
         return {p.uid for p in self.state.pending_pods()}
@@ -238,17 +239,27 @@ class CapacitySignal:
         risks = {r.pod.uid: node_risks(self.agent, self.state, r) for r in refusals}
         self.wanted = self.decision.step(self.clock(), refusals, risks)
         self.refused = len(refusals)
-        result = self.reconciler.apply(self.wanted)
+        # Gone instances' placeholders first: one of the same refused pod and nodes has the name this kso's would
+        # have (it is "kept", not created, while it exists), so deleting it after would leave no signal for a round.
         reaped = self.reconciler.reap()
+        result = self.reconciler.apply(self.wanted)
         self.metrics.count(result, reaped)
         return self.wanted
 
     def start(self) -> CapacitySignal:
         """Run the loop (its first step deletes what this kso left before a restart, which keeps the identity, and
-        what gone instances left)."""
-        self._thread = threading.Thread(target=self._run, name="kso-capacity", daemon=True)
-        self._thread.start()
+        what gone instances left). A stopped signal starts again (``kso scheduler``: each term as leader)."""
+        with self._life:
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,), name="kso-capacity",
+                                                daemon=True)
+                self._thread.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def clean_start(self) -> None:
         cleared = self.reconciler.clear()
@@ -256,9 +267,9 @@ class CapacitySignal:
         log.info("capacity signal on: placeholders in %s as %s (left from before: %d deleted, of gone instances: %d)",
                  self.settings.namespace, self.reconciler.owner.identity, len(cleared), len(reaped))
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         started = False
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 if not started:
                     self.clean_start()
@@ -266,28 +277,39 @@ class CapacitySignal:
                 self.tick()
             except Exception as exc:  # the API may be away for a while; the next round tries again
                 log.warning("capacity: round failed: %s: %s", type(exc).__name__, exc)
-            self._stop.wait(self.settings.interval_s)
+            stop.wait(self.settings.interval_s)
 
     def stop(self) -> None:
-        """Stop the loop and delete this kso's placeholders and Lease."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-        try:
-            deleted = self.reconciler.clear()
-            log.info("capacity signal off: %d placeholders deleted", len(deleted))
-        except Exception as exc:
-            log.warning("capacity: clean-up on stop failed (another kso deletes them once the Lease expires): %s", exc)
+        """Stop the loop and delete this kso's placeholders and Lease (once: a second call finds it stopped)."""
+        with self._life:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._stop.set()
+            thread.join(timeout=30)
+            try:
+                deleted = self.reconciler.clear()
+                log.info("capacity signal off: %d placeholders deleted", len(deleted))
+            except Exception as exc:
+                log.warning("capacity: clean-up on stop failed (another kso deletes them once the Lease expires): "
+                            "%s", exc)
+
+
+def capacity_signal(engine: Any, state: ClusterState, api_client: Any, settings: CapacitySettings,
+                    registry: Any = None) -> CapacitySignal | None:
+    """The capacity signal of a kso (``kso extender``, ``kso scheduler``), not started; its gauges go to
+    ``registry`` (default: the engine's). None without an API server (a snapshot or the demo cluster: nothing to
+    signal to; logged). Exits when the engine has no safe agent: the signal is the safe agent's refusals."""
+    if api_client is None:
+        log.warning("KSO_CAPACITY_SIGNAL is on but the cluster source is not the API server: no capacity signal")
+        return None
+    if not isinstance(engine.agents.get("safe"), SafeAgent):
+        raise SystemExit("kso: KSO_CAPACITY_SIGNAL needs the safe agent (add safe to KSO_AGENTS)")
+    return CapacitySignal(engine, state, CapacityReconciler(api_client, settings), settings, registry=registry)
 
 
 def start_capacity_signal(engine: Any, state: ClusterState, api_client: Any,
                           settings: CapacitySettings) -> Callable[[], None]:
-    """Start the capacity signal of a running kso (its stop function is returned). Without an API server (a snapshot
-    or the demo cluster) there is nothing to signal to: logged, and off."""
-    if api_client is None:
-        log.warning("KSO_CAPACITY_SIGNAL is on but the cluster source is not the API server: no capacity signal")
-        return lambda: None
-    if not isinstance(engine.agents.get("safe"), SafeAgent):
-        raise SystemExit("kso: KSO_CAPACITY_SIGNAL needs the safe agent (add safe to KSO_AGENTS)")
-    signal = CapacitySignal(engine, state, CapacityReconciler(api_client, settings), settings).start()
-    return signal.stop
+    """Start the capacity signal of a running kso (its stop function is returned; see capacity_signal)."""
+    signal = capacity_signal(engine, state, api_client, settings)
+    return (lambda: None) if signal is None else signal.start().stop

@@ -21,7 +21,9 @@ kso.core.cluster_source and forecasting.forecast_source.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -193,6 +195,50 @@ def _load_cluster(args: argparse.Namespace) -> RawCluster:
     return cluster
 
 
+def configured_prometheus(config_file: str | None) -> str | None:
+    """The Prometheus of kso's settings, for a run whose flags name no load source: by kso extender's rule
+    (KSO_FORECAST_SOURCE: AUTO = once KSO_PROMETHEUS_URL is set, PROMETHEUS = always, NONE = never; the environment
+    over the --config file), so the CronJob, which reads kso-settings, judges nodes on the same forecasts. (kso.cli
+    has checked every KSO_ value of both before the command runs.)"""
+    from forecasting.prometheus import PrometheusSettings
+
+    file_values = read_config_file(config_file)
+    values = {**file_values, **os.environ}
+    source = str(values.get("KSO_FORECAST_SOURCE", "AUTO")).strip().upper()
+    if source == "NONE" or (source == "AUTO" and not values.get("KSO_PROMETHEUS_URL")):
+        return None
+    return load_settings(PrometheusSettings, None, file_values).url
+
+
+def _load(args: argparse.Namespace, cluster: RawCluster) -> tuple[Any, float | None, str, dict[str, Any]]:
+    """(node forecasts, their "now", where the load comes from, each workload class's measured usage). A source a
+    flag names that fails is an error; the settings' Prometheus that fails leaves the nodes on their annotations
+    (said on stderr and in the load source), as kso extender does while Prometheus is away."""
+    from optimizer.plan.cluster_problem import class_usage_from_prometheus
+
+    request = forecast_request(args)
+    from_settings = not (request.prometheus or request.trace)
+    if from_settings:
+        request = dataclasses.replace(request, prometheus=configured_prometheus(args.config))
+    try:
+        forecasts, now, load_from = node_forecasts(request, cluster.state.node_names())
+    except InputError as exc:
+        if not (from_settings and request.prometheus):
+            raise
+        print(f"kso reoptimize: {exc}", file=sys.stderr)
+        forecasts, now, load_from = node_forecasts(dataclasses.replace(request, prometheus=None), ())
+        return forecasts, now, f"{load_from} (KSO_PROMETHEUS_URL {request.prometheus} failed)", {}
+    if not request.prometheus:
+        return forecasts, now, load_from, {}
+    # A moved pod's relief and load are its class's measured usage where known (as kso plan counts them)
+    from forecasting.prometheus import PrometheusSettings
+
+    prometheus = load_settings(PrometheusSettings, None, read_config_file(args.config))
+    usage, note = class_usage_from_prometheus(dataclasses.replace(prometheus, url=request.prometheus),
+                                              cluster.state.bound_pods())
+    return forecasts, now, f"{load_from}; {note}", usage
+
+
 def cmd_reoptimize(args: argparse.Namespace) -> int:
     from optimizer.plan.protected_solver import ProtectedSolver
     from optimizer.reoptimize.migration import plan_migration
@@ -200,7 +246,7 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
     try:
         settings, options = _options(args)
         cluster = _load_cluster(args)
-        forecasts, now, load_from = node_forecasts(forecast_request(args), cluster.state.node_names())
+        forecasts, now, load_from, class_usage = _load(args, cluster)
     except InputError as exc:
         print(f"kso reoptimize: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -218,7 +264,7 @@ def cmd_reoptimize(args: argparse.Namespace) -> int:
     # The CP-SAT solve runs in the protected child (seed retry, wall-clock limit), as for kso plan.
     solver = ProtectedSolver(on_crash=lambda note: print(f"kso reoptimize: {note}", file=sys.stderr))
     result = plan_migration(cluster.state, forecasts, settings.u_star, settings.eps, movable, options,
-                            cost_key=settings.cost_key, now=now, solver=solver)
+                            class_usage=class_usage, cost_key=settings.cost_key, now=now, solver=solver)
     execution = None
     if args.execute:
         execution = _execute_published(cluster, result, options.limits, plan_namespace(args.plan_namespace),

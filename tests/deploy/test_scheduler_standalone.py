@@ -32,8 +32,12 @@ def _docs() -> list[dict[str, Any]]:
             for d in yaml.safe_load_all(f.read_text()) if d]
 
 
-def _one(kind: str) -> dict[str, Any]:
-    [doc] = [d for d in _docs() if d["kind"] == kind]
+def _deploy_docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / "deploy" / name).read_text()) if d]
+
+
+def _one(kind: str, name: str | None = None) -> dict[str, Any]:
+    [doc] = [d for d in _docs() if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
 
 
@@ -67,6 +71,24 @@ def test_pod_is_restricted_and_exposes_no_port() -> None:
     assert all("127.0.0.1:10000" in " ".join(p["exec"]["command"]) for p in (c["startupProbe"], c["livenessProbe"]))
 
 
+def test_the_capacity_signal_gets_the_extenders_role_in_its_namespace_only() -> None:
+    """kso scheduler's ServiceAccount gets exactly ../capacity.yaml's Role (placeholders and capacity Leases), bound
+    in kso-capacity: no pod may be written anywhere else, and no Node at all."""
+    binding = _one("RoleBinding", "kso-standalone-capacity-signal")
+    assert binding["metadata"]["namespace"] == "kso-capacity"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA[1], "namespace": SA[0]}]
+    [role] = [d for d in _deploy_docs("capacity.yaml") if d["kind"] == "Role"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert role["metadata"]["namespace"] == "kso-capacity"
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert granted == {("", "pods", v) for v in ("list", "create", "delete")} | {
+        ("coordination.k8s.io", "leases", v) for v in ("list", "create", "patch", "delete")}
+    cluster_role = _one("ClusterRole")
+    assert not any(v in rule["verbs"] for rule in cluster_role["rules"] for v in ("create", "delete", "update", "patch")
+                   if set(rule["resources"]) & {"pods", "nodes"}), "pods are written in kso-capacity only"
+
+
 def test_command_line_is_one_kso_accepts(capsys: pytest.CaptureFixture[str]) -> None:
     args = [a.replace("$(POD_NAME)", "pod-0") for a in _container()["args"]]
     with pytest.raises(SystemExit) as exc:
@@ -92,8 +114,9 @@ def test_rbac_is_enough_on_the_real_api_server(control_plane: Any, kube_namespac
     except ApiException as exc:
         if exc.status != 409:
             raise
-    for doc in _docs():
-        if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+    # capacity-rbac.yaml binds the Role of ../capacity.yaml, in its namespace (applied first, as the README says)
+    for doc in [*_deploy_docs("capacity.yaml"), *_docs()]:
+        if doc["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
             _apply(admin, doc)
     as_sa = control_plane.api_client()
     as_sa.set_default_header("Impersonate-User", f"system:serviceaccount:{SA[0]}:{SA[1]}")

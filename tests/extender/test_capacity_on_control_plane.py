@@ -16,65 +16,38 @@ against the aims: 2 minutes each, and the stated bound after a kill.
 
 from __future__ import annotations
 
-import base64
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from benchmarks.e2e import ExtenderProcess, create_nodes, delete_nodes, node_manifest, pod_manifest, scheduler_config
+from benchmarks.e2e import ExtenderProcess, delete_nodes, pod_manifest, scheduler_config
 from benchmarks.prometheus_text import metric_sum, parse_metrics
-from kso.core.capacity import HOLDER, PLACEHOLDER_FOR, CapacityReconciler, CapacitySettings, PlaceholderSpec
+from kso.core.capacity import CapacityReconciler, CapacitySettings, PlaceholderSpec
 from kso.core.kube import load_api_client
+from tests.support.capacity_plane import (
+    AIM_S,
+    COOL,
+    DEFAULT_PROFILE,
+    NS,
+    apply_deploy,
+    capacity_appears,
+    hot_nodes,
+    kill,
+    new_namespace,
+    placeholders,
+    service_account_kubeconfig,
+    set_annotations,
+    signal_for,
+)
 from tests.support.fixtures import started_control_plane, until
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-NS = "kso-capacity"
-AIM_S = 120.0
-HOT = {"mean-free-cpu": "100", "std-free-cpu": "50", "forcasted-free-cpu": "100",
-       "mean-free-memory": "12000", "std-free-memory": "100", "forcasted-free-memory": "12000"}
-COOL = {**HOT, "mean-free-cpu": "3900", "forcasted-free-cpu": "3900"}
-DEFAULT_PROFILE = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                   "profiles": [{"schedulerName": "default-scheduler"}]}
-
-
-def apply_deploy(api: Any) -> None:
-    """Create the objects of the deploy/ files kso's ServiceAccount needs (for real, on this control plane)."""
-    from kubernetes.dynamic import DynamicClient
-
-    dyn = DynamicClient(api)
-    for name in ("namespace.yaml", "capacity.yaml", "scheduler-rbac.yaml", "extender-rbac.yaml"):
-        for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
-            if not doc:
-                continue
-            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            try:
-                resource.create(body=doc, namespace=doc["metadata"].get("namespace"))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-
-
-def service_account_kubeconfig(cp: Any, path: Path) -> Path:
-    """A kubeconfig of kso-system/kso-scheduler (a TokenRequest), so kso has deploy/'s RBAC and nothing more."""
-    core = client.CoreV1Api(cp.api_client())
-    token = core.create_namespaced_service_account_token(
-        "kso-scheduler", "kso-system", {"spec": {"expirationSeconds": 7200}}).status.token
-    ca = base64.b64encode(cp._certs.ca.read_bytes()).decode()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kso",
-        "clusters": [{"name": "cp", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
-        "users": [{"name": "kso-scheduler", "user": {"token": token}}],
-        "contexts": [{"name": "kso", "context": {"cluster": "cp", "user": "kso-scheduler"}}]}))
-    os.chmod(path, 0o600)
-    return path
+DEPLOY_FILES = ("namespace.yaml", "capacity.yaml", "scheduler-rbac.yaml", "extender-rbac.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +56,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]
     the garbage collector, deploy/'s objects, and kso's ServiceAccount kubeconfig."""
     with started_control_plane() as cp:
         cp.start_controller_manager()
-        apply_deploy(cp.api_client())
+        apply_deploy(cp.api_client(), DEPLOY_FILES)
         kubeconfig = service_account_kubeconfig(cp, tmp_path_factory.mktemp("sa") / "kubeconfig")
         yield cp, kubeconfig
 
@@ -96,29 +69,6 @@ def start_kso(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
     e["PYTHONPATH"] = os.pathsep.join([str(root), *([e["PYTHONPATH"]] if e.get("PYTHONPATH") else [])])
     return ExtenderProcess([os.environ.get("PYTHON", "python3"), "-m", "kso.cli", "extender", "--port"], e, log,
                            cwd=root).start()
-
-
-def placeholders(core: client.CoreV1Api, holder: str | None = None) -> list[Any]:
-    selector = "app.kubernetes.io/managed-by=kso,app.kubernetes.io/component=capacity-placeholder"
-    if holder:
-        selector += f",{HOLDER}={holder}"
-    return [p for p in core.list_namespaced_pod(NS, label_selector=selector).items
-            if p.metadata.deletion_timestamp is None]
-
-
-def unschedulable(pod: Any) -> bool:
-    """kube-scheduler's own verdict, as the cluster-autoscaler reads it."""
-    return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
-               for c in (pod.status.conditions or []))
-
-
-def signal_for(core: client.CoreV1Api, key: str) -> list[Any]:
-    return [p for p in placeholders(core) if p.metadata.annotations.get(PLACEHOLDER_FOR) == key and unschedulable(p)]
-
-
-def set_annotations(core: client.CoreV1Api, names: list[str], annotations: dict[str, str]) -> None:
-    for name in names:
-        core.patch_node(name, {"metadata": {"annotations": annotations}})
 
 
 @pytest.fixture
@@ -137,17 +87,6 @@ def schedulers(plane: tuple[Any, Path]) -> Iterator[Any]:
     yield point
     while running:
         cp.stop_component(running.pop())
-
-
-def hot_nodes(api: Any, prefix: str, n: int = 3) -> list[str]:
-    nodes = [node_manifest(f"{prefix}-{i}", "4", "16Gi", annotations=HOT) for i in range(n)]
-    create_nodes(api, nodes)
-    return [m["metadata"]["name"] for m in nodes]
-
-
-def new_namespace(core: client.CoreV1Api, name: str) -> str:
-    core.create_namespace({"metadata": {"name": name}})
-    return name
 
 
 def test_the_signal_appears_when_every_node_is_hot_and_goes_when_load_falls(
@@ -237,16 +176,8 @@ def test_the_signal_goes_when_capacity_appears(plane: tuple[Any, Path], schedule
         core.create_namespaced_pod(ns, pod_manifest("api", cpu="1", memory="1Gi"))
         until(lambda: signal_for(core, f"{ns}/api"), AIM_S, "a placeholder kube-scheduler finds Unschedulable")
         appear = time.monotonic() - t0
-        t1 = time.monotonic()
-        create_nodes(api, [node_manifest("ca-new", "4", "16Gi")])
         nodes.append("ca-new")
-        until(lambda: not signal_for(core, f"{ns}/api"), AIM_S, "no unschedulable placeholder once a node was added")
-        gone = time.monotonic() - t1
-        # the placeholder went to the new node (kube-scheduler's verdict on it changed), or the pod did
-        assert {p.spec.node_name for p in placeholders(core, "kso-ca")} <= {"ca-new"}
-        until(lambda: core.read_namespaced_pod("api", ns).spec.node_name == "ca-new", AIM_S, "the pod bound to ca-new")
-        until(lambda: not placeholders(core, "kso-ca"), AIM_S, "the placeholder deleted once the pod was bound")
-        deleted = time.monotonic() - t1
+        gone, deleted = capacity_appears(api, ns, "api", "ca-new", "kso-ca")
         print(f"\ncapacity appears: signal appeared {appear:.1f} s after the pod was created; no longer unschedulable "
               f"{gone:.1f} s after the node was added, deleted {deleted:.1f} s after (2-core machine, shared)")
     finally:
@@ -273,7 +204,7 @@ def test_a_killed_kso_leaves_nothing_past_the_bound(plane: tuple[Any, Path], sch
         core.create_namespaced_pod(ns, pod_manifest("db", cpu="500m", memory="512Mi"))
         until(lambda: signal_for(core, f"{ns}/db"), AIM_S, "a placeholder")
         # (1) killed; the other kso (kube-scheduler does not call it: no refusals of its own) reaps
-        kill(kso)
+        kill(kso.proc)
         t0 = time.monotonic()
         time.sleep(2)
         assert placeholders(core, "kso-a"), "SIGKILL cleans nothing up"
@@ -286,7 +217,7 @@ def test_a_killed_kso_leaves_nothing_past_the_bound(plane: tuple[Any, Path], sch
         schedulers(kso.url)
         until(lambda: signal_for(core, f"{ns}/db"), AIM_S, "a placeholder again")
         left = {p.metadata.name for p in placeholders(core, "kso-a")}
-        kill(kso)
+        kill(kso.proc)
         t1 = time.monotonic()
         kso = start_kso(kubeconfig, tmp_path / "a3.log", KSO_CAPACITY_IDENTITY="kso-a", **env)
         until(lambda: not left & {p.metadata.name for p in placeholders(core, "kso-a")}, 60,
@@ -299,12 +230,6 @@ def test_a_killed_kso_leaves_nothing_past_the_bound(plane: tuple[Any, Path], sch
         kso.stop()
         other.stop()
         delete_nodes(api, nodes)
-
-
-def kill(kso: ExtenderProcess) -> None:
-    assert kso.proc is not None
-    kso.proc.send_signal(signal.SIGKILL)
-    kso.proc.wait(10)
 
 
 def test_deleting_a_lease_lets_the_garbage_collector_delete_its_placeholders(plane: tuple[Any, Path]) -> None:

@@ -1,6 +1,6 @@
 """kso.core.settings and the configuration check of every command (kso.cli.check_configuration): a named
 config file must exist, unknown names are errors with a suggestion, bad values are errors wherever they come
-from, and README.md's configuration table is ``kso settings``'s output."""
+from, and docs/configuration.md's table is ``kso settings``'s output."""
 
 from __future__ import annotations
 
@@ -136,11 +136,11 @@ def test_every_kso_variable_the_code_reads_is_declared() -> None:
     assert used - known == set()
 
 
-def test_the_readme_table_is_kso_settings_output(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_configuration_table_is_kso_settings_output(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     found = re.search(r"<!-- settings table:[^\n]*-->\n(.*?)<!-- end of the settings table -->", readme, re.S)
-    assert found, "README.md's configuration section lost its settings-table markers"
+    assert found, "docs/configuration.md lost its settings-table markers"
     assert main(["settings"]) == 0
     printed = capsys.readouterr().out
     assert printed == markdown_table(settings_sections())
-    assert found.group(1) == printed, "README.md's table is out of date: paste the output of `kso settings`"
+    assert found.group(1) == printed, "docs/configuration.md is out of date: paste the output of `kso settings`"

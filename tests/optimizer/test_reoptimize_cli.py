@@ -93,3 +93,45 @@ def test_help_names_the_flags_the_cronjob_uses(capsys: pytest.CaptureFixture[str
     for flag in ("--execute", "--max-moves", "--max-per-node", "--max-per-namespace", "--exclude-namespaces",
                  "--snapshot", "--demo", "--prometheus", "--trace", "--plan-namespace", "kso.io/evict"):
         assert flag in text, flag
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("where", ["env", "config"])
+def test_the_settings_prometheus_is_used_without_a_flag_and_a_failure_leaves_the_annotations(
+        where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """KSO_PROMETHEUS_URL (as the CronJob gets it from kso-settings, or in --config) is the load source when no flag
+    names one, as in kso extender; while it does not answer the nodes are judged on their annotations, and the run
+    says so (on stderr and in loadFrom)."""
+    url = f"http://127.0.0.1:{_closed_port()}"
+    for name in ("KSO_PROMETHEUS_URL", "KSO_FORECAST_SOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KSO_PROMETHEUS_RETRIES", "0")
+    extra: list[str] = []
+    if where == "env":
+        monkeypatch.setenv("KSO_PROMETHEUS_URL", url)
+    else:
+        (tmp_path / "kso.yaml").write_text(f"KSO_PROMETHEUS_URL: {url}\n")
+        extra = ["--config", str(tmp_path / "kso.yaml")]
+    code, doc, err = run_json(capsys, "--demo", "--policy", "none", *extra)
+    assert code == 0, err
+    assert url in err and "forecasts failed" in err
+    assert doc["loadFrom"].startswith("node annotations") and f"KSO_PROMETHEUS_URL {url} failed" in doc["loadFrom"]
+    # the flag's Prometheus failing is an error, not a fall back
+    code, out, err = run(capsys, "--demo", "--prometheus", url)
+    assert code == EXIT_CONFIG and "forecasts failed" in err
+
+
+def test_forecast_source_none_keeps_the_annotations(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KSO_PROMETHEUS_URL", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("KSO_FORECAST_SOURCE", "NONE")
+    code, doc, err = run_json(capsys, "--demo", "--policy", "none")
+    assert code == 0 and "forecasts failed" not in err, err
+    assert doc["loadFrom"].startswith("node annotations") and "failed" not in doc["loadFrom"]

@@ -11,6 +11,11 @@ import pytest
     ({"KSO_SCHEDULER_LEASE": "bad"}, [], "KSO_SCHEDULER_LEASE='bad' is not namespace/name"),
     ({}, ["--debug-address", "127.0.0.1:x"], "port 'x' is not a number"),
     ({}, ["--debug-address", "127.0.0.1:70000"], "port out of range"),
+    # kso scheduler never marks a pod Unschedulable: placeholders it served would show the autoscaler nothing
+    ({"KSO_CAPACITY_SIGNAL": "true", "KSO_CAPACITY_SCHEDULER_NAME": "kso"}, [],
+     "KSO_CAPACITY_SCHEDULER_NAME='kso' is a name this scheduler serves"),
+    ({"KSO_CAPACITY_SIGNAL": "true", "KSO_CAPACITY_SCHEDULER_NAME": "batch"}, ["--name", "kso", "--name", "batch"],
+     "KSO_CAPACITY_SCHEDULER_NAME='batch' is a name this scheduler serves"),
 ])
 def test_bad_settings_fail_with_a_message_before_anything_starts(env: dict[str, str], argv: list[str], message: str,
                                                                  monkeypatch: pytest.MonkeyPatch,

@@ -1,0 +1,123 @@
+"""The capacity signal on the real control plane: what the tests of ``kso extender`` and ``kso scheduler`` share.
+
+deploy/'s objects are created for real and kso runs with a ServiceAccount token (so the tests also prove deploy/'s
+RBAC is enough); every node is "hot" by its annotations (cpu ~97% used against U* 90%); the form the
+cluster-autoscaler reads is kube-scheduler's own verdict on a placeholder: PodScheduled=False, reason Unschedulable.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from benchmarks.e2e import create_nodes, node_manifest
+from kso.core.capacity import HOLDER, PLACEHOLDER_FOR
+from tests.support.fixtures import until
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+NS = "kso-capacity"
+AIM_S = 120.0  # the aims: the signal appears, and goes, within 2 minutes
+HOT = {"mean-free-cpu": "100", "std-free-cpu": "50", "forcasted-free-cpu": "100",
+       "mean-free-memory": "12000", "std-free-memory": "100", "forcasted-free-memory": "12000"}
+COOL = {**HOT, "mean-free-cpu": "3900", "forcasted-free-cpu": "3900"}
+DEFAULT_PROFILE = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                   "profiles": [{"schedulerName": "default-scheduler"}]}
+
+
+def apply_deploy(api: Any, files: tuple[str, ...]) -> None:
+    """Create the objects of ``files`` (paths under deploy/) for real on this control plane."""
+    from kubernetes.dynamic import DynamicClient
+
+    dyn = DynamicClient(api)
+    for name in files:
+        for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
+            if not doc:
+                continue
+            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            try:
+                resource.create(body=doc, namespace=doc["metadata"].get("namespace"))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+def service_account_kubeconfig(cp: Any, path: Path, account: tuple[str, str] = ("kso-system", "kso-scheduler")) -> Path:
+    """A kubeconfig of ServiceAccount ``account`` (namespace, name) by TokenRequest: deploy/'s RBAC and nothing more."""
+    core = client.CoreV1Api(cp.api_client())
+    token = core.create_namespaced_service_account_token(
+        account[1], account[0], {"spec": {"expirationSeconds": 7200}}).status.token
+    ca = base64.b64encode(cp._certs.ca.read_bytes()).decode()
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kso",
+        "clusters": [{"name": "cp", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
+        "users": [{"name": account[1], "user": {"token": token}}],
+        "contexts": [{"name": "kso", "context": {"cluster": "cp", "user": account[1]}}]}))
+    os.chmod(path, 0o600)
+    return path
+
+
+def placeholders(core: client.CoreV1Api, holder: str | None = None) -> list[Any]:
+    selector = "app.kubernetes.io/managed-by=kso,app.kubernetes.io/component=capacity-placeholder"
+    if holder:
+        selector += f",{HOLDER}={holder}"
+    return [p for p in core.list_namespaced_pod(NS, label_selector=selector).items
+            if p.metadata.deletion_timestamp is None]
+
+
+def unschedulable(pod: Any) -> bool:
+    """kube-scheduler's own verdict, as the cluster-autoscaler reads it."""
+    return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+               for c in (pod.status.conditions or []))
+
+
+def signal_for(core: client.CoreV1Api, key: str) -> list[Any]:
+    return [p for p in placeholders(core) if p.metadata.annotations.get(PLACEHOLDER_FOR) == key and unschedulable(p)]
+
+
+def set_annotations(core: client.CoreV1Api, names: list[str], annotations: dict[str, str]) -> None:
+    for name in names:
+        core.patch_node(name, {"metadata": {"annotations": annotations}})
+
+
+def hot_nodes(api: Any, prefix: str, n: int = 3) -> list[str]:
+    nodes = [node_manifest(f"{prefix}-{i}", "4", "16Gi", annotations=HOT) for i in range(n)]
+    create_nodes(api, nodes)
+    return [m["metadata"]["name"] for m in nodes]
+
+
+def new_namespace(core: client.CoreV1Api, name: str) -> str:
+    core.create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def kill(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL: no clean-up runs."""
+    assert proc is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def capacity_appears(api: Any, ns: str, pod: str, new_node: str, holder: str) -> tuple[float, float]:
+    """Add node ``new_node`` (what the autoscaler adds) while pod ``ns/pod`` has an Unschedulable placeholder of
+    ``holder``: the placeholder is no longer unschedulable (kube-scheduler places it there), the pod lands there
+    too, and the placeholder is deleted. Returns the seconds from the node's creation to each of the first and
+    the last."""
+    core = client.CoreV1Api(api)
+    t0 = time.monotonic()
+    create_nodes(api, [node_manifest(new_node, "4", "16Gi")])
+    until(lambda: not signal_for(core, f"{ns}/{pod}"), AIM_S, "no unschedulable placeholder once a node was added")
+    gone = time.monotonic() - t0
+    # the placeholder went to the new node (kube-scheduler's verdict on it changed), or the pod did
+    assert {p.spec.node_name for p in placeholders(core, holder)} <= {new_node}
+    until(lambda: core.read_namespaced_pod(pod, ns).spec.node_name == new_node, AIM_S, f"the pod bound to {new_node}")
+    until(lambda: not placeholders(core, holder), AIM_S, "the placeholder deleted once the pod was bound")
+    return gone, time.monotonic() - t0
