@@ -98,7 +98,7 @@ def _iso(t: float) -> str:
 
 
 def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[str, Any], u_star: float,
-             now: float | None = None, rows: int = 30, plot: str = "") -> str:
+             now: float | None = None, rows: int = 30, plot: str = "", throttled_share: float = 0.25) -> str:
     """The report's text. ``context``: what kso judged with (agents, weights, U*, eps, horizon, Prometheus, nodes);
     ``plot``: the file name of the risk-against-outcome plot beside the report, when there is one."""
     now = time.time() if now is None else now
@@ -125,7 +125,7 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         f"| **kso's own picks (where they differ) that went over U\\*** | {_pct(over_p, judged_p)} |",
         f"| nodes without utilisation data in their window | {no_data} |",
         f"| OOM kills on chosen nodes / on kso's picks | {_kills(t.oom.get('chosen'))} / {_kills(t.oom.get('kso_pick'))} |",
-        f"| throttled nodes (share > {context.get('throttled_share', 0):.0%}): chosen / kso's picks | "
+        f"| throttled nodes (over {throttled_share:.0%} of CFS periods): chosen / kso's picks | "
         f"{t.throttled.get('chosen', 0)} / {t.throttled.get('kso_pick', 0)} |",
         f"| time to judge a bind (mean) | {1000 * t.judge_seconds / t.judged:.2f} ms |" if t.judged else
         "| time to judge a bind (mean) | - |",

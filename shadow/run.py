@@ -233,7 +233,8 @@ class Shadow:
             if self.prometheus_down_since is not None:
                 since = time.strftime("%H:%M:%S", time.gmtime(self.prometheus_down_since))
                 context["Prometheus"] = f"unavailable since {since} UTC"
-            return markdown(self.tally, list(self.changed), context, self.u_star, now, plot=plot)
+            return markdown(self.tally, list(self.changed), context, self.u_star, now, plot=plot,
+                            throttled_share=self.settings.throttled_share)
 
     def write_report(self, now: float | None = None) -> str:
         """Write the report file (atomically: a reader never sees half of it), and its plot beside it (``.png``) when
@@ -406,8 +407,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
                "forecast horizon (KSO_FORECAST_HORIZON)": f"{horizon_s:g} s",
                "load statistics": "forecasts from " + config.prometheus.url if stats is not None and config.prometheus
                else "node annotations",
-               "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)",
-               "throttled_share": settings.throttled_share}
+               "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)"}
     shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps)
     watcher = ShadowWatcher(state, client, shadow.on_bind)
     running = RunningShadow(shadow, watcher, stops=stops)
