@@ -157,10 +157,9 @@ def settings_sections() -> list[tuple[str, list[type]]]:
                 ("Plans (kso plan, kso reoptimize, the extender's re-solve)", [PlanSettings]),
                 ("Forecasts and Prometheus", [StoreSettings, PrometheusSettings, TraceSettings]),
                 ("The standalone scheduler (kso scheduler)", [SchedulerSettings])]
-    if importlib.util.find_spec("benchmarks") is not None:  # kso bench --prometheus: the history's metric names
-        from benchmarks.sim.history_names import HistoryNames
+    from forecasting.history_names import HistoryNames
 
-        sections.append(("The replay of a cluster's history (kso bench --prometheus)", [HistoryNames]))
+    sections.append(("A cluster's history (kso bench --prometheus, kso shadow's throttling query)", [HistoryNames]))
     if importlib.util.find_spec("shadow") is not None:
         from shadow.settings import ShadowSettings
 

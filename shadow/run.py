@@ -357,8 +357,8 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     """Start ``kso shadow`` in background threads (the CLI waits on it; tests call it). The configuration is the
     extender's (extender.config.load_config: ``env`` over ``config_file``) plus ShadowSettings (``fixed``: its fields
     that are not settings, e.g. ``settle_s``)."""
-    from benchmarks.sim.history_names import HistoryNames
     from extender.config import load_config
+    from forecasting.history_names import HistoryNames
     from forecasting.store import StoreSettings
     from kso.core import kube
     from kso.decisions.engine import DecisionEngine

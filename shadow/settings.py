@@ -1,7 +1,7 @@
 """``kso shadow``'s own settings (``KSO_SHADOW_*``). A module of its own, light to import: every kso command checks
 the configuration against the declared settings before it starts. The rest of its configuration is kso's: the
 agents, weights and U* of the extender (extender.config), Prometheus and the forecast horizon (forecasting), and the
-cAdvisor names of ``kso bench --prometheus`` (benchmarks.sim.history_names) for the throttling query."""
+cAdvisor names of ``kso bench --prometheus`` (forecasting.history_names) for the throttling query."""
 
 from __future__ import annotations
 

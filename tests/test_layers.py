@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "shadow")
 # Lowest first. kso.cli is the command: on top, beside the benchmarks (each may import the other); kso.decisions
 # is the decision engine, between the optimizer and the extender; everything else under kso/ is the domain at the
-# bottom. ``kso shadow`` (shadow/) judges with the scheduler's pieces and reads the replay's cAdvisor names
-# (benchmarks.sim.history_names): beside the command and the benchmarks.
+# bottom. ``kso shadow`` (shadow/) judges with the scheduler's pieces: above them, beside the command.
 LAYERS = {"kso": 0, "forecasting": 1, "optimizer": 2, "kso.decisions": 3, "extender": 4, "scheduler": 5, "kso.cli": 6,
           "benchmarks": 6, "shadow": 6}
 # What scheduler/ may use of extender/: kso's configuration (extender.config), the plan cache's jobs

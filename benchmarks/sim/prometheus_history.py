@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sim.history_names import HistoryNames
 from benchmarks.sim.trace import Scenario
+from forecasting.history_names import HistoryNames
 from forecasting.prometheus import PrometheusSettings, PrometheusSource
 from kso.core.settings import load_settings
 
