@@ -245,6 +245,24 @@ def load_index(comp: Compiled, x: np.ndarray) -> np.ndarray:
     return np.minimum(-(-load // cap_i), T_CEIL)
 
 
+# Load-balance's spread: sum over nodes of max(t_n - target, 0), t_n = the node's load index (the larger of
+# cpu and memory), target = the index every node would have if the load were spread perfectly:
+#     target = T_MAX * (sum_n bound_const[., n] + sum_c count_c mean_n a[., c, n]) / sum_n bound_cap[., n]
+# summed over both resources. The model (optimizer.plan.model) and the plan's score (optimizer.plan.exact)
+# use this same measure, so CP-SAT's objective ranks plans as the score does.
+def balance_target(comp: Compiled) -> int:
+    total = comp.bound_const.sum() + float((comp.a.mean(axis=2) * comp.counts[None, :]).sum()) if comp.n_nodes else 0.0
+    return int(T_MAX * total / max(comp.bound_cap.sum(), 1.0))
+
+
+def balance_spread(comp: Compiled, x: np.ndarray, target: int | None = None) -> int:
+    """Load-balance's spread of placement x: sum_n max(t_n - target, 0) over the nodes (see balance_target)."""
+    if comp.n_nodes == 0:
+        return 0
+    index = load_index(comp, x).max(axis=0)
+    return int(np.maximum(index - (balance_target(comp) if target is None else target), 0).sum())
+
+
 # Node weights of the node-counting policies, in units of one node = ``unit``:
 #     binpack: unit;  consolidate: unit x the node's free cpu / the largest node's (at least 1), so small
 #     nodes open last;  cost: unit x the node's cost.
