@@ -20,11 +20,13 @@ class HeuristicResult:
     nodes_used: int
 
 
-# Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node.
+# Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node. Pods that may
+# go on one node only (a DaemonSet's, pinned by matchFields) come first, before others fill their node.
 def _pod_order(comp: Compiled) -> np.ndarray:
     mean_free = np.maximum(comp.free[:, :2].mean(axis=0), 1)
     size = (comp.req[:, :2] / mean_free).max(axis=1)
-    return np.argsort(-size, kind="stable")
+    pinned = comp.eligible.sum(axis=1) <= 1
+    return np.lexsort((-size, ~pinned))
 
 
 def _node_order(comp: Compiled) -> np.ndarray:

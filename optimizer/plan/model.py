@@ -108,12 +108,31 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
         floor_x = held_start  # the floor: the better of FFD and the start, both held to the exact rule
     else:
         start = floor_x
-    if comp.n_classes * comp.n_nodes > options.full_model_limit:
+    if policy in ("binpack", "consolidate", "cost") and _opens_nothing(comp, floor_x):
+        result = _nothing_to_improve(comp, floor_x, policy, t0)
+    elif comp.n_classes * comp.n_nodes > options.full_model_limit:
         result = _solve_lns(comp, options, problem, floor_x, t0)
     else:
         result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
     return finish(comp, problem, result, policy, floor_x, t0, options.lp_bound)
+
+
+def _opens_nothing(comp: Compiled, x: np.ndarray) -> bool:
+    """x places every pod on nodes already in use: no plan uses fewer nodes (those stay in use whatever it does)."""
+    return bool((x.sum(axis=1) == comp.counts).all() and not ((x.sum(axis=0) > 0) & ~comp.has_pods).any())
+
+
+def _nothing_to_improve(comp: Compiled, x: np.ndarray, policy: str, t0: float) -> SolveResult:
+    """The start as an optimal plan for a node-counting policy when it opens no node (pending pods on a busy
+    cluster): its nodes in use are the least possible, so there is nothing for a search to find."""
+    unit = 1 if policy == "binpack" else 100
+    used = (x.sum(axis=0) > 0) | comp.has_pods
+    value = float(node_weights(comp, policy, unit=unit)[used].sum() / unit)
+    return SolveResult(x.copy(), comp.counts - x.sum(axis=1), "OPTIMAL", value, value, 0.0, 0.0,
+                       time.perf_counter() - t0, time.perf_counter() - t0, int(used.sum()), 0, 0,
+                       comp.budget * 0.0, comp.budget * 0.0,  # risk and headroom: finish fills them in
+                       ["the start places every pod on nodes already in use: no plan uses fewer nodes, no search"])
 
 
 def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, policy: str, floor_x: np.ndarray | None,
