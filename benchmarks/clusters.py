@@ -223,7 +223,7 @@ def cluster_state(doc: dict[str, Any]) -> Any:
     from kso.core.snapshot import parse_snapshot
 
     nodes, pods = parse_snapshot(orjson.dumps(doc), "generated cluster")
-    state = ClusterState()
+    state = ClusterState(pending_pod_memory=max(len(pods), 1))
     for node in nodes:
         state.upsert_node(node)
     for pod in pods:

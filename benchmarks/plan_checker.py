@@ -24,6 +24,7 @@ recomputed with ``scipy.stats.beta``. What is checked:
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -198,7 +199,7 @@ def beta_risk(mean: float, var: float, cap: float, u_star: float) -> float:
     return float(beta_dist.sf(u_star, mu * t, (1 - mu) * t))
 
 
-def _load_before(node: dict[str, Any], bound: list[dict[str, Any]], r: str) -> tuple[float, float, str]:
+def _load_before(node: dict[str, Any], held: dict[str, float], r: str) -> tuple[float, float, str]:
     """(mean, std, source) of the node's load before the plan as the objects give it: allocatable - the
     mean-free annotation (memory in MiB), std the std-free one ("annotations"), else the bound pods'
     requests with no spread ("requests")."""
@@ -209,12 +210,18 @@ def _load_before(node: dict[str, Any], bound: list[dict[str, Any]], r: str) -> t
     except (KeyError, ValueError):
         free = math.nan
     if not math.isfinite(free):
-        return sum(_requests(p).get(r, 0.0) for p in bound), 0.0, "requests"
+        return held.get(r, 0.0), 0.0, "requests"
     try:
         std = float(ann.get(f"std-free-{r}", "0")) * scale
     except ValueError:
         std = 0.0
     return max(_allocatable(node).get(r, 0.0) - free, 0.0), std if math.isfinite(std) else 0.0, "annotations"
+
+
+def _rules_of(pod: dict[str, Any]) -> str:
+    """What of a pod's spec why_not reads (nodeSelector, affinity, tolerations), as text."""
+    spec = pod.get("spec") or {}
+    return json.dumps([spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")], sort_keys=True)
 
 
 def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
@@ -224,13 +231,15 @@ def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
     key = {id(p): f"{p['metadata'].get('namespace') or 'default'}/{p['metadata']['name']}" for p in pods}
     by_key = {key[id(p)]: p for p in pods}
     pending = {key[id(p)] for p in pods if not (p.get("spec") or {}).get("nodeName")}
-    bound_on: dict[str, list[dict[str, Any]]] = {n: [] for n in nodes}
+    held: dict[str, dict[str, float]] = {n: {} for n in nodes}  # bound pods' requests summed per node
     for p in pods:
-        if (p.get("spec") or {}).get("nodeName") in bound_on:
-            bound_on[p["spec"]["nodeName"]].append(p)
+        on = held.get((p.get("spec") or {}).get("nodeName"))
+        if on is not None:
+            for r, v in _requests(p).items():
+                on[r] = on.get(r, 0.0) + v
     report = CheckReport(nodes=len(nodes), pods_pending=len(pending))
     planned, added = _check_classes(plan, nodes, by_key, key, pending, report)
-    _check_nodes(plan, nodes, bound_on, planned, added, report)
+    _check_nodes(plan, nodes, held, planned, added, report)
     return report
 
 
@@ -255,6 +264,7 @@ def _check_classes(plan: dict[str, Any], nodes: dict[str, Any], by_key: dict[str
         if any(s is None for s in specs):
             report.fail("unknown-pod", f"{ckey}: names pods the cluster does not have")
             continue
+        distinct = list({_rules_of(sp): sp for sp in specs if sp is not None}.values())
         reqs = _requests(specs[0])
         if any(_requests(s) != reqs for s in specs[1:]):
             report.fail("class-requests", f"{ckey}: pods with different requests")
@@ -273,8 +283,8 @@ def _check_classes(plan: dict[str, Any], nodes: dict[str, Any], by_key: dict[str
             if node is None:
                 report.fail("unknown-node", f"{ckey}: slot on {node_name}")
                 continue
-            for s in specs:
-                report.placements_checked += 1
+            report.placements_checked += len(specs)
+            for s in distinct:  # every pod's rules, each distinct set of them once per node
                 why = why_not(s, node)
                 if why:
                     report.fail("rule", f"{key[id(s)]} on {node_name}: {why}")
@@ -324,7 +334,7 @@ def _check_risk(report: CheckReport, name: str, what: str, stated: Any, recomput
 
 
 def _node_load(report: CheckReport, name: str, node: dict[str, Any], info: dict[str, Any],
-               bound: list[dict[str, Any]], r: str, cap: float) -> tuple[float, float] | None:
+               held: dict[str, float], r: str, cap: float) -> tuple[float, float] | None:
     """(mean, std) before the plan: from the objects where the plan says they hold it (and compared with
     the plan's), else the plan's own (a forecast); None when the plan does not say enough."""
     source = (info.get("loadSource") or {}).get(r)
@@ -336,7 +346,7 @@ def _node_load(report: CheckReport, name: str, node: dict[str, Any], info: dict[
     if source not in OBJECT_LOAD_SOURCES:
         report.loads_stated += 1
         return float(mean_s), float(std_s)
-    mean0, std0, actual = _load_before(node, bound, r)
+    mean0, std0, actual = _load_before(node, held, r)
     if actual != source:
         report.fail("load-source", f"{name}: {r} load from {source}, but the objects give {actual}")
     if not (_close(mean_s, mean0, cap) and _close(std_s, std0, cap)):
@@ -344,7 +354,7 @@ def _node_load(report: CheckReport, name: str, node: dict[str, Any], info: dict[
     return mean0, std0
 
 
-def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], bound_on: dict[str, list[dict[str, Any]]],
+def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], held: dict[str, dict[str, float]],
                  planned: dict[str, dict[str, float]], added: dict[str, list[float]], report: CheckReport) -> None:
     """Capacity, the load before the plan, every risk the plan states recomputed, and its stated maxima."""
     u_star, eps = float(plan["uStar"]), float(plan["eps"])
@@ -356,9 +366,9 @@ def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], bound_on: dict[str
         info = plan["nodes"].get(name)
         alloc = _allocatable(node)
         for r, v in planned[name].items():
-            held = sum(_requests(p).get(r, 0.0) for p in bound_on[name])
-            if held + v > alloc.get(r, 0.0) + 1e-6:
-                report.fail("capacity", f"{name}: {r} {held + v:g} > allocatable {alloc.get(r, 0.0):g}")
+            on = held[name].get(r, 0.0)
+            if on + v > alloc.get(r, 0.0) + 1e-6:
+                report.fail("capacity", f"{name}: {r} {on + v:g} > allocatable {alloc.get(r, 0.0):g}")
         if info is None:
             if name in given:
                 report.fail("unknown-node", f"{name} given pods but not in the plan's nodes")
@@ -371,7 +381,7 @@ def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], bound_on: dict[str
             stated_cap = (info.get("capacity") or {}).get(r)
             if stated_cap is None or not _close(stated_cap, cap, cap):
                 report.fail("capacity-stated", f"{name}: {r} capacity {stated_cap!r}, allocatable {cap:g}")
-            load = _node_load(report, name, node, info, bound_on[name], r, cap)
+            load = _node_load(report, name, node, info, held[name], r, cap)
             if load is None:
                 continue
             mean0, std0 = load

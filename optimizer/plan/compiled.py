@@ -97,6 +97,44 @@ class Compiled:
         return np.where(self.eligible, np.maximum(ub, 0), 0).astype(np.int64)
 
 
+def merge_identical_classes(comp: Compiled) -> tuple[Compiled, np.ndarray]:
+    """(the problem with the classes that are identical for every constraint and objective merged: same
+    requests, usage mean and variance (so the same safe-bound terms) and the same eligible nodes, their
+    counts summed; the merged class of each original class). A cluster's many owners of the same shape
+    (hundreds of ReplicaSets of 100m / 128Mi) are one class to the solver. ``comp`` itself when nothing merges."""
+    groups: dict[bytes, int] = {}
+    group = np.empty(comp.n_classes, dtype=np.int64)
+    for ci in range(comp.n_classes):
+        sig = comp.req[ci].tobytes() + comp.mu[:, ci].tobytes() + comp.var[:, ci].tobytes() + comp.eligible[ci].tobytes()
+        group[ci] = groups.setdefault(sig, len(groups))
+    if len(groups) == comp.n_classes:
+        return comp, np.arange(comp.n_classes)
+    reps = np.array([int(np.argmax(group == g)) for g in range(len(groups))], dtype=np.int64)
+    counts = np.bincount(group, weights=comp.counts, minlength=len(groups)).astype(np.int64)
+    merged = Compiled(comp.resources, comp.node_names, [comp.class_keys[c] for c in reps], counts, comp.req[reps],
+                      comp.free, comp.eligible[reps], comp.a[:, reps, :], comp.budget, comp.bound_cap, comp.bound_const,
+                      comp.mean0, comp.var0, comp.cap, comp.mu[:, reps], comp.var[:, reps], comp.has_pods, comp.cost,
+                      comp.reasons)
+    return merged, group
+
+
+def split_merged(x: np.ndarray, group: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """A placement of merged classes (merge_identical_classes) as one of the original classes: each merged
+    class's pods, node by node, go to its members in turn (any split is the same placement to every rule)."""
+    out = np.zeros((len(group), x.shape[1]), dtype=np.int64)
+    for g in range(x.shape[0]):
+        members = np.nonzero(group == g)[0]
+        if len(members) == 1:
+            out[members[0]] = x[g]
+            continue
+        upto = np.cumsum(x[g])  # pods of the merged class on the nodes up to each one
+        starts = np.concatenate([[0], np.cumsum(counts[members])[:-1]])
+        for ci, s0 in zip(members, starts, strict=True):
+            filled = np.clip(upto - s0, 0, counts[ci])
+            out[ci] = np.diff(filled, prepend=0)
+    return out
+
+
 def _units(resource: str, value: float, up: bool) -> int:
     v = value * SCALE.get(resource, 1.0)
     return int(math.ceil(v - 1e-9)) if up else int(math.floor(v + 1e-9))

@@ -55,27 +55,46 @@ def _place(comp: Compiled, rule: str) -> HeuristicResult:
     for ci in _pod_order(comp):
         req = comp.req[ci]
         a = comp.a[:, ci, :]
-        for _ in range(int(comp.counts[ci])):
+        left = int(comp.counts[ci])
+        while left > 0:
             ok = comp.eligible[ci] & (free >= req[None, :]).all(axis=1) & (budget >= a).all(axis=0)
             if not ok.any():
-                unplaced[ci] += 1
-                continue
+                unplaced[ci] += left
+                break
             cand = np.nonzero(ok)[0]
+            if rule == "first":
+                # The next pods of the class go on the same first node until it is full: place them at once.
+                ni = cand[np.argmin(rank[cand])]
+                k = min(left, _most_that_fit(free[ni], req, budget[:, ni], a[:, ni]))
+                x[ci, ni] += k
+                free[ni] -= k * req
+                budget[:, ni] -= k * a[:, ni]
+                spent[:, ni] += k * a[:, ni]
+                used[ni] = True
+                left -= k
+                continue
+            left -= 1
             if rule == "best":
                 # Best fit: the node left with the least free cpu+memory share; open new nodes last.
-                left = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
-                ni = cand[np.argmin(left)]
-            elif rule == "least-loaded":
+                room = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
+                ni = cand[np.argmin(room)]
+            else:
                 after = ((spent[:, cand] + a[:, cand]) * T_MAX + index_const[:, cand]) / index_cap[:, cand]
                 ni = cand[np.argmin(after.max(axis=0))]
-            else:
-                ni = cand[np.argmin(rank[cand])]
             x[ci, ni] += 1
             free[ni] -= req
             budget[:, ni] -= a[:, ni]
             spent[:, ni] += a[:, ni]
             used[ni] = True
     return HeuristicResult(x, unplaced, int(used.sum()))
+
+
+def _most_that_fit(free: np.ndarray, req: np.ndarray, budget: np.ndarray, a: np.ndarray) -> int:
+    """How many pods of requests ``req`` and safe-bound terms ``a`` fit one after another in ``free`` and
+    ``budget`` (at least one: the caller checked that one does)."""
+    by_req = free[req > 0] // req[req > 0]
+    by_safe = budget[a > 0] // a[a > 0]
+    return max(int(min(by_req.min(initial=2**62), by_safe.min(initial=2**62))), 1)
 
 
 def first_fit_decreasing(comp: Compiled) -> HeuristicResult:

@@ -45,7 +45,9 @@ from optimizer.plan.compiled import (
     compile_problem,
     evaluate,
     load_index,
+    merge_identical_classes,
     node_weights,
+    split_merged,
 )
 from optimizer.plan.cpsat import PlacementModel
 from optimizer.plan.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
@@ -94,6 +96,9 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     if options.policy not in POLICIES:
         raise ValueError(f"unknown policy {options.policy!r} (known: {', '.join(POLICIES)})")
     comp = comp or compile_problem(problem)
+    merged, group = merge_identical_classes(comp)
+    if merged is not comp:
+        return _solve_merged(problem, options, comp, merged, group)
     t0 = time.perf_counter()
     policy = options.policy
     start = first_fit_decreasing(comp).x
@@ -118,21 +123,38 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     return finish(comp, problem, result, policy, floor_x, t0, options.lp_bound)
 
 
+def _solve_merged(problem: PlacementProblem, options: SolverOptions, comp: Compiled, merged: Compiled,
+                  group: np.ndarray) -> SolveResult:
+    """Solve with identical classes merged (compiled.merge_identical_classes), then split the plan back into
+    the original classes: nodes' totals, so risk, headroom and violations, are the merged plan's."""
+    result = solve(problem, options, merged)  # merged shares comp's node arrays: budgets tightened are comp's
+    result.x = split_merged(result.x, group, comp.counts)
+    result.unplaced = comp.counts - result.x.sum(axis=1)
+    result.notes.append(f"{comp.n_classes} classes solved as {merged.n_classes} (classes with the same requests, "
+                        "usage and eligible nodes merged)")
+    return result
+
+
 def _opens_nothing(comp: Compiled, x: np.ndarray) -> bool:
-    """x places every pod on nodes already in use: no plan uses fewer nodes (those stay in use whatever it does)."""
-    return bool((x.sum(axis=1) == comp.counts).all() and not ((x.sum(axis=0) > 0) & ~comp.has_pods).any())
+    """x places every pod that has a node it fits on alone, on nodes already in use: no plan places more pods
+    or uses fewer nodes (those stay in use whatever it does)."""
+    if ((x.sum(axis=0) > 0) & ~comp.has_pods).any():
+        return False
+    left = x.sum(axis=1) < comp.counts
+    return not left.any() or not comp.ub()[left].any()
 
 
 def _nothing_to_improve(comp: Compiled, x: np.ndarray, policy: str, t0: float) -> SolveResult:
-    """The start as an optimal plan for a node-counting policy when it opens no node (pending pods on a busy
-    cluster): its nodes in use are the least possible, so there is nothing for a search to find."""
+    """The start as an optimal plan for a node-counting policy when it opens no node and leaves out only pods
+    no node can take (pending pods on a busy cluster): nothing for a search to find."""
     unit = 1 if policy == "binpack" else 100
     used = (x.sum(axis=0) > 0) | comp.has_pods
     value = float(node_weights(comp, policy, unit=unit)[used].sum() / unit)
     return SolveResult(x.copy(), comp.counts - x.sum(axis=1), "OPTIMAL", value, value, 0.0, 0.0,
                        time.perf_counter() - t0, time.perf_counter() - t0, int(used.sum()), 0, 0,
                        comp.budget * 0.0, comp.budget * 0.0,  # risk and headroom: finish fills them in
-                       ["the start places every pod on nodes already in use: no plan uses fewer nodes, no search"])
+                       ["the start places every pod that fits anywhere on nodes already in use: no plan places more or uses "
+                        "fewer nodes, no search"])
 
 
 def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, policy: str, floor_x: np.ndarray | None,
