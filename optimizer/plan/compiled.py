@@ -252,6 +252,7 @@ class SolveResult:
     headroom: np.ndarray  # (2, N) canonical: mean load the node can still take under its bound
     notes: list[str] = field(default_factory=list)
     progress: list[tuple[float, float, float]] = field(default_factory=list)  # (t, objective, bound)
+    start_score: tuple[int, float, float] | None = None  # plan_score of the start the search began from
 
 
 def evaluate(comp: Compiled, x: np.ndarray, u_star: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

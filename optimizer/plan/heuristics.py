@@ -6,6 +6,7 @@ FFD also warm-starts CP-SAT: its placement is given as the solver's hint, so a p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +98,43 @@ def _most_that_fit(free: np.ndarray, req: np.ndarray, budget: np.ndarray, a: np.
     return max(int(min(by_req.min(initial=2**62), by_safe.min(initial=2**62))), 1)
 
 
+# Vector packing by dot product (Panigrahy et al., "Heuristics for Vector Bin Packing", 2011): nodes are filled
+# one at a time in node order, each with the pod whose demand, as shares of the node's capacity (every resource
+# and both safe-bound budgets), points most along what the node has left: sum_d dem[c, d] * left[d] / cap[d]^2.
+# Where first-fit-decreasing fills early nodes with the largest pods (cpu-bound) and later ones with the
+# smallest (bound by their pod count), this mixes them, so both run out together. Pods that may go on one node
+# only come first on that node.
+def dot_product_fill(comp: Compiled) -> HeuristicResult:
+    n_c, n_n = comp.n_classes, comp.n_nodes
+    x = np.zeros((n_c, n_n), dtype=np.int64)
+    left = comp.counts.astype(np.int64).copy()
+    pinned = comp.eligible.sum(axis=1) <= 1
+    used = comp.has_pods.copy()
+    for ni in _node_order(comp):
+        want = comp.eligible[:, ni] & (left > 0)
+        if not want.any():
+            if not left.any():
+                break
+            continue
+        req = np.concatenate([comp.req, comp.a[:, :, ni].T], axis=1)  # (C, R + 2)
+        room = np.concatenate([comp.free[ni], np.maximum(comp.budget[:, ni], 0)]).astype(np.int64)
+        cap2 = np.maximum(room, 1).astype(float) ** 2
+        while True:
+            fits = want & (left > 0) & (req <= room).all(axis=1)
+            if not fits.any():
+                break
+            cand = np.nonzero(fits)[0]
+            shares = req[cand] / np.sqrt(cap2)
+            score = (shares @ (room / np.sqrt(cap2))) / np.maximum(np.linalg.norm(shares, axis=1), 1e-12)
+            score = score + pinned[cand] * 1e9
+            ci = int(cand[np.argmax(score)])
+            x[ci, ni] += 1
+            left[ci] -= 1
+            room -= req[ci]
+            used[ni] = True
+    return HeuristicResult(x, left, int(used.sum()))
+
+
 def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
     return _place(comp, "first")
 
@@ -109,9 +147,9 @@ def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
     return _place(comp, "best")
 
 
-def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
+def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray, list[list[int]]]:
     """Identical nodes (resources, budgets, safe-bound terms, eligibility, weight) merged into types: the
-    problem restricted to one node per type, and the multiplicities."""
+    problem restricted to one node per type, the multiplicities and each type's nodes."""
     groups: dict[bytes, list[int]] = {}
     for n in range(comp.n_nodes):
         sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),
@@ -120,7 +158,7 @@ def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
     reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
     sub = comp.subset(reps, comp.counts)
     sub.cost = w[reps]
-    return sub, np.array([len(g) for g in groups.values()], dtype=float)
+    return sub, np.array([len(g) for g in groups.values()], dtype=float), list(groups.values())
 
 
 # LP relaxation of binpack (x >= 0 and 0 <= y <= 1 continuous), the same constraints as the model:
@@ -133,12 +171,24 @@ def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
 # eligibility (sum their pods), which keeps the LP small on large clusters.
 # w_n = 1 (binpack) or the node weights of consolidate / cost (optimizer.plan.compiled.node_weights).
 def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None) -> float:
+    solution = _lp_relaxation(comp, unplaced, weights)
+    return float("nan") if solution is None else solution.value
+
+
+@dataclass(slots=True)
+class _LpSolution:
+    value: float
+    amounts: list[tuple[list[int], list[int], float]]  # (classes of a merged class, nodes of a type, its pods)
+    opened: list[tuple[list[int], float, bool]]  # (nodes of a type, y, already in use)
+
+
+def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> _LpSolution | None:
     # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
     import scipy.sparse as sp
     from scipy.optimize import linprog
 
     w = np.ones(comp.n_nodes) if weights is None else np.asarray(weights, dtype=float)
-    sub, mult = _node_types(comp, w)
+    sub, mult, node_groups = _node_types(comp, w)
     need_c = comp.counts - (unplaced if unplaced is not None else 0)
     # Classes identical to the LP (requests, safe-bound terms, eligibility) merge exactly: sum their pods.
     class_groups: dict[bytes, list[int]] = {}
@@ -167,8 +217,66 @@ def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: 
     bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need, bounds=bounds, method="highs")
     if res.status != 0:
-        return float("nan")
-    return float(res.fun)
+        return None
+    groups = list(class_groups.values())
+    amounts = [(groups[c], node_groups[t], float(v)) for c, t, v in zip(ci_idx, ti_idx, res.x[:n_x], strict=True)
+               if v > 1e-9]
+    opened = [(node_groups[t], float(res.x[n_x + t]), bool(sub.has_pods[t])) for t in range(n_t)]
+    return _LpSolution(float(res.fun), amounts, opened)
+
+
+# LP rounding: the relaxation's placement of each merged class on each node type, spread evenly over
+# ceil(y_t) nodes of that type (rounded down per node), pods a node cannot take taken off, and what is left
+# placed by first-fit-decreasing on what is left of the nodes. Small pods on many identical nodes (a cluster
+# planned whole) round with little loss, where the greedy heuristics fill big nodes with big pods only.
+def lp_rounded(comp: Compiled, unplaced: np.ndarray | None = None,
+               weights: np.ndarray | None = None) -> HeuristicResult | None:
+    import dataclasses
+
+    solution = _lp_relaxation(comp, unplaced, weights)
+    if solution is None:
+        return None
+    x = np.zeros((comp.n_classes, comp.n_nodes), dtype=np.int64)
+    open_count = {tuple(nodes[:1]): (len(nodes) if in_use else min(len(nodes), int(math.ceil(y - 1e-6))))
+                  for nodes, y, in_use in solution.opened}
+    left = comp.counts.astype(np.int64).copy()
+    for classes, nodes, amount in solution.amounts:
+        k = open_count[tuple(nodes[:1])]
+        total = int(math.floor(amount + 1e-6))
+        if k == 0 or total == 0:
+            continue
+        per_node = np.full(k, total // k, dtype=np.int64)
+        per_node[: total % k] += 1
+        for ni, n_pods in zip(nodes[:k], per_node, strict=True):
+            for ci in classes:
+                take = min(int(n_pods), int(left[ci]))
+                x[ci, ni] += take
+                left[ci] -= take
+                n_pods -= take
+                if n_pods == 0:
+                    break
+    _trim(comp, x)
+    free = comp.free - np.einsum("cr,cn->nr", comp.req, x)
+    budget = comp.budget - np.einsum("rcn,cn->rn", comp.a, x)
+    rest = dataclasses.replace(comp, free=free, budget=budget, has_pods=comp.has_pods | (x.sum(axis=0) > 0),
+                               counts=comp.counts - x.sum(axis=1))
+    more = first_fit_decreasing(rest)
+    x += more.x
+    return HeuristicResult(x, comp.counts - x.sum(axis=1), int(((x.sum(axis=0) > 0) | comp.has_pods).sum()))
+
+
+def _trim(comp: Compiled, x: np.ndarray) -> None:
+    """Take pods (largest safe-bound term first) off nodes whose requests or linear safe bound x breaks."""
+    budget = np.maximum(comp.budget, 0)
+    over = ((np.einsum("cr,cn->nr", comp.req, x) > comp.free).any(axis=1)
+            | (np.einsum("rcn,cn->rn", comp.a, x) > budget).any(axis=0))
+    for ni in np.nonzero(over)[0]:
+        while x[:, ni].sum():
+            if (comp.req.T @ x[:, ni] <= comp.free[ni]).all() and (
+                    (comp.a[:, :, ni] * x[None, :, ni]).sum(axis=1) <= budget[:, ni]).all():
+                break
+            present = np.nonzero(x[:, ni])[0]
+            x[present[np.argmax(comp.a[:, present, ni].max(axis=0))], ni] -= 1
 
 
 def close_nodes(comp: Compiled, x: np.ndarray, weights: np.ndarray | None = None) -> int:

@@ -51,7 +51,13 @@ from optimizer.plan.compiled import (
 )
 from optimizer.plan.cpsat import PlacementModel
 from optimizer.plan.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
-from optimizer.plan.heuristics import close_nodes, first_fit_decreasing, least_loaded_decreasing, lp_bound_nodes
+from optimizer.plan.heuristics import (
+    close_nodes,
+    first_fit_decreasing,
+    least_loaded_decreasing,
+    lp_bound_nodes,
+    lp_rounded,
+)
 from optimizer.plan.problem import PlacementProblem
 
 # The types and the compiler live in optimizer.plan.compiled; they are named here too because this is where
@@ -101,10 +107,11 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
         return _solve_merged(problem, options, comp, merged, group)
     t0 = time.perf_counter()
     policy = options.policy
-    start = first_fit_decreasing(comp).x
+    ffd = first_fit_decreasing(comp)
+    start = ffd.x
     floor_x, _ = _held(comp, start, problem, policy)
     if policy in ("binpack", "consolidate", "cost"):
-        close_nodes(comp, start, node_weights(comp, policy) if policy != "binpack" else None)
+        start = _node_counting_start(comp, problem, policy, start, ffd.unplaced)
     elif policy == "load-balance":
         # FFD fills the busiest nodes to their bound; start from the least-loaded placement instead.
         start = least_loaded_decreasing(comp).x
@@ -121,6 +128,24 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
         result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
     return finish(comp, problem, result, policy, floor_x, t0, options.lp_bound)
+
+
+def _node_counting_start(comp: Compiled, problem: PlacementProblem, policy: str, ffd: np.ndarray,
+                         ffd_unplaced: np.ndarray) -> np.ndarray:
+    """The better (held to the exact rule) of first-fit-decreasing and the LP relaxation rounded
+    (heuristics.lp_rounded: on large clusters of small pods the greedy fill is well off the bound), each with
+    the nodes it opens closed where their pods fit elsewhere."""
+    weights = node_weights(comp, policy) if policy != "binpack" else None
+    first = ffd.copy()
+    close_nodes(comp, first, weights)
+    rounded = lp_rounded(comp, ffd_unplaced, None if weights is None else weights.astype(float))
+    if rounded is None:
+        return first
+    second = rounded.x
+    close_nodes(comp, second, weights)
+    better = plan_score(comp, _held(comp, second, problem, policy)[0], policy) < plan_score(
+        comp, _held(comp, first, problem, policy)[0], policy)
+    return second if better else first
 
 
 def _solve_merged(problem: PlacementProblem, options: SolverOptions, comp: Compiled, merged: Compiled,
@@ -167,6 +192,8 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
                             "other nodes")
     elif back:
         result.notes.append(f"{back} pods the solver left out placed where they fit within the exact (Beta) rule")
+    if floor_x is not None:
+        result.start_score = plan_score(comp, floor_x, policy)
     if floor_x is not None and plan_score(comp, floor_x, policy) < plan_score(comp, result.x, policy):
         result.notes.append(f"the solver's plan ({result.status}) was worse for {policy} than its heuristic start "
                             "(first-fit-decreasing or its improvement, held to the same exact rule): the start "
@@ -273,9 +300,10 @@ def _solve_lns(comp: Compiled, options: SolverOptions, problem: PlacementProblem
     k = min(options.lns_nodes, comp.n_nodes)
     target = balance_target(comp)  # load-balance: the whole cluster's balanced index, not a neighbourhood's
     # The time limit covers the whole solve: keep room for what follows the search (the exact check and
-    # the LP bound cost about what the start did), and plan each step at its measured wall time (model
+    # the LP bound cost about what the start did, at most a sixth of the limit: a slow start, closing nodes
+    # on a large cluster, costs more than they do), and plan each step at its measured wall time (model
     # building included; on a busy machine that is well over lns_step_s).
-    reserve = max(2.0, 2.0 * first)
+    reserve = max(2.0, min(2.0 * first, options.time_limit_s / 6))
     step_wall = options.lns_step_s
     while time.perf_counter() - t0 + step_wall + reserve < options.time_limit_s:
         step_start = time.perf_counter()
