@@ -98,43 +98,6 @@ def _most_that_fit(free: np.ndarray, req: np.ndarray, budget: np.ndarray, a: np.
     return max(int(min(by_req.min(initial=2**62), by_safe.min(initial=2**62))), 1)
 
 
-# Vector packing by dot product (Panigrahy et al., "Heuristics for Vector Bin Packing", 2011): nodes are filled
-# one at a time in node order, each with the pod whose demand, as shares of the node's capacity (every resource
-# and both safe-bound budgets), points most along what the node has left: sum_d dem[c, d] * left[d] / cap[d]^2.
-# Where first-fit-decreasing fills early nodes with the largest pods (cpu-bound) and later ones with the
-# smallest (bound by their pod count), this mixes them, so both run out together. Pods that may go on one node
-# only come first on that node.
-def dot_product_fill(comp: Compiled) -> HeuristicResult:
-    n_c, n_n = comp.n_classes, comp.n_nodes
-    x = np.zeros((n_c, n_n), dtype=np.int64)
-    left = comp.counts.astype(np.int64).copy()
-    pinned = comp.eligible.sum(axis=1) <= 1
-    used = comp.has_pods.copy()
-    for ni in _node_order(comp):
-        want = comp.eligible[:, ni] & (left > 0)
-        if not want.any():
-            if not left.any():
-                break
-            continue
-        req = np.concatenate([comp.req, comp.a[:, :, ni].T], axis=1)  # (C, R + 2)
-        room = np.concatenate([comp.free[ni], np.maximum(comp.budget[:, ni], 0)]).astype(np.int64)
-        cap2 = np.maximum(room, 1).astype(float) ** 2
-        while True:
-            fits = want & (left > 0) & (req <= room).all(axis=1)
-            if not fits.any():
-                break
-            cand = np.nonzero(fits)[0]
-            shares = req[cand] / np.sqrt(cap2)
-            score = (shares @ (room / np.sqrt(cap2))) / np.maximum(np.linalg.norm(shares, axis=1), 1e-12)
-            score = score + pinned[cand] * 1e9
-            ci = int(cand[np.argmax(score)])
-            x[ci, ni] += 1
-            left[ci] -= 1
-            room -= req[ci]
-            used[ni] = True
-    return HeuristicResult(x, left, int(used.sum()))
-
-
 def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
     return _place(comp, "first")
 

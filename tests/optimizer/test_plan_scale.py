@@ -92,3 +92,27 @@ def test_a_listing_with_more_pending_pods_than_the_cache_keeps_is_read_whole(tmp
     path.write_bytes(orjson.dumps(doc))
     state = load_cluster(ClusterSource(snapshot=str(path))).state
     assert len(state.pending_pods()) == 10_050
+
+
+def test_a_cluster_planned_whole_starts_from_the_lp_relaxation_rounded() -> None:
+    # Every pod of a busy cluster re-planned on empty nodes: first-fit-decreasing fills the big nodes with the big
+    # pods (cpu-bound, pod slots left) and the rest with small ones (slot-bound, cpu left); the LP mixes them.
+    from benchmarks.solver_clusters import parse_cluster_cell
+    from optimizer.plan.heuristics import close_nodes, lp_bound_nodes, lp_rounded
+
+    doc = parse_cluster_cell("60x2000/20:replan").generate(0)
+    problem = problem_from_state(cluster_state(doc), None, 0.9, 0.3)
+    comp = compile_problem(problem)
+    ffd = first_fit_decreasing(comp)
+    closed = ffd.x.copy()
+    close_nodes(comp, closed)
+    ffd_nodes = int((closed.sum(axis=0) > 0).sum())
+    lp = lp_bound_nodes(comp, ffd.unplaced)
+    rounded = lp_rounded(comp, ffd.unplaced)
+    assert rounded is not None and rounded.unplaced.sum() == ffd.unplaced.sum() == 0
+    assert (rounded.x.T @ comp.req <= comp.free).all() and (rounded.x[~comp.eligible] == 0).all()
+    assert rounded.nodes_used <= np.ceil(lp) + 1 < ffd_nodes
+    planned = plan_cluster(problem, SolverOptions(time_limit_s=10, workers=2))
+    assert planned.result.nodes_used <= rounded.nodes_used and planned.result.violations == 0
+    report = check_plan(doc, orjson.loads(planned.plan.to_json()))
+    assert report.ok, report.examples
