@@ -146,6 +146,8 @@ class _LpSolution:
 
 
 def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> _LpSolution | None:
+    if comp.n_nodes == 0:
+        return None
     # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
     import scipy.sparse as sp
     from scipy.optimize import linprog
