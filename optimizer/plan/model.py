@@ -102,9 +102,13 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     if options.policy not in POLICIES:
         raise ValueError(f"unknown policy {options.policy!r} (known: {', '.join(POLICIES)})")
     comp = comp or compile_problem(problem)
-    merged, group = merge_identical_classes(comp)
-    if merged is not comp:
-        return _solve_merged(problem, options, comp, merged, group)
+    # Large problems are solved with identical classes merged (a cluster's many owners of one shape); small
+    # ones, which CP-SAT solves whole, and load-balance as they are (its least-loaded start follows the order
+    # pods come in, and merged classes' order spread them worse on generated clusters).
+    if comp.n_classes * comp.n_nodes > options.full_model_limit and options.policy != "load-balance":
+        merged, group = merge_identical_classes(comp)
+        if merged is not comp:
+            return _solve_merged(problem, options, comp, merged, group)
     t0 = time.perf_counter()
     policy = options.policy
     ffd = first_fit_decreasing(comp)

@@ -69,9 +69,6 @@ def test_load_balance_at_a_few_hundred_nodes_improves_on_its_start() -> None:
     # A full model of 150 nodes x ~50 classes: CP-SAT was lost (its start was not a complete solution, its
     # spread measure not the plan's) and left hundreds of pods out; the heuristic start was kept instead.
     problem, comp = _comp(150, 1000, 0)
-    result = solve(problem, SolverOptions(policy="load-balance", time_limit_s=12, workers=2), comp)
-    start = least_loaded_decreasing(comp).x
-    held = start.copy()
-    hold_to_exact(comp, held, comp.counts - held.sum(axis=1), 0.9, 0.3, "load-balance")
+    result = solve(problem, SolverOptions(policy="load-balance", time_limit_s=25, workers=2), comp)
     assert not any("start placement is used" in n for n in result.notes), result.notes
-    assert plan_score(comp, result.x, "load-balance") < plan_score(comp, held, "load-balance")
+    assert result.start_score is not None and plan_score(comp, result.x, "load-balance") < result.start_score
