@@ -9,7 +9,10 @@ What one holds (every count scales with the node and pod numbers asked for):
     load (mean-free / std-free), a few of them already over the safe bound;
   * pending pods: ReplicaSets (some with a zone nodeSelector, some with required node affinity: ORed
     terms, ``In``, ``NotIn``, ``Gt``), Jobs, GPU pods (toleration + selector), BestEffort pods (no
-    requests), and one DaemonSet whose pods for a few nodes are pinned by matchFields metadata.name.
+    requests), one DaemonSet whose pods for a few nodes are pinned by matchFields metadata.name, and
+    (``singleton_share``) owners with a single replica (StatefulSets of one, each its own class);
+  * ``bound_pods``: a cluster at its running size, that many pods already bound (small web / sidecar
+    shapes, spread by node size within 85% of each node's cpu, memory and pods), the pending pods on top.
 Deterministic for a seed. Nothing here reads optimizer code: the objects are what an API server returns.
 """
 
@@ -111,7 +114,8 @@ def _split(total: int, parts: int, rng: random.Random) -> list[int]:
 
 def generate(n_nodes: int, n_pods: int, seed: int = 0, *, daemonset_pods: int | None = None,
              best_effort_share: float = 0.05, gpu_share: float = 0.03, job_share: float = 0.2,
-             over_bound_nodes: int | None = None) -> dict[str, Any]:
+             over_bound_nodes: int | None = None, bound_pods: int | None = None,
+             singleton_share: float = 0.0) -> dict[str, Any]:
     """A cluster of ``n_nodes`` nodes and ``n_pods`` pending pods (plus the bound ones), as a v1 List."""
     rng = random.Random(seed)
     nodes: list[dict[str, Any]] = []
@@ -131,7 +135,7 @@ def generate(n_nodes: int, n_pods: int, seed: int = 0, *, daemonset_pods: int | 
     for k, n in enumerate(busy):
         name, shape = n["metadata"]["name"], shape_of[n["metadata"]["name"]]
         used_cpu = used_mem = 0
-        for j in range(rng.randint(1, 6)):
+        for j in range(0 if bound_pods else rng.randint(1, 6)):  # with bound_pods, those are the bound ones
             cpu, mem = rng.choice(REQUESTS)
             if used_cpu + cpu > shape.cpu * 600 or used_mem + mem > shape.mem_gib * 600:
                 break
@@ -144,12 +148,15 @@ def generate(n_nodes: int, n_pods: int, seed: int = 0, *, daemonset_pods: int | 
             "mean-free-cpu": f"{cap_cpu * (1 - share):.0f}", "std-free-cpu": f"{cap_cpu * rng.uniform(0.02, 0.08):.0f}",
             "mean-free-memory": f"{cap_mem * (1 - share * 0.8):.0f}",
             "std-free-memory": f"{cap_mem * rng.uniform(0.01, 0.05):.0f}"})
+    if bound_pods:
+        pods += _bound_volume(nodes, shape_of, bound_pods, rng)
     # Pending pods.
     n_ds = (max(1, n_nodes // 60) if daemonset_pods is None else daemonset_pods) if n_nodes else 0
     n_be = int(n_pods * best_effort_share)
     n_gpu = int(n_pods * gpu_share)
     n_job = int(n_pods * job_share)
-    n_rs = max(n_pods - n_ds - n_be - n_gpu - n_job, 0)
+    n_one = int(n_pods * singleton_share)
+    n_rs = max(n_pods - n_ds - n_be - n_gpu - n_job - n_one, 0)
     ready = [n for n in nodes if n["status"]["conditions"][0]["status"] == "True"]
     for i, n in enumerate(rng.sample(ready, min(n_ds, len(ready)))):
         target = n["metadata"]["name"]
@@ -171,7 +178,41 @@ def generate(n_nodes: int, n_pods: int, seed: int = 0, *, daemonset_pods: int | 
         pods.append(_pod("ml", f"train-{j}", ("Job", f"train-{j % 3}"), 2000, 8192, spec_extra=gpu_rules, gpus=1))
     for j in range(n_be):
         pods.append(_pod("dev", f"scratch-{j}", ("ReplicaSet", f"scratch-{j % 4}"), None, None))
+    for j in range(n_one):
+        cpu, mem = rng.choice(REQUESTS)
+        pods.append(_pod("data", f"db-{j}-0", ("StatefulSet", f"db-{j}"), cpu, mem, spec_extra=_rules(rng)))
     return {"apiVersion": "v1", "kind": "List", "items": nodes + pods}
+
+
+# (cpu millicores, memory MiB) of the pods a cluster at its running size already runs: small services and agents
+BOUND_REQUESTS = ((50, 64), (100, 128), (100, 256), (200, 256), (250, 512), (150, 192))
+
+
+def _bound_volume(nodes: list[dict[str, Any]], shape_of: dict[str, Shape], count: int,
+                  rng: random.Random) -> list[dict[str, Any]]:
+    """``count`` bound pods (fewer if the nodes are full), on Ready schedulable nodes in proportion to their cpu,
+    each node kept within 85% of its cpu, memory and pods by requests."""
+    ready = [n for n in nodes if n["status"]["conditions"][0]["status"] == "True" and not n["spec"].get("unschedulable")]
+    if not ready:
+        return []
+    names = [n["metadata"]["name"] for n in ready]
+    room = {name: [shape_of[name].cpu * 850, shape_of[name].mem_gib * 870, int(shape_of[name].pods * 0.85)]
+            for name in names}
+    weights = [shape_of[name].cpu for name in names]
+    out: list[dict[str, Any]] = []
+    picks = rng.choices(range(len(names)), weights, k=count)
+    for j, i in enumerate(picks):
+        cpu, mem = BOUND_REQUESTS[j % len(BOUND_REQUESTS)]
+        for k in range(len(names)):  # the picked node, else the next one with room
+            name = names[(i + k) % len(names)]
+            left = room[name]
+            if left[0] >= cpu and left[1] >= mem and left[2] >= 1:
+                left[0], left[1], left[2] = left[0] - cpu, left[1] - mem, left[2] - 1
+                out.append(_pod("svc", f"svc-{j}", ("ReplicaSet", f"svc-{j % 500}"), cpu, mem, node=name))
+                break
+        else:
+            break
+    return out
 
 
 def cluster_state(doc: dict[str, Any]) -> Any:
@@ -182,7 +223,7 @@ def cluster_state(doc: dict[str, Any]) -> Any:
     from kso.core.snapshot import parse_snapshot
 
     nodes, pods = parse_snapshot(orjson.dumps(doc), "generated cluster")
-    state = ClusterState()
+    state = ClusterState(pending_pod_memory=max(len(pods), 1))
     for node in nodes:
         state.upsert_node(node)
     for pod in pods:

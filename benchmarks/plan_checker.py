@@ -10,14 +10,21 @@ recomputed with ``scipy.stats.beta``. What is checked:
     (NoSchedule, NoExecute) tolerated, nodeSelector, required node affinity (ORed terms of ANDed
     matchExpressions In/NotIn/Exists/DoesNotExist/Gt/Lt and matchFields metadata.name);
   * capacity: bound pods' requests plus the planned pods' requests within allocatable, every resource;
-  * the safe bound: each node's load before the plan (kube-safe-scheduler's annotations, else the bound
-    pods' requests), plus the planned pods' usage means and variances, gives the risk
-    P(Beta > U*) of the moment-matched Beta; it must match the plan's within 1e-4, and be <= eps on every
-    node given pods; the plan's "given pods" maximum must be that maximum.
+  * the safe bound, every risk the plan reports recomputed from the plan file and the objects alone (the
+    file's riskModel, see optimizer/plan/placement_plan.py): each node's load before the plan from what its
+    loadSource says: kube-safe-scheduler's annotations or the bound pods' requests (read from the objects
+    here and compared with the plan's), or a forecast the objects do not hold (taken as the plan states
+    it, and counted); capacity = allocatable; the planned pods' usage means and variances from each
+    class's usage model (a model "from requests" must be its requests, or where it requests nothing the
+    plan's best-effort prior, which must be kube-scheduler's default requests); the after mean and std,
+    the risk before and after P(Beta > U*) of the moment-matched Beta must match the plan's within 1e-4
+    (the after risk <= eps on every node given pods), and so must the plan's maxRisk (given pods, and
+    the nodes already over eps that it gives nothing).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,8 +36,11 @@ from scipy.stats import beta as beta_dist
 from kso.core.resources import MIB
 
 RISK_TOLERANCE = 1e-4
+MOMENT_TOLERANCE = 1e-6  # of capacity, for the load means and spreads the plan states
 # What a plan counts a pod that requests nothing at (kube-scheduler's default requests), per resource.
 ZERO_REQUEST_PRIOR = {"cpu": 100.0, "memory": 200.0 * MIB}
+# Node loads the objects hold (the rest are the plan's word: a forecast, or a load its caller gave).
+OBJECT_LOAD_SOURCES = ("annotations", "requests")
 
 
 @dataclass
@@ -43,6 +53,8 @@ class CheckReport:
     nodes_given_pods: int = 0
     max_risk_given: float = 0.0
     max_risk_difference: float = 0.0
+    risks_recomputed: int = 0
+    loads_stated: int = 0  # node-resources whose load before the plan is a forecast (taken as the plan states it)
     problems: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
@@ -56,32 +68,49 @@ class CheckReport:
         return not self.problems
 
 
+def _quantities(items: dict[str, Any] | None) -> dict[str, float]:
+    return {r: float(parse_quantity(q)) * (1000.0 if r == "cpu" else 1.0) for r, q in (items or {}).items()}
+
+
 def _requests(pod: dict[str, Any]) -> dict[str, float]:
-    """Containers' requests summed (max with each init container), cpu in millicores, memory in bytes,
-    plus one "pods"."""
+    """The pod's requests as kube-scheduler counts them (PodRequests): containers summed, with restartable
+    (sidecar) init containers, at least each other init container plus the sidecars started before it, plus
+    the pod overhead; a limit without a request stands for it (API defaulting). cpu in millicores, memory in
+    bytes, plus one "pods"."""
     def one(c: dict[str, Any]) -> dict[str, float]:
-        out = {}
-        for r, q in ((c.get("resources") or {}).get("requests") or {}).items():
-            v = float(parse_quantity(q))
-            out[r] = v * 1000.0 if r == "cpu" else v
-        return out
+        res = c.get("resources") or {}
+        return {**_quantities(res.get("limits")), **_quantities(res.get("requests"))}
+
+    def add(into: dict[str, float], more: dict[str, float]) -> None:
+        for r, v in more.items():
+            into[r] = into.get(r, 0.0) + v
 
     spec = pod.get("spec") or {}
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
-        for r, v in one(c).items():
-            total[r] = total.get(r, 0.0) + v
+        add(total, one(c))
+    sidecars: dict[str, float] = {}
+    init_max: dict[str, float] = {}
     for c in spec.get("initContainers") or []:
-        for r, v in one(c).items():
-            total[r] = max(total.get(r, 0.0), v)
+        if c.get("restartPolicy") == "Always":
+            add(total, one(c))
+            add(sidecars, one(c))
+            at_start = dict(sidecars)
+        else:
+            at_start = one(c)
+            add(at_start, sidecars)
+        for r, v in at_start.items():
+            init_max[r] = max(init_max.get(r, 0.0), v)
+    for r, v in init_max.items():
+        total[r] = max(total.get(r, 0.0), v)
+    add(total, _quantities(spec.get("overhead")))
     total["pods"] = 1.0
     return total
 
 
 def _allocatable(node: dict[str, Any]) -> dict[str, float]:
     status = node.get("status") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
-    return {r: float(parse_quantity(q)) * (1000.0 if r == "cpu" else 1.0) for r, q in alloc.items()}
+    return _quantities(status.get("allocatable") or status.get("capacity") or {})
 
 
 def _ready(node: dict[str, Any]) -> bool:
@@ -170,17 +199,29 @@ def beta_risk(mean: float, var: float, cap: float, u_star: float) -> float:
     return float(beta_dist.sf(u_star, mu * t, (1 - mu) * t))
 
 
-def _load_before(node: dict[str, Any], bound: list[dict[str, Any]], r: str) -> tuple[float, float]:
-    """(mean, std) of the node's load before the plan: cap - mean-free annotation (memory in MiB), else
-    the bound pods' requests with no spread."""
+def _load_before(node: dict[str, Any], held: dict[str, float], r: str) -> tuple[float, float, str]:
+    """(mean, std, source) of the node's load before the plan as the objects give it: allocatable - the
+    mean-free annotation (memory in MiB), std the std-free one ("annotations"), else the bound pods'
+    requests with no spread ("requests")."""
     ann = (node.get("metadata") or {}).get("annotations") or {}
     scale = MIB if r == "memory" else 1.0
     try:
         free = float(ann[f"mean-free-{r}"]) * scale
-        std = float(ann.get(f"std-free-{r}", "0")) * scale
-        return max(_allocatable(node).get(r, 0.0) - free, 0.0), std
     except (KeyError, ValueError):
-        return sum(_requests(p).get(r, 0.0) for p in bound), 0.0
+        free = math.nan
+    if not math.isfinite(free):
+        return held.get(r, 0.0), 0.0, "requests"
+    try:
+        std = float(ann.get(f"std-free-{r}", "0")) * scale
+    except ValueError:
+        std = 0.0
+    return max(_allocatable(node).get(r, 0.0) - free, 0.0), std if math.isfinite(std) else 0.0, "annotations"
+
+
+def _rules_of(pod: dict[str, Any]) -> str:
+    """What of a pod's spec why_not reads (nodeSelector, affinity, tolerations), as text."""
+    spec = pod.get("spec") or {}
+    return json.dumps([spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")], sort_keys=True)
 
 
 def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
@@ -190,13 +231,15 @@ def check_plan(cluster: dict[str, Any], plan: dict[str, Any]) -> CheckReport:
     key = {id(p): f"{p['metadata'].get('namespace') or 'default'}/{p['metadata']['name']}" for p in pods}
     by_key = {key[id(p)]: p for p in pods}
     pending = {key[id(p)] for p in pods if not (p.get("spec") or {}).get("nodeName")}
-    bound_on: dict[str, list[dict[str, Any]]] = {n: [] for n in nodes}
+    held: dict[str, dict[str, float]] = {n: {} for n in nodes}  # bound pods' requests summed per node
     for p in pods:
-        if (p.get("spec") or {}).get("nodeName") in bound_on:
-            bound_on[p["spec"]["nodeName"]].append(p)
+        on = held.get((p.get("spec") or {}).get("nodeName"))
+        if on is not None:
+            for r, v in _requests(p).items():
+                on[r] = on.get(r, 0.0) + v
     report = CheckReport(nodes=len(nodes), pods_pending=len(pending))
     planned, added = _check_classes(plan, nodes, by_key, key, pending, report)
-    _check_nodes(plan, nodes, bound_on, planned, added, report)
+    _check_nodes(plan, nodes, held, planned, added, report)
     return report
 
 
@@ -204,6 +247,7 @@ def _check_classes(plan: dict[str, Any], nodes: dict[str, Any], by_key: dict[str
                    pending: set[str], report: CheckReport) -> tuple[dict[str, dict[str, float]], dict[str, list[float]]]:
     """Exactly-once, class homogeneity, usage models and rules; (requests, usage moments) added per node."""
     seen: Counter[str] = Counter()
+    prior = (plan.get("riskModel") or {}).get("bestEffortPrior") or {}
     planned: dict[str, dict[str, float]] = {n: {} for n in nodes}
     added: dict[str, list[float]] = {n: [0.0, 0.0, 0.0, 0.0] for n in nodes}  # cpu mean, cpu var, mem mean, mem var
     for ckey, c in plan["classes"].items():
@@ -220,22 +264,27 @@ def _check_classes(plan: dict[str, Any], nodes: dict[str, Any], by_key: dict[str
         if any(s is None for s in specs):
             report.fail("unknown-pod", f"{ckey}: names pods the cluster does not have")
             continue
+        distinct = list({_rules_of(sp): sp for sp in specs if sp is not None}.values())
         reqs = _requests(specs[0])
         if any(_requests(s) != reqs for s in specs[1:]):
             report.fail("class-requests", f"{ckey}: pods with different requests")
         usage = c.get("usage") or {}
+        if not all(isinstance((usage.get(k) or {}).get(r), (int, float)) for k in ("mean", "std") for r in ("cpu", "memory")):
+            report.fail("usage", f"{ckey}: no usage model (mean and std of cpu and memory): its risk cannot be recomputed")
+            continue
         for r in ("cpu", "memory"):
             if usage.get("source") in ("request", "request+prior"):
-                want = reqs.get(r, 0.0) or ZERO_REQUEST_PRIOR[r]
-                if abs(usage["mean"][r] - want) > 1e-6 * max(want, 1.0):
-                    report.fail("usage", f"{ckey}: {r} usage {usage['mean'][r]} is neither its request nor the prior")
+                want = reqs.get(r, 0.0) or prior.get(r, math.nan)
+                if not abs(usage["mean"][r] - want) <= 1e-6 * max(want, 1.0) or usage["std"][r] != 0:
+                    report.fail("usage", f"{ckey}: {r} usage {usage['mean'][r]} +- {usage['std'][r]} is neither its "
+                                "request nor the best-effort prior (no spread)")
         for node_name, k in c["slots"].items():
             node = nodes.get(node_name)
             if node is None:
                 report.fail("unknown-node", f"{ckey}: slot on {node_name}")
                 continue
-            for s in specs:
-                report.placements_checked += 1
+            report.placements_checked += len(specs)
+            for s in distinct:  # every pod's rules, each distinct set of them once per node
                 why = why_not(s, node)
                 if why:
                     report.fail("rule", f"{key[id(s)]} on {node_name}: {why}")
@@ -255,37 +304,110 @@ def _check_classes(plan: dict[str, Any], nodes: dict[str, Any], by_key: dict[str
     return planned, added
 
 
-def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], bound_on: dict[str, list[dict[str, Any]]],
+def _check_risk_model(plan: dict[str, Any], report: CheckReport) -> bool:
+    """The plan states the model its risks follow: the rule's inputs and kube-scheduler's default requests
+    as the best-effort prior. False when it does not (nothing can be recomputed)."""
+    model = plan.get("riskModel")
+    if not isinstance(model, dict):
+        report.fail("risk-model", "the plan states no riskModel: its risks cannot be recomputed from the file")
+        return False
+    prior = model.get("bestEffortPrior") or {}
+    for r, want in ZERO_REQUEST_PRIOR.items():
+        if prior.get(r) != want:
+            report.fail("risk-model", f"best-effort prior {r} = {prior.get(r)!r}, kube-scheduler's default is {want:g}")
+    return True
+
+
+def _close(a: float, b: float, scale: float) -> bool:
+    return abs(a - b) <= MOMENT_TOLERANCE * max(scale, 1.0)
+
+
+def _check_risk(report: CheckReport, name: str, what: str, stated: Any, recomputed: float) -> None:
+    if not isinstance(stated, (int, float)):
+        report.fail("risk-missing", f"{name}: {what} risk not stated")
+        return
+    diff = abs(recomputed - stated)
+    report.risks_recomputed += 1
+    report.max_risk_difference = max(report.max_risk_difference, diff)
+    if diff > RISK_TOLERANCE:
+        report.fail("risk-mismatch", f"{name}: {what} risk {stated:.6f}, recomputed {recomputed:.6f}")
+
+
+def _node_load(report: CheckReport, name: str, node: dict[str, Any], info: dict[str, Any],
+               held: dict[str, float], r: str, cap: float) -> tuple[float, float] | None:
+    """(mean, std) before the plan: from the objects where the plan says they hold it (and compared with
+    the plan's), else the plan's own (a forecast); None when the plan does not say enough."""
+    source = (info.get("loadSource") or {}).get(r)
+    stated = info.get("before") or {}
+    mean_s, std_s = (stated.get("mean") or {}).get(r), (stated.get("std") or {}).get(r)
+    if source is None or not isinstance(mean_s, (int, float)) or not isinstance(std_s, (int, float)):
+        report.fail("load-before", f"{name}: {r} load before the plan or its source not stated")
+        return None
+    if source not in OBJECT_LOAD_SOURCES:
+        report.loads_stated += 1
+        return float(mean_s), float(std_s)
+    mean0, std0, actual = _load_before(node, held, r)
+    if actual != source:
+        report.fail("load-source", f"{name}: {r} load from {source}, but the objects give {actual}")
+    if not (_close(mean_s, mean0, cap) and _close(std_s, std0, cap)):
+        report.fail("load-before", f"{name}: {r} before {mean_s:g} +- {std_s:g}, expected {mean0:g} +- {std0:g}")
+    return mean0, std0
+
+
+def _check_nodes(plan: dict[str, Any], nodes: dict[str, Any], held: dict[str, dict[str, float]],
                  planned: dict[str, dict[str, float]], added: dict[str, list[float]], report: CheckReport) -> None:
-    """Capacity, the load before the plan, the recomputed Beta risk and the plan's stated maximum."""
+    """Capacity, the load before the plan, every risk the plan states recomputed, and its stated maxima."""
     u_star, eps = float(plan["uStar"]), float(plan["eps"])
     given = {n for n, req in planned.items() if req}
     report.nodes_given_pods = len(given)
+    modelled = _check_risk_model(plan, report)
+    worst_over, over_nodes = 0.0, []
     for name, node in nodes.items():
         info = plan["nodes"].get(name)
         alloc = _allocatable(node)
         for r, v in planned[name].items():
-            held = sum(_requests(p).get(r, 0.0) for p in bound_on[name])
-            if held + v > alloc.get(r, 0.0) + 1e-6:
-                report.fail("capacity", f"{name}: {r} {held + v:g} > allocatable {alloc.get(r, 0.0):g}")
+            on = held[name].get(r, 0.0)
+            if on + v > alloc.get(r, 0.0) + 1e-6:
+                report.fail("capacity", f"{name}: {r} {on + v:g} > allocatable {alloc.get(r, 0.0):g}")
         if info is None:
             if name in given:
                 report.fail("unknown-node", f"{name} given pods but not in the plan's nodes")
             continue
+        if not modelled:
+            continue
+        node_risk = 0.0
         for i, r in enumerate(("cpu", "memory")):
-            mean0, std0 = _load_before(node, bound_on[name], r)
-            before = (info.get("before") or {}).get("mean", {}).get(r)
-            if before is not None and abs(before - mean0) > 1e-6 * max(alloc.get(r, 1.0), 1.0):
-                report.fail("load-before", f"{name}: {r} mean before {before:g}, expected {mean0:g}")
-            risk = beta_risk(mean0 + added[name][2 * i], std0 ** 2 + added[name][2 * i + 1], alloc.get(r, 0.0), u_star)
-            diff = abs(risk - info["risk"][r])
-            report.max_risk_difference = max(report.max_risk_difference, diff)
-            if diff > RISK_TOLERANCE:
-                report.fail("risk-mismatch", f"{name}: {r} risk {info['risk'][r]:.6f}, recomputed {risk:.6f}")
+            cap = alloc.get(r, 0.0)
+            stated_cap = (info.get("capacity") or {}).get(r)
+            if stated_cap is None or not _close(stated_cap, cap, cap):
+                report.fail("capacity-stated", f"{name}: {r} capacity {stated_cap!r}, allocatable {cap:g}")
+            load = _node_load(report, name, node, info, held[name], r, cap)
+            if load is None:
+                continue
+            mean0, std0 = load
+            _check_risk(report, name, f"{r} before", ((info.get("before") or {}).get("risk") or {}).get(r),
+                        beta_risk(mean0, std0 ** 2, cap, u_star))
+            mean1, var1 = mean0 + added[name][2 * i], std0 ** 2 + added[name][2 * i + 1]
+            after = info.get("after") or {}
+            mean_s, std_s = (after.get("mean") or {}).get(r), (after.get("std") or {}).get(r)
+            if not (isinstance(mean_s, (int, float)) and isinstance(std_s, (int, float))
+                    and _close(mean_s, mean1, cap) and _close(std_s, math.sqrt(var1), cap)):
+                report.fail("load-after", f"{name}: {r} after {mean_s!r} +- {std_s!r}, recomputed {mean1:g} +- "
+                            f"{math.sqrt(var1):g}")
+            risk = beta_risk(mean1, var1, cap, u_star)
+            _check_risk(report, name, r, info["risk"].get(r), risk)
+            node_risk = max(node_risk, risk)
             if name in given:
                 report.max_risk_given = max(report.max_risk_given, risk)
                 if risk > eps + RISK_TOLERANCE:
                     report.fail("safe-bound", f"{name}: {r} risk {risk:.4f} > eps {eps}")
-    stated = (plan.get("maxRisk") or {}).get("givenPods")
-    if stated is not None and abs(stated - report.max_risk_given) > RISK_TOLERANCE:
-        report.fail("max-risk", f"plan says {stated:.6f} on nodes given pods, recomputed {report.max_risk_given:.6f}")
+        if name not in given and node_risk > eps + 1e-9:
+            worst_over = max(worst_over, node_risk)
+            over_nodes.append(name)
+    stated = plan.get("maxRisk") or {}
+    for what, mine in (("givenPods", report.max_risk_given), ("alreadyOver", worst_over)):
+        if not isinstance(stated.get(what), (int, float)) or abs(stated[what] - mine) > RISK_TOLERANCE:
+            report.fail("max-risk", f"plan says {what} {stated.get(what)!r}, recomputed {mine:.6f}")
+    if modelled and sorted(stated.get("nodesAlreadyOver") or []) != sorted(over_nodes):
+        report.fail("max-risk", f"plan lists {len(stated.get('nodesAlreadyOver') or [])} nodes already over eps, "
+                    f"recomputed {len(over_nodes)}")

@@ -367,8 +367,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--cells", default="", help="comma-separated NODESxPODS (overrides the matrix)")
     ap.add_argument("--policy-cell", default="500x4000", help="NODESxPODS for the policy table ('' to skip)")
     ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--clusters", default="", help="NODESxPODS of generated realistic clusters, every policy "
-                    "(e.g. 300x2000,1500x8000; their limits are 30 s and 60 s, else --cluster-time-limit)")
+    ap.add_argument("--clusters", default="", help="generated realistic clusters, every policy: "
+                    "NODESxPODS[/PENDING][:replan][:varied] (e.g. 300x2000,1500x8000,5000x150000/1000; each cell's "
+                    "aim sets its time limit, else --cluster-time-limit)")
     ap.add_argument("--cluster-time-limit", type=float, default=None, help="seconds per policy on --clusters cells")
     ap.add_argument("--skip-openb", action="store_true", help="only the --clusters section")
     return ap
@@ -396,15 +397,17 @@ def _clusters_section(args: argparse.Namespace, say: Callable[..., None], report
 
     say("## Realistic generated clusters (benchmarks.clusters), every plan file checked independently")
     say()
-    crows, caims, ccrash = solver_clusters.run([parse_cell(c) for c in args.clusters.split(",") if c.strip()],
+    crows, caims, ccrash = solver_clusters.run([solver_clusters.parse_cluster_cell(c) for c in args.clusters.split(",")
+                                                if c.strip()],
                                                [p.strip() for p in args.policies.split(",") if p.strip()],
                                                args.workers, args.seed, say, with_retries, table,
                                                args.cluster_time_limit)
     say()
     say("max load = the hottest node's load index over the nodes given pods (1.000 = at its safe bound in the "
-        "model's linear form); cluster->plan s = compile + solve + exact check + plan, what kso plan spends after "
-        "reading the cluster; checker = benchmarks.plan_checker on the plan file (rules, capacity, exactly-once, "
-        "Beta risk recomputed with scipy).")
+        "model's linear form); vs start = the search's plan against the heuristic start it began from; "
+        "cluster->plan s = problem + compile + solve + exact check + plan, what kso plan spends after reading the "
+        "cluster; peak GiB = the solving process's peak resident memory; checker = benchmarks.plan_checker on the "
+        "plan file (rules, capacity, exactly-once, every stated risk recomputed from the file and the objects).")
     say()
     report.aims += [(f"clusters: {a}", v, w) for a, v, w in caims]
     report.crashes += ccrash

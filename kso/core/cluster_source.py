@@ -72,7 +72,7 @@ def _count_owners(raw_pods: dict[tuple[str, str], dict[str, Any]]) -> Counter[tu
 
 def _fill_state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
                 where: str) -> tuple[ClusterState, dict, list[str]]:
-    state = ClusterState()
+    state = ClusterState(pending_pod_memory=max(len(pods), 1))  # every pending pod of the listing
     raw_pods: dict[tuple[str, str], dict[str, Any]] = {}
     skipped: list[str] = []
     for obj in nodes:

@@ -119,12 +119,13 @@ def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeF
                 # kube-safe-scheduler's annotations are in millicores and MB; STAT_SCALE converts to them.
                 free_mean, free_std = view.mean_free[0, ri] / STAT_SCALE[ri], view.std_free[0, ri] / STAT_SCALE[ri]
                 if f is not None and not f.stale and f.age_s(now) <= max_forecast_age_s and math.isfinite(f.mean):
-                    load[r] = NodeLoad(f.mean * cap, f.std * cap if math.isfinite(f.std) else 0.0)
+                    load[r] = NodeLoad(f.mean * cap, f.std * cap if math.isfinite(f.std) else 0.0, "forecast")
                     ages.append(f.age_s(now))
                 elif math.isfinite(free_mean):  # no forecast: the node's annotations, as the safe agent does
-                    load[r] = NodeLoad(max(cap - free_mean, 0.0), free_std if math.isfinite(free_std) else 0.0)
+                    load[r] = NodeLoad(max(cap - free_mean, 0.0), free_std if math.isfinite(free_std) else 0.0,
+                                       "annotations")
                 else:
-                    load[r] = NodeLoad()
+                    load[r] = NodeLoad(source="requests")
             nodes.append(PlanNode(name, dict(info.allocatable), requested, load,
                                   node_cost(info.labels, info.annotations, cost_key), info, bool(on_node)))
         baseline = list(state.pods)

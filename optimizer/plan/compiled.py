@@ -97,6 +97,44 @@ class Compiled:
         return np.where(self.eligible, np.maximum(ub, 0), 0).astype(np.int64)
 
 
+def merge_identical_classes(comp: Compiled) -> tuple[Compiled, np.ndarray]:
+    """(the problem with the classes that are identical for every constraint and objective merged: same
+    requests, usage mean and variance (so the same safe-bound terms) and the same eligible nodes, their
+    counts summed; the merged class of each original class). A cluster's many owners of the same shape
+    (hundreds of ReplicaSets of 100m / 128Mi) are one class to the solver. ``comp`` itself when nothing merges."""
+    groups: dict[bytes, int] = {}
+    group = np.empty(comp.n_classes, dtype=np.int64)
+    for ci in range(comp.n_classes):
+        sig = comp.req[ci].tobytes() + comp.mu[:, ci].tobytes() + comp.var[:, ci].tobytes() + comp.eligible[ci].tobytes()
+        group[ci] = groups.setdefault(sig, len(groups))
+    if len(groups) == comp.n_classes:
+        return comp, np.arange(comp.n_classes)
+    reps = np.array([int(np.argmax(group == g)) for g in range(len(groups))], dtype=np.int64)
+    counts = np.bincount(group, weights=comp.counts, minlength=len(groups)).astype(np.int64)
+    merged = Compiled(comp.resources, comp.node_names, [comp.class_keys[c] for c in reps], counts, comp.req[reps],
+                      comp.free, comp.eligible[reps], comp.a[:, reps, :], comp.budget, comp.bound_cap, comp.bound_const,
+                      comp.mean0, comp.var0, comp.cap, comp.mu[:, reps], comp.var[:, reps], comp.has_pods, comp.cost,
+                      comp.reasons)
+    return merged, group
+
+
+def split_merged(x: np.ndarray, group: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """A placement of merged classes (merge_identical_classes) as one of the original classes: each merged
+    class's pods, node by node, go to its members in turn (any split is the same placement to every rule)."""
+    out = np.zeros((len(group), x.shape[1]), dtype=np.int64)
+    for g in range(x.shape[0]):
+        members = np.nonzero(group == g)[0]
+        if len(members) == 1:
+            out[members[0]] = x[g]
+            continue
+        upto = np.cumsum(x[g])  # pods of the merged class on the nodes up to each one
+        starts = np.concatenate([[0], np.cumsum(counts[members])[:-1]])
+        for ci, s0 in zip(members, starts, strict=True):
+            filled = np.clip(upto - s0, 0, counts[ci])
+            out[ci] = np.diff(filled, prepend=0)
+    return out
+
+
 def _units(resource: str, value: float, up: bool) -> int:
     v = value * SCALE.get(resource, 1.0)
     return int(math.ceil(v - 1e-9)) if up else int(math.floor(v + 1e-9))
@@ -214,6 +252,7 @@ class SolveResult:
     headroom: np.ndarray  # (2, N) canonical: mean load the node can still take under its bound
     notes: list[str] = field(default_factory=list)
     progress: list[tuple[float, float, float]] = field(default_factory=list)  # (t, objective, bound)
+    start_score: tuple[int, float, float] | None = None  # plan_score of the start the search began from
 
 
 def evaluate(comp: Compiled, x: np.ndarray, u_star: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -243,6 +282,24 @@ def load_index(comp: Compiled, x: np.ndarray) -> np.ndarray:
     cap_i, const = index_terms(comp)
     load = np.einsum("rcn,cn->rn", comp.a, x) * T_MAX + const
     return np.minimum(-(-load // cap_i), T_CEIL)
+
+
+# Load-balance's spread: sum over nodes of max(t_n - target, 0), t_n = the node's load index (the larger of
+# cpu and memory), target = the index every node would have if the load were spread perfectly:
+#     target = T_MAX * (sum_n bound_const[., n] + sum_c count_c mean_n a[., c, n]) / sum_n bound_cap[., n]
+# summed over both resources. The model (optimizer.plan.model) and the plan's score (optimizer.plan.exact)
+# use this same measure, so CP-SAT's objective ranks plans as the score does.
+def balance_target(comp: Compiled) -> int:
+    total = comp.bound_const.sum() + float((comp.a.mean(axis=2) * comp.counts[None, :]).sum()) if comp.n_nodes else 0.0
+    return int(T_MAX * total / max(comp.bound_cap.sum(), 1.0))
+
+
+def balance_spread(comp: Compiled, x: np.ndarray, target: int | None = None) -> int:
+    """Load-balance's spread of placement x: sum_n max(t_n - target, 0) over the nodes (see balance_target)."""
+    if comp.n_nodes == 0:
+        return 0
+    index = load_index(comp, x).max(axis=0)
+    return int(np.maximum(index - (balance_target(comp) if target is None else target), 0).sum())
 
 
 # Node weights of the node-counting policies, in units of one node = ``unit``:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from optimizer.plan.chance import beta_max_mean, plan_risk
-from optimizer.plan.compiled import SCALE, Compiled, a_binpack_miss, evaluate, load_index, node_weights
+from optimizer.plan.compiled import SCALE, Compiled, a_binpack_miss, balance_spread, evaluate, load_index, node_weights
 from optimizer.plan.problem import LOAD_RESOURCES
 
 RISK_TOLERANCE = 1e-9
@@ -108,15 +108,15 @@ def plan_score(comp: Compiled, x: np.ndarray, policy: str) -> tuple[int, float, 
     """How good a plan is for ``policy``, smaller is better, compared as a tuple: (unplaced pods, the
     policy's own measure, a tie-breaker). The policy measure: nodes in use (binpack), their weight
     (consolidate, cost), the dispersion miss (a-binpack, then nodes), the worst load index over the nodes
-    given pods (load-balance, then the spread of the nodes' load indexes)."""
+    given pods (load-balance, then the spread above the balanced index, compiled.balance_spread: CP-SAT's
+    own load-balance objective, so a plan it prefers scores no worse)."""
     unplaced = int((comp.counts - x.sum(axis=1)).sum())
     used = (x.sum(axis=0) > 0) | comp.has_pods
     index = load_index(comp, x)
     given = x.sum(axis=0) > 0
     worst = float(index[:, given].max(initial=0))
     if policy == "load-balance":
-        spread = float(np.abs(index.max(axis=0) - index.max(axis=0).mean()).sum()) if comp.n_nodes else 0.0
-        return unplaced, worst, spread
+        return unplaced, worst, float(balance_spread(comp, x))
     if policy == "a-binpack":
         return unplaced, a_binpack_miss(comp, x), float(used.sum())
     if policy in ("consolidate", "cost"):

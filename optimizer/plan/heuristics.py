@@ -6,6 +6,7 @@ FFD also warm-starts CP-SAT: its placement is given as the solver's hint, so a p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,11 +21,13 @@ class HeuristicResult:
     nodes_used: int
 
 
-# Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node.
+# Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node. Pods that may
+# go on one node only (a DaemonSet's, pinned by matchFields) come first, before others fill their node.
 def _pod_order(comp: Compiled) -> np.ndarray:
     mean_free = np.maximum(comp.free[:, :2].mean(axis=0), 1)
     size = (comp.req[:, :2] / mean_free).max(axis=1)
-    return np.argsort(-size, kind="stable")
+    pinned = comp.eligible.sum(axis=1) <= 1
+    return np.lexsort((-size, ~pinned))
 
 
 def _node_order(comp: Compiled) -> np.ndarray:
@@ -53,27 +56,46 @@ def _place(comp: Compiled, rule: str) -> HeuristicResult:
     for ci in _pod_order(comp):
         req = comp.req[ci]
         a = comp.a[:, ci, :]
-        for _ in range(int(comp.counts[ci])):
+        left = int(comp.counts[ci])
+        while left > 0:
             ok = comp.eligible[ci] & (free >= req[None, :]).all(axis=1) & (budget >= a).all(axis=0)
             if not ok.any():
-                unplaced[ci] += 1
-                continue
+                unplaced[ci] += left
+                break
             cand = np.nonzero(ok)[0]
+            if rule == "first":
+                # The next pods of the class go on the same first node until it is full: place them at once.
+                ni = cand[np.argmin(rank[cand])]
+                k = min(left, _most_that_fit(free[ni], req, budget[:, ni], a[:, ni]))
+                x[ci, ni] += k
+                free[ni] -= k * req
+                budget[:, ni] -= k * a[:, ni]
+                spent[:, ni] += k * a[:, ni]
+                used[ni] = True
+                left -= k
+                continue
+            left -= 1
             if rule == "best":
                 # Best fit: the node left with the least free cpu+memory share; open new nodes last.
-                left = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
-                ni = cand[np.argmin(left)]
-            elif rule == "least-loaded":
+                room = ((free[cand, :2] - req[None, :2]) / scale).sum(axis=1) + (~used[cand]) * 10.0
+                ni = cand[np.argmin(room)]
+            else:
                 after = ((spent[:, cand] + a[:, cand]) * T_MAX + index_const[:, cand]) / index_cap[:, cand]
                 ni = cand[np.argmin(after.max(axis=0))]
-            else:
-                ni = cand[np.argmin(rank[cand])]
             x[ci, ni] += 1
             free[ni] -= req
             budget[:, ni] -= a[:, ni]
             spent[:, ni] += a[:, ni]
             used[ni] = True
     return HeuristicResult(x, unplaced, int(used.sum()))
+
+
+def _most_that_fit(free: np.ndarray, req: np.ndarray, budget: np.ndarray, a: np.ndarray) -> int:
+    """How many pods of requests ``req`` and safe-bound terms ``a`` fit one after another in ``free`` and
+    ``budget`` (at least one: the caller checked that one does)."""
+    by_req = free[req > 0] // req[req > 0]
+    by_safe = budget[a > 0] // a[a > 0]
+    return max(int(min(by_req.min(initial=2**62), by_safe.min(initial=2**62))), 1)
 
 
 def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
@@ -88,9 +110,9 @@ def best_fit_decreasing(comp: Compiled) -> HeuristicResult:
     return _place(comp, "best")
 
 
-def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
+def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray, list[list[int]]]:
     """Identical nodes (resources, budgets, safe-bound terms, eligibility, weight) merged into types: the
-    problem restricted to one node per type, and the multiplicities."""
+    problem restricted to one node per type, the multiplicities and each type's nodes."""
     groups: dict[bytes, list[int]] = {}
     for n in range(comp.n_nodes):
         sig = b"".join((comp.free[n].tobytes(), comp.budget[:, n].tobytes(), comp.eligible[:, n].tobytes(),
@@ -99,7 +121,7 @@ def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
     reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
     sub = comp.subset(reps, comp.counts)
     sub.cost = w[reps]
-    return sub, np.array([len(g) for g in groups.values()], dtype=float)
+    return sub, np.array([len(g) for g in groups.values()], dtype=float), list(groups.values())
 
 
 # LP relaxation of binpack (x >= 0 and 0 <= y <= 1 continuous), the same constraints as the model:
@@ -112,12 +134,26 @@ def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray]:
 # eligibility (sum their pods), which keeps the LP small on large clusters.
 # w_n = 1 (binpack) or the node weights of consolidate / cost (optimizer.plan.compiled.node_weights).
 def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None) -> float:
+    solution = _lp_relaxation(comp, unplaced, weights)
+    return float("nan") if solution is None else solution.value
+
+
+@dataclass(slots=True)
+class _LpSolution:
+    value: float
+    amounts: list[tuple[list[int], list[int], float]]  # (classes of a merged class, nodes of a type, its pods)
+    opened: list[tuple[list[int], float, bool]]  # (nodes of a type, y, already in use)
+
+
+def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> _LpSolution | None:
+    if comp.n_nodes == 0:
+        return None
     # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
     import scipy.sparse as sp
     from scipy.optimize import linprog
 
     w = np.ones(comp.n_nodes) if weights is None else np.asarray(weights, dtype=float)
-    sub, mult = _node_types(comp, w)
+    sub, mult, node_groups = _node_types(comp, w)
     need_c = comp.counts - (unplaced if unplaced is not None else 0)
     # Classes identical to the LP (requests, safe-bound terms, eligibility) merge exactly: sum their pods.
     class_groups: dict[bytes, list[int]] = {}
@@ -146,8 +182,66 @@ def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: 
     bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need, bounds=bounds, method="highs")
     if res.status != 0:
-        return float("nan")
-    return float(res.fun)
+        return None
+    groups = list(class_groups.values())
+    amounts = [(groups[c], node_groups[t], float(v)) for c, t, v in zip(ci_idx, ti_idx, res.x[:n_x], strict=True)
+               if v > 1e-9]
+    opened = [(node_groups[t], float(res.x[n_x + t]), bool(sub.has_pods[t])) for t in range(n_t)]
+    return _LpSolution(float(res.fun), amounts, opened)
+
+
+# LP rounding: the relaxation's placement of each merged class on each node type, spread evenly over
+# ceil(y_t) nodes of that type (rounded down per node), pods a node cannot take taken off, and what is left
+# placed by first-fit-decreasing on what is left of the nodes. Small pods on many identical nodes (a cluster
+# planned whole) round with little loss, where the greedy heuristics fill big nodes with big pods only.
+def lp_rounded(comp: Compiled, unplaced: np.ndarray | None = None,
+               weights: np.ndarray | None = None) -> HeuristicResult | None:
+    import dataclasses
+
+    solution = _lp_relaxation(comp, unplaced, weights)
+    if solution is None:
+        return None
+    x = np.zeros((comp.n_classes, comp.n_nodes), dtype=np.int64)
+    open_count = {tuple(nodes[:1]): (len(nodes) if in_use else min(len(nodes), int(math.ceil(y - 1e-6))))
+                  for nodes, y, in_use in solution.opened}
+    left = comp.counts.astype(np.int64).copy()
+    for classes, nodes, amount in solution.amounts:
+        k = open_count[tuple(nodes[:1])]
+        total = int(math.floor(amount + 1e-6))
+        if k == 0 or total == 0:
+            continue
+        per_node = np.full(k, total // k, dtype=np.int64)
+        per_node[: total % k] += 1
+        for ni, n_pods in zip(nodes[:k], per_node, strict=True):
+            for ci in classes:
+                take = min(int(n_pods), int(left[ci]))
+                x[ci, ni] += take
+                left[ci] -= take
+                n_pods -= take
+                if n_pods == 0:
+                    break
+    _trim(comp, x)
+    free = comp.free - np.einsum("cr,cn->nr", comp.req, x)
+    budget = comp.budget - np.einsum("rcn,cn->rn", comp.a, x)
+    rest = dataclasses.replace(comp, free=free, budget=budget, has_pods=comp.has_pods | (x.sum(axis=0) > 0),
+                               counts=comp.counts - x.sum(axis=1))
+    more = first_fit_decreasing(rest)
+    x += more.x
+    return HeuristicResult(x, comp.counts - x.sum(axis=1), int(((x.sum(axis=0) > 0) | comp.has_pods).sum()))
+
+
+def _trim(comp: Compiled, x: np.ndarray) -> None:
+    """Take pods (largest safe-bound term first) off nodes whose requests or linear safe bound x breaks."""
+    budget = np.maximum(comp.budget, 0)
+    over = ((np.einsum("cr,cn->nr", comp.req, x) > comp.free).any(axis=1)
+            | (np.einsum("rcn,cn->rn", comp.a, x) > budget).any(axis=0))
+    for ni in np.nonzero(over)[0]:
+        while x[:, ni].sum():
+            if (comp.req.T @ x[:, ni] <= comp.free[ni]).all() and (
+                    (comp.a[:, :, ni] * x[None, :, ni]).sum(axis=1) <= budget[:, ni]).all():
+                break
+            present = np.nonzero(x[:, ni])[0]
+            x[present[np.argmax(comp.a[:, present, ni].max(axis=0))], ni] -= 1
 
 
 def close_nodes(comp: Compiled, x: np.ndarray, weights: np.ndarray | None = None) -> int:

@@ -11,11 +11,13 @@ Objective (minimise), lexicographic through weights, policy first, then overload
     binpack       nodes in use
     consolidate   capacity of the nodes in use (opens small nodes last, keeps busy ones)
     cost          sum of node cost over nodes in use
-    load-balance  T, then sum_n |t[n] - mean t| (spread of per-node load)
+    load-balance  T over the nodes given pods, then sum_n max(t[n] - target, 0) (the load above perfect
+                  balance, optimizer.plan.compiled.balance_spread): plan_score's own order
     a-binpack     |dispersion of node cpu request share - demand dispersion| (ICAC'19 adaptive binpack,
                   L1 form), then nodes in use
 and always, above everything: unplaced pods.
-Search never returns a plan worse than first-fit-decreasing's (held to the exact rule like every plan), and
+CP-SAT gets its start as a complete solution (cut to what the model allows), so it only returns better
+ones. Search never returns a plan worse than first-fit-decreasing's (held to the exact rule like every plan), and
 a repair re-solve or a neighbourhood step is kept only when it is no worse (optimizer.plan.exact.plan_score).
 The compiled arrays are optimizer.plan.compiled's; the CP-SAT rows are optimizer.plan.cpsat's.
 """
@@ -39,14 +41,23 @@ from optimizer.plan.compiled import (
     SolveResult,
     SolverOptions,
     a_binpack_shape,
+    balance_target,
     compile_problem,
     evaluate,
     load_index,
+    merge_identical_classes,
     node_weights,
+    split_merged,
 )
 from optimizer.plan.cpsat import PlacementModel
 from optimizer.plan.exact import hold_to_exact, over_bound, plan_score, tighten_budgets
-from optimizer.plan.heuristics import close_nodes, first_fit_decreasing, least_loaded_decreasing, lp_bound_nodes
+from optimizer.plan.heuristics import (
+    close_nodes,
+    first_fit_decreasing,
+    least_loaded_decreasing,
+    lp_bound_nodes,
+    lp_rounded,
+)
 from optimizer.plan.problem import PlacementProblem
 
 # The types and the compiler live in optimizer.plan.compiled; they are named here too because this is where
@@ -91,12 +102,20 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     if options.policy not in POLICIES:
         raise ValueError(f"unknown policy {options.policy!r} (known: {', '.join(POLICIES)})")
     comp = comp or compile_problem(problem)
+    # Large problems are solved with identical classes merged (a cluster's many owners of one shape); small
+    # ones, which CP-SAT solves whole, and load-balance as they are (its least-loaded start follows the order
+    # pods come in, and merged classes' order spread them worse on generated clusters).
+    if comp.n_classes * comp.n_nodes > options.full_model_limit and options.policy != "load-balance":
+        merged, group = merge_identical_classes(comp)
+        if merged is not comp:
+            return _solve_merged(problem, options, comp, merged, group)
     t0 = time.perf_counter()
     policy = options.policy
-    start = first_fit_decreasing(comp).x
+    ffd = first_fit_decreasing(comp)
+    start = ffd.x
     floor_x, _ = _held(comp, start, problem, policy)
     if policy in ("binpack", "consolidate", "cost"):
-        close_nodes(comp, start, node_weights(comp, policy) if policy != "binpack" else None)
+        start = _node_counting_start(comp, problem, policy, start, ffd.unplaced)
     elif policy == "load-balance":
         # FFD fills the busiest nodes to their bound; start from the least-loaded placement instead.
         start = least_loaded_decreasing(comp).x
@@ -105,12 +124,66 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
         floor_x = held_start  # the floor: the better of FFD and the start, both held to the exact rule
     else:
         start = floor_x
-    if comp.n_classes * comp.n_nodes > options.full_model_limit:
+    if policy in ("binpack", "consolidate", "cost") and _opens_nothing(comp, floor_x):
+        result = _nothing_to_improve(comp, floor_x, policy, t0)
+    elif comp.n_classes * comp.n_nodes > options.full_model_limit:
         result = _solve_lns(comp, options, problem, floor_x, t0)
     else:
         result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
     return finish(comp, problem, result, policy, floor_x, t0, options.lp_bound)
+
+
+def _node_counting_start(comp: Compiled, problem: PlacementProblem, policy: str, ffd: np.ndarray,
+                         ffd_unplaced: np.ndarray) -> np.ndarray:
+    """The better (held to the exact rule) of first-fit-decreasing and the LP relaxation rounded
+    (heuristics.lp_rounded: on large clusters of small pods the greedy fill is well off the bound), each with
+    the nodes it opens closed where their pods fit elsewhere."""
+    weights = node_weights(comp, policy) if policy != "binpack" else None
+    first = ffd.copy()
+    close_nodes(comp, first, weights)
+    rounded = lp_rounded(comp, ffd_unplaced, None if weights is None else weights.astype(float))
+    if rounded is None:
+        return first
+    second = rounded.x
+    close_nodes(comp, second, weights)
+    better = plan_score(comp, _held(comp, second, problem, policy)[0], policy) < plan_score(
+        comp, _held(comp, first, problem, policy)[0], policy)
+    return second if better else first
+
+
+def _solve_merged(problem: PlacementProblem, options: SolverOptions, comp: Compiled, merged: Compiled,
+                  group: np.ndarray) -> SolveResult:
+    """Solve with identical classes merged (compiled.merge_identical_classes), then split the plan back into
+    the original classes: nodes' totals, so risk, headroom and violations, are the merged plan's."""
+    result = solve(problem, options, merged)  # merged shares comp's node arrays: budgets tightened are comp's
+    result.x = split_merged(result.x, group, comp.counts)
+    result.unplaced = comp.counts - result.x.sum(axis=1)
+    result.notes.append(f"{comp.n_classes} classes solved as {merged.n_classes} (classes with the same requests, "
+                        "usage and eligible nodes merged)")
+    return result
+
+
+def _opens_nothing(comp: Compiled, x: np.ndarray) -> bool:
+    """x places every pod that has a node it fits on alone, on nodes already in use: no plan places more pods
+    or uses fewer nodes (those stay in use whatever it does)."""
+    if ((x.sum(axis=0) > 0) & ~comp.has_pods).any():
+        return False
+    left = x.sum(axis=1) < comp.counts
+    return not left.any() or not comp.ub()[left].any()
+
+
+def _nothing_to_improve(comp: Compiled, x: np.ndarray, policy: str, t0: float) -> SolveResult:
+    """The start as an optimal plan for a node-counting policy when it opens no node and leaves out only pods
+    no node can take (pending pods on a busy cluster): nothing for a search to find."""
+    unit = 1 if policy == "binpack" else 100
+    used = (x.sum(axis=0) > 0) | comp.has_pods
+    value = float(node_weights(comp, policy, unit=unit)[used].sum() / unit)
+    return SolveResult(x.copy(), comp.counts - x.sum(axis=1), "OPTIMAL", value, value, 0.0, 0.0,
+                       time.perf_counter() - t0, time.perf_counter() - t0, int(used.sum()), 0, 0,
+                       comp.budget * 0.0, comp.budget * 0.0,  # risk and headroom: finish fills them in
+                       ["the start places every pod that fits anywhere on nodes already in use: no plan places more or uses "
+                        "fewer nodes, no search"])
 
 
 def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, policy: str, floor_x: np.ndarray | None,
@@ -123,6 +196,8 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
                             "other nodes")
     elif back:
         result.notes.append(f"{back} pods the solver left out placed where they fit within the exact (Beta) rule")
+    if floor_x is not None:
+        result.start_score = plan_score(comp, floor_x, policy)
     if floor_x is not None and plan_score(comp, floor_x, policy) < plan_score(comp, result.x, policy):
         result.notes.append(f"the solver's plan ({result.status}) was worse for {policy} than its heuristic start "
                             "(first-fit-decreasing or its improvement, held to the same exact rule): the start "
@@ -227,10 +302,12 @@ def _solve_lns(comp: Compiled, options: SolverOptions, problem: PlacementProblem
     first = time.perf_counter() - t0
     progress: list[tuple[float, float, float]] = [(first, score[1], math.nan)]
     k = min(options.lns_nodes, comp.n_nodes)
+    target = balance_target(comp)  # load-balance: the whole cluster's balanced index, not a neighbourhood's
     # The time limit covers the whole solve: keep room for what follows the search (the exact check and
-    # the LP bound cost about what the start did), and plan each step at its measured wall time (model
+    # the LP bound cost about what the start did, at most a sixth of the limit: a slow start, closing nodes
+    # on a large cluster, costs more than they do), and plan each step at its measured wall time (model
     # building included; on a busy machine that is well over lns_step_s).
-    reserve = max(2.0, 2.0 * first)
+    reserve = max(2.0, min(2.0 * first, options.time_limit_s / 6))
     step_wall = options.lns_step_s
     while time.perf_counter() - t0 + step_wall + reserve < options.time_limit_s:
         step_start = time.perf_counter()
@@ -241,7 +318,7 @@ def _solve_lns(comp: Compiled, options: SolverOptions, problem: PlacementProblem
         sub = comp.subset(nodes, x[:, nodes].sum(axis=1) + unplaced)
         sub_opts = SolverOptions(policy, options.lns_step_s, options.workers, 0.0, 0, options.seed + steps, "none")
         res = _solve_once(sub, sub_opts, problem.u_star, x[:, nodes], time.perf_counter(),
-                          _a_binpack_rest(comp, x, nodes) if policy == "a-binpack" else None)
+                          _a_binpack_rest(comp, x, nodes) if policy == "a-binpack" else None, target)
         steps += 1
         if res.status in OK_STATUSES:
             trial = x.copy()
@@ -274,9 +351,13 @@ def _a_binpack_rest(comp: Compiled, x: np.ndarray, nodes: np.ndarray) -> tuple[i
 
 
 def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.ndarray | None,
-                t0: float, a_binpack_target: tuple[int, int] | None = None) -> SolveResult:
+                t0: float, a_binpack_target: tuple[int, int] | None = None,
+                balance: int | None = None) -> SolveResult:
     """One CP-SAT model. ``a_binpack_target``: (s_bar, D*) of the whole cluster when ``comp`` is an LNS
-    neighbourhood, so that its a-binpack objective is the whole plan's."""
+    neighbourhood, so that its a-binpack objective is the whole plan's; ``balance``: the same for
+    load-balance's balanced index (compiled.balance_target). ``hint``: a placement to start from; what of it
+    the model's constraints allow is given to CP-SAT as a complete solution (every variable), so its first
+    solution is the hint and it only returns better ones."""
     n_c, n_n = comp.n_classes, comp.n_nodes
     ub = comp.ub()
     pm = PlacementModel(comp, ub)
@@ -286,9 +367,10 @@ def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.
         model.add(sum(pm.by_class[ci]) + unplaced[ci] == int(comp.counts[ci]))
 
     needs_y = options.policy in ("binpack", "consolidate", "cost", "a-binpack")
+    balancing = options.policy == "load-balance"
     ys: list[Any] = []
     t_max = model.new_int_var(0, T_CEIL, "T")
-    node_t: list[cp_model.IntVar] = []
+    node_t: dict[int, tuple[cp_model.IntVar, cp_model.IntVar]] = {}  # load-balance: node -> (t_n, given_n)
     for ni in range(n_n):
         if needs_y and not comp.has_pods[ni]:
             y: Any = model.new_bool_var(f"y{ni}")
@@ -301,11 +383,16 @@ def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.
             continue
         pm.add_fit(ni, comp.free[ni], y)
         pm.add_safe(ni, y)
-        pm.add_index_bound(ni, t_max)
-        if options.policy == "load-balance":
+        if balancing:
+            # T is the worst index over the nodes given pods, as plan_score reads it.
             t_n = model.new_int_var(0, T_CEIL, f"t{ni}")
+            given = model.new_bool_var(f"g{ni}")
             pm.add_index_bound(ni, t_n)
-            node_t.append(t_n)
+            model.add(sum(v for _, v in pm.by_node[ni]) == 0).only_enforce_if(~given)
+            model.add(t_max >= t_n).only_enforce_if(given)
+            node_t[ni] = (t_n, given)
+        else:
+            pm.add_index_bound(ni, t_max)
     # Identical empty nodes are interchangeable: open them in order (symmetry breaking).
     if needs_y:
         groups: dict[tuple[Any, ...], list[int]] = {}
@@ -317,12 +404,17 @@ def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.
             for i, j in zip(members, members[1:], strict=False):
                 model.add(ys[i] >= ys[j])
 
-    w_unplaced, objective = _objective(pm, options.policy, ys, t_max, node_t, unplaced, a_binpack_target)
+    target = (balance_target(comp) if balance is None else balance) if balancing else 0
+    w_unplaced, objective, devs = _objective(pm, options.policy, ys, t_max, [t for t, _ in node_t.values()], unplaced,
+                                             a_binpack_target, target)
     if hint is not None:
-        _add_hint(pm, hint, unplaced, ys, t_max)
+        _add_hint(pm, model_feasible(comp, ub, hint), unplaced, ys, t_max, node_t, devs, target)
     progress = _Progress(t0)
+    # Load-balance's weighted objective is dominated by its unplaced-pods term, so a relative gap would stop the
+    # search once the unplaced count is proven, before the worst node or the spread improved: search to the limit.
+    gap = 0.0 if balancing else options.relative_gap
     solver, name = pm.solve(objective, options.time_limit_s - (time.perf_counter() - t0), options.workers,
-                            options.seed, options.relative_gap, progress)
+                            options.seed, gap, progress)
     if name not in OK_STATUSES:
         x = np.zeros((n_c, n_n), dtype=np.int64)
         risk, headroom, _, _ = evaluate(comp, x, u_star)
@@ -345,11 +437,32 @@ def _solve_once(comp: Compiled, options: SolverOptions, u_star: float, hint: np.
                        risk, headroom, notes, progress.points)
 
 
-def _add_hint(pm: PlacementModel, hint: np.ndarray, unplaced: list[cp_model.IntVar], ys: list[Any],
-              t_max: cp_model.IntVar) -> None:
-    """Hint a whole solution (CP-SAT only starts from a hint it can complete): x, u, y and T."""
+def model_feasible(comp: Compiled, ub: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """x cut to what the model's constraints allow (within ub, requests within free, the linear safe bound
+    within the budget): on a node that breaks one, pods come off, largest safe-bound term first, until it
+    holds. A placement held to the exact rule can break the linear form where the exact rule is looser;
+    CP-SAT only starts from a hint that satisfies every constraint."""
+    x = np.minimum(x, ub).astype(np.int64)
+    budget = np.maximum(comp.budget, 0)
+    over = ((np.einsum("cr,cn->nr", comp.req, x) > comp.free).any(axis=1)
+            | (np.einsum("rcn,cn->rn", comp.a, x) > budget).any(axis=0))
+    for ni in np.nonzero(over)[0]:
+        while x[:, ni].sum():
+            fits = (comp.req.T @ x[:, ni] <= comp.free[ni]).all() and (
+                (comp.a[:, :, ni] * x[None, :, ni]).sum(axis=1) <= budget[:, ni]).all()
+            if fits:
+                break
+            present = np.nonzero(x[:, ni])[0]
+            x[present[np.argmax(comp.a[:, present, ni].max(axis=0))], ni] -= 1
+    return x
+
+
+def _add_hint(pm: PlacementModel, x: np.ndarray, unplaced: list[cp_model.IntVar], ys: list[Any],
+              t_max: cp_model.IntVar, node_t: dict[int, tuple[cp_model.IntVar, cp_model.IntVar]],
+              devs: list[Any], target: int) -> None:
+    """Hint a whole solution, every variable (CP-SAT only starts from a hint it can complete): x, u, y, T
+    and load-balance's t_n, given_n and deviations. ``x`` must satisfy the model (model_feasible)."""
     comp, model = pm.comp, pm.model
-    x = np.minimum(hint, pm.ub)
     for (ci, ni), v in pm.x.items():
         model.add_hint(v, int(x[ci, ni]))
     for ci, u in enumerate(unplaced):
@@ -358,13 +471,23 @@ def _add_hint(pm: PlacementModel, hint: np.ndarray, unplaced: list[cp_model.IntV
     for ni, y in enumerate(ys):
         if not isinstance(y, int):
             model.add_hint(y, bool(used[ni]))
+    index = load_index(comp, x)
+    if node_t:
+        per_node = index.max(axis=0)
+        for (ni, (t_n, given)), d in zip(node_t.items(), devs, strict=True):
+            model.add_hint(t_n, int(per_node[ni]))
+            model.add_hint(given, bool(used[ni]))
+            model.add_hint(d, max(int(per_node[ni]) - target, 0))
+        model.add_hint(t_max, int(per_node[used].max(initial=0)))
+        return
     has_terms = np.array([bool(terms) for terms in pm.by_node], dtype=bool)
-    model.add_hint(t_max, int(load_index(comp, x)[:, has_terms].max(initial=0)))
+    model.add_hint(t_max, int(index[:, has_terms].max(initial=0)))
 
 
 def _objective(pm: PlacementModel, policy: str, ys: list[Any], t_max: cp_model.IntVar,
                node_t: list[cp_model.IntVar], unplaced: list[cp_model.IntVar],
-               a_binpack_target: tuple[int, int] | None = None) -> tuple[int, Any]:
+               a_binpack_target: tuple[int, int] | None = None, target: int = 0) -> tuple[int, Any, list[Any]]:
+    """(weight of one unplaced pod, the objective, load-balance's deviation variables, one per node_t)."""
     comp, model = pm.comp, pm.model
     n_n = comp.n_nodes
     y_vars = [(ni, y) for ni, y in enumerate(ys) if not isinstance(y, int)]
@@ -372,13 +495,15 @@ def _objective(pm: PlacementModel, policy: str, ys: list[Any], t_max: cp_model.I
     # there); T_CEIL only leaves room for nodes already over their bound, whose index is a constant.
     t_range = T_MAX + 1
     if policy == "load-balance":
-        # Spread: sum_n |t_n - mean|, where the mean is what perfect balance would give.
-        total = comp.bound_const.sum() + float((comp.a.mean(axis=2) * comp.counts[None, :]).sum())
-        mean_t = int(T_MAX * total / max(comp.bound_cap.sum(), 1.0))
-        devs = pm.abs_deviations(list(node_t), mean_t, T_CEIL, "d")
-        w_t = t_range * n_n + 1
-        w_unplaced = w_t * t_range * 2
-        return w_unplaced, w_unplaced * sum(unplaced) + w_t * t_max + sum(devs)
+        # Spread: sum_n max(t_n - target, 0) (compiled.balance_spread), under the worst node T.
+        devs = []
+        for i, t_n in enumerate(node_t):
+            d = model.new_int_var(0, T_CEIL, f"d{i}")
+            model.add(d >= t_n - target)
+            devs.append(d)
+        w_t = T_CEIL * max(len(devs), 1) + 1
+        w_unplaced = w_t * (T_CEIL + 1)
+        return w_unplaced, w_unplaced * sum(unplaced) + w_t * t_max + sum(devs), devs
     if policy == "a-binpack":
         cpu = comp.resources.index("cpu")
         cap_cpu = comp.free[:, cpu]
@@ -402,9 +527,9 @@ def _objective(pm: PlacementModel, policy: str, ys: list[Any], t_max: cp_model.I
         w_y = t_range
         w_miss = w_y * (len(y_vars) + 1)
         w_unplaced = w_miss * (miss_hi + 1) * 2
-        return w_unplaced, w_unplaced * sum(unplaced) + w_miss * miss + w_y * sum(y for _, y in y_vars) + t_max
+        return w_unplaced, w_unplaced * sum(unplaced) + w_miss * miss + w_y * sum(y for _, y in y_vars) + t_max, []
     weights = node_weights(comp, policy)
     w_y = t_range
     w_unplaced = w_y * (int(weights.max(initial=1)) + 1) * 2
     nodes_term = cp_model.LinearExpr.weighted_sum([y for _, y in y_vars], [int(weights[ni]) for ni, _ in y_vars])
-    return w_unplaced, w_unplaced * sum(unplaced) + w_y * nodes_term + t_max
+    return w_unplaced, w_unplaced * sum(unplaced) + w_y * nodes_term + t_max, []

@@ -8,6 +8,24 @@ largest risk on nodes given pods and on nodes already over their bound, the inpu
 creation time. Written
 atomically (temp file + rename; optionally a ConfigMap), so a restarted extender answers at once, and
 validated whole on load: a corrupt or partial plan is rejected, never half-loaded.
+
+Every risk the file reports can be recomputed from the file and the cluster's objects alone (units: cpu
+millicores, memory bytes; r = cpu, memory):
+    classes.<key>.usage      {"mean": {r}, "std": {r}, "source"}: one pod's usage; source "history" (its
+                             running siblings' measured usage), "request" (its requests), "request+prior"
+                             (riskModel.bestEffortPrior[r] where it requests nothing of r)
+    nodes.<n>.capacity       {r}: the allocatable the risk is judged against
+    nodes.<n>.loadSource     {r}: where before.mean/std come from (optimizer.plan.problem.LOAD_SOURCES):
+                             "annotations" (allocatable - mean-free-*, std-free-*; memory annotations in MiB)
+                             and "requests" (the bound pods' requests, std 0) follow from the objects;
+                             "forecast" and "given" are stated here and taken as stated
+    nodes.<n>.before         {"mean", "std", "risk", "headroom"} per r, before the plan
+    nodes.<n>.after          {"mean", "std"} per r:  after.mean = before.mean + sum_c slots_c,n usage_c.mean,
+                             after.std^2 = before.std^2 + sum_c slots_c,n usage_c.std^2 (pods independent)
+    nodes.<n>.risk           {r}: riskModel.rule on after;  before.risk the same on before
+    maxRisk                  largest risk over the nodes given pods, and over the nodes already over eps
+                             that the plan gives nothing (listed)
+    riskModel                the rule, uStar / eps and the best-effort prior, as written by RISK_MODEL
 """
 
 from __future__ import annotations
@@ -27,9 +45,20 @@ import orjson
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
 from optimizer.plan.compiled import POLICIES, Compiled, SolveResult, evaluate
-from optimizer.plan.problem import PlacementProblem
+from optimizer.plan.problem import BEST_EFFORT_PRIOR, LOAD_SOURCES, PlacementProblem
 
 PLAN_FORMAT = "kso.io/placement-plan/v1"
+# The risk every node reports, stated in the file so that a reader needs no kso code to recompute it.
+RISK_MODEL = {
+    "rule": "risk = P(X > uStar), X ~ Beta moment-matched to mean = after.mean / capacity and std = after.std / "
+            "capacity (both clipped to [0, 1]); mean 0 -> 0; std 0 -> 1 if mean > uStar else 0; std^2 >= "
+            "mean (1 - mean) -> 1",
+    "after": "after.mean = before.mean + sum over classes of slots x usage.mean; after.std^2 = before.std^2 + "
+             "sum over classes of slots x usage.std^2",
+    "units": {CPU: "millicores", MEMORY: "bytes"},
+    "bestEffortPrior": dict(BEST_EFFORT_PRIOR),
+    "loadSources": list(LOAD_SOURCES),
+}
 
 
 class PlanError(ValueError):
@@ -56,6 +85,8 @@ class PlanNodeInfo:
     # units); optional on load.
     before: dict[str, dict[str, float]] = field(default_factory=dict)
     after: dict[str, dict[str, float]] = field(default_factory=dict)
+    capacity: dict[str, float] = field(default_factory=dict)  # allocatable the risk is judged against
+    load_source: dict[str, str] = field(default_factory=dict)  # per resource, one of LOAD_SOURCES
 
 
 @dataclass
@@ -113,8 +144,10 @@ class PlacementPlan:
             "classes": {k: {"requests": c.requests, "count": c.count, "unplaced": c.unplaced, "slots": c.slots,
                             **c.detail} for k, c in self.classes.items()},
             "nodes": {k: {"headroom": n.headroom, "risk": n.risk, "used": n.used,
-                          **({"before": n.before, "after": n.after} if n.before else {})} for k, n in self.nodes.items()},
-            "baselinePods": self.baseline_pods, "notes": self.notes,
+                          **({"before": n.before, "after": n.after} if n.before else {}),
+                          **({"capacity": n.capacity, "loadSource": n.load_source} if n.capacity else {})}
+                      for k, n in self.nodes.items()},
+            "riskModel": RISK_MODEL, "baselinePods": self.baseline_pods, "notes": self.notes,
         }
 
     def to_json(self) -> bytes:
@@ -193,11 +226,21 @@ class _PlanReader:
                 raise PlanError(f"{self.where}: nodes.{name}.{when} must be an object of objects")
             moments[when] = {k: {r: self.number(v, f"nodes.{name}.{when}.{k}.{r}") for r, v in d.items()}
                              for k, d in part.items()}
+        capacity = n.get("capacity", {})
+        sources = n.get("loadSource", {})
+        if not isinstance(capacity, dict) or not isinstance(sources, dict):
+            raise PlanError(f"{self.where}: nodes.{name}.capacity and loadSource must be objects")
+        for r, v in sources.items():
+            if v not in LOAD_SOURCES:
+                raise PlanError(f"{self.where}: nodes.{name}.loadSource.{r} must be one of {', '.join(LOAD_SOURCES)}, "
+                                f"got {v!r}")
         return PlanNodeInfo({r: self.number(v, f"nodes.{name}.headroom.{r}") for r, v in
                              self.need(n, "headroom", dict, f"nodes.{name}.").items()},
                             {r: self.number(v, f"nodes.{name}.risk.{r}") for r, v in
                              self.need(n, "risk", dict, f"nodes.{name}.").items()},
-                            bool(self.need(n, "used", bool, f"nodes.{name}.")), moments["before"], moments["after"])
+                            bool(self.need(n, "used", bool, f"nodes.{name}.")), moments["before"], moments["after"],
+                            {r: self.number(v, f"nodes.{name}.capacity.{r}") for r, v in capacity.items()},
+                            dict(sources))
 
     def plan_class(self, key: str, c: Any, nodes: dict[str, PlanNodeInfo]) -> PlanClass:
         if not isinstance(c, dict):
@@ -255,9 +298,13 @@ def plan_from_result(problem: PlacementProblem, comp: Compiled, result: SolveRes
                   "headroom": {r: float(headroom0[i, ni]) for i, r in enumerate(names)}}
         after = {"mean": {r: float(mean1[i, ni]) for i, r in enumerate(names)},
                  "std": {r: float(np.sqrt(max(var1[i, ni], 0.0))) for i, r in enumerate(names)}}
+        load = problem.nodes[ni].load
+        # compile_problem counts the bound pods' requests where a node has no finite load
+        sources = {r: load[r].source if r in load and math.isfinite(load[r].mean) else "requests" for r in names}
         nodes[name] = PlanNodeInfo({r: float(result.headroom[i, ni]) for i, r in enumerate(names)},
                                    {r: float(result.risk[i, ni]) for i, r in enumerate(names)},
-                                   bool(used[ni] or comp.has_pods[ni]), before, after)
+                                   bool(used[ni] or comp.has_pods[ni]), before, after,
+                                   {r: float(comp.cap[i, ni]) for i, r in enumerate(names)}, sources)
     body = orjson.dumps({k: c.slots for k, c in classes.items()}, option=orjson.OPT_SORT_KEYS)
     plan_id = hashlib.sha1(body + str(now).encode()).hexdigest()[:12]
     return PlacementPlan(plan_id, now, policy, result.status, result.objective, result.bound, result.gap,

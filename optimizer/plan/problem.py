@@ -25,12 +25,22 @@ class ProblemError(ValueError):
     """An optimisation input that cannot be used; the message names it."""
 
 
+# Where a node's load before the plan comes from, as the plan file states it per node and resource:
+#   forecast     a forecast (Prometheus or a trace): not in the cluster's objects, so the plan states it
+#   annotations  kube-safe-scheduler's mean-free-* / std-free-* node annotations: load = allocatable - mean-free
+#   requests     the bound pods' requests summed, no spread (a node with neither)
+#   given        set by the caller (generated or sampled problems, the re-optimiser's what-if loads)
+LOAD_SOURCES = ("forecast", "annotations", "requests", "given")
+
+
 @dataclass(slots=True)
 class NodeLoad:
-    """Forecast load of one node and resource, in absolute units; NaN mean = no forecast."""
+    """Forecast load of one node and resource, in absolute units; NaN mean = no forecast (the bound pods'
+    requests stand in). ``source``: one of LOAD_SOURCES."""
 
     mean: float = math.nan
     std: float = 0.0
+    source: str = "given"
 
 
 @dataclass(slots=True)
