@@ -25,8 +25,9 @@ runs too, e.g. a before/after of kso binding with KSO_BENCH_TREE). Throughput is
 seen by a watch on the namespace, so the scheduler's start-up is not counted. Rounds run the
 configurations in ABBA order (forward, then reversed) so the machine's drift falls on all alike; the table
 gives medians over rounds. Per run: pods/s and its ratio to ``alone`` of the same round; kso's per-verb
-mean and p99 (from its /metrics histogram, differenced over the run); pods per node (max, p95); the
-1-minute load average. Between runs the pods are force-deleted and the nodes are empty again.
+mean and p99 (from its /metrics histogram, differenced over the run); pods per node (max, p95); the CPU per pod
+of the extender's process and of kube-scheduler's (from its first bind on); the 1-minute load average. Between
+runs the pods are force-deleted and the nodes are empty again.
 """
 
 from __future__ import annotations
