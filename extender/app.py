@@ -300,6 +300,17 @@ class VerbRoute:
         finally:
             self.latency.observe(time.perf_counter() - start)
 
+    def respond_now(self, body: bytes, start: float) -> tuple[bytes, int]:
+        """``respond``'s answer to a body already read, no bigger than KSO_OFFLOAD_BODY_BYTES and KSO_MAX_BODY_BYTES
+        (so answered on the event loop), timed from ``start`` (time.perf_counter()): server.timed_protocol's
+        answer_now. Only for a route with synchronous work (not bind)."""
+        verbs, work = self.verbs, self.work
+        assert work is not None
+        try:
+            return verbs.answer(self.verb, work, self.fallback, body)
+        finally:
+            self.latency.observe(time.perf_counter() - start)
+
     async def endpoint(self, request: Request) -> Response:
         payload, status = await self.respond(request.scope, request.receive)
         return Response(payload, status_code=status, media_type=JSON)

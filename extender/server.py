@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,15 +175,30 @@ class HeadWithBodyTransport:
         return getattr(self._transport, name)
 
 
-def timed_protocol(header_timeout_s: float, body_timeout_s: float) -> type:
+def timed_protocol(header_timeout_s: float, body_timeout_s: float, answer_now: dict[str, Any] | None = None,
+                   answer_now_bytes: int = 0) -> type:
     """uvicorn's httptools protocol with a deadline per request: its headers must arrive within
     header_timeout_s of its first byte (or of the connection), its body within body_timeout_s of the
     headers; otherwise the connection is closed. uvicorn only times out idle keep-alive connections, so a
-    client sending a byte a second would hold a connection (and its buffered body) for ever."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    client sending a byte a second would hold a connection (and its buffered body) for ever.
+
+    ``answer_now``: path -> a route with ``respond_now(body, start) -> (payload, status)`` (app.VerbRoute: the
+    filter and prioritize verbs, answered on the event loop for a small body). A plain HTTP/1.1 POST to one of
+    these exact paths with a Content-Length of at most ``answer_now_bytes``, on a connection with no request in
+    progress, is answered by the protocol itself once its body is in: the same handler and the same response
+    bytes as through the ASGI app, without uvicorn's per-request cycle, task, event and ASGI messages (most of
+    the CPU such a call costs besides the decision). Any other request takes uvicorn's path."""
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+    from extender.app import JSON_BYTES
+
+    now_routes = answer_now or {}
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
+        # (route, start, body so far) of a request answer_now serves, from its headers to its answer
+        _now: tuple[Any, float, bytearray] | None = None
+        _now_close = False  # the server is shutting down: close once that request is answered
 
         def _arm(self, seconds: float) -> None:
             self._disarm()
@@ -224,18 +240,88 @@ def timed_protocol(header_timeout_s: float, body_timeout_s: float) -> type:
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
-            super().on_headers_complete()
+            route = self._now_route() if now_routes else None
+            if route is not None:
+                self._now = (route, time.perf_counter(), bytearray())
+            else:
+                super().on_headers_complete()
             self._arm(body_timeout_s)
 
+        def _now_route(self) -> Any:
+            """The answer_now route of the request whose headers are in, or None (uvicorn's path)."""
+            parser = self.parser
+            if (parser.get_method() != b"POST" or parser.get_http_version() != "1.1" or parser.should_upgrade()
+                    or self.root_path or self.expect_100_continue or self.transport.is_closing()):
+                return None
+            if self.cycle is not None and not self.cycle.response_complete:
+                return None  # a request in progress on this connection: pipelined ones queue behind it
+            limit = self.limit_concurrency
+            if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+                return None  # uvicorn's 503
+            route = now_routes.get(self.url.decode("latin-1"))  # an exact path, without query or escapes
+            if route is None:
+                return None
+            length = None
+            for name, value in self.headers:
+                if name == b"content-length":
+                    if length is not None or not value.isdigit():
+                        return None
+                    length = int(value)
+                elif name == b"transfer-encoding":
+                    return None
+            return route if length is not None and length <= answer_now_bytes else None
+
+        def on_body(self, body: bytes) -> None:
+            if self._now is not None:
+                self._now[2].extend(body)
+            else:
+                super().on_body(body)
+
         def on_message_complete(self) -> None:
-            super().on_message_complete()
+            now = self._now
+            if now is None:
+                super().on_message_complete()
+                self._disarm()
+                return
+            self._now = None
             self._disarm()
+            route, start, body = now
+            payload, status = route.respond_now(bytes(body), start)
+            # What uvicorn writes for the ASGI app's response (RequestResponseCycle.send): the status line, its
+            # default headers (date), the route's own, "connection: close" when the client asked for it.
+            keep_alive = self.parser.should_keep_alive() and not self._now_close
+            head = [STATUS_LINE[status]]
+            for name, value in self.server_state.default_headers:
+                head += [name.lower(), b": ", value, b"\r\n"]
+            head += [b"content-length: ", str(len(payload)).encode(), b"\r\ncontent-type: ", JSON_BYTES, b"\r\n",
+                     b"\r\n" if keep_alive else b"connection: close\r\n\r\n", payload]
+            self.transport.write(b"".join(head))
+            if not keep_alive:
+                self.transport.close()
+            self.on_response_complete()
+
+        def shutdown(self) -> None:
+            if self._now is not None:  # a request answer_now serves is answered first, as uvicorn's are
+                self._now_close = True
+                return
+            super().shutdown()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._now = None
             super().connection_lost(exc)
 
     return TimedHttpToolsProtocol
+
+
+def answer_now_routes(app: Any) -> dict[str, Any]:
+    """The routes of ``app`` (app.HotRoutes, or anything else: none) that answer a small body at once: the verbs
+    whose work is synchronous (filter, prioritize and their per-agent routes; not bind, which awaits the API)."""
+    from extender.app import HotRoutes, VerbRoute
+
+    if not isinstance(app, HotRoutes):
+        return {}
+    return {path: route for path, route in app.routes.items() if isinstance(route, VerbRoute) and route.work is not None}
 
 
 def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tuple[Any, Any]:
@@ -248,7 +334,7 @@ def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tupl
     s = config.settings
     # log_config None: uvicorn's records go to kso's handler (kso.core.logs), in kso's format.
     common = {"log_level": uvicorn_level(level), "log_config": None, "access_log": False, "loop": "uvloop",
-              "http": timed_protocol(s.header_timeout_s, s.body_timeout_s), "limit_concurrency": s.max_connections,
+              "limit_concurrency": s.max_connections,
               "timeout_keep_alive": 5, "server_header": False,
               # No X-Forwarded-For rewriting: the scheduler calls kso directly, and the per-request header
               # scan costs time on every call (the debug routes' client check sees the real peer).
@@ -258,8 +344,13 @@ def server_configs(config: Config, app: Any, admin_app: Any, level: int) -> tupl
         tls = {"ssl_certfile": s.tls_cert_file, "ssl_keyfile": s.tls_key_file or None}
         if s.tls_client_ca_file:
             tls |= {"ssl_ca_certs": s.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    main = uvicorn.Config(app, host=s.host, port=s.http_port, **common, **tls)
-    admin = None if admin_app is None else uvicorn.Config(admin_app, host=s.admin_host, port=s.admin_port, **common)
+    # filter and prioritize answered by the protocol itself (timed_protocol's answer_now) when the body is small
+    answer_now = answer_now_routes(app)
+    main = uvicorn.Config(app, host=s.host, port=s.http_port, **common, **tls,
+                          http=timed_protocol(s.header_timeout_s, s.body_timeout_s, answer_now,
+                                              min(s.offload_body_bytes, s.max_body_bytes)))
+    admin = None if admin_app is None else uvicorn.Config(admin_app, host=s.admin_host, port=s.admin_port, **common,
+                                                          http=timed_protocol(s.header_timeout_s, s.body_timeout_s))
     return main, admin
 
 

@@ -206,6 +206,20 @@ def pod_from_k8s(pod: Any) -> PodInfo:
     )
 
 
+def pod_fields(pod: dict[str, Any], meta: dict[str, Any], spec: Any) -> bytes | None:
+    """The JSON of the fields of Pod object ``pod`` (metadata ``meta``) that pod_from_k8s reads, with ``spec`` for its
+    spec: metadata name, namespace, ownerReferences, annotations and creationTimestamp, the spec, status.phase.
+    pod_from_k8s is a function of these alone, so two objects whose fields encode to the same bytes parse alike
+    (the encoding is type-exact: true is not 1). None when they do not encode."""
+    status = pod.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else status
+    try:
+        return orjson.dumps((meta.get("name"), meta.get("namespace"), meta.get("ownerReferences"),
+                             meta.get("annotations"), spec, phase, meta.get("creationTimestamp")))
+    except (orjson.JSONEncodeError, RecursionError):
+        return None
+
+
 class PodMemo:
     """The PodInfo of each recently parsed pod, by uid, with what it was parsed from.
 
@@ -234,14 +248,8 @@ class PodMemo:
         uid, rv = meta.get("uid"), meta.get("resourceVersion")
         if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
             return None
-        status = pod.get("status")
-        phase = status.get("phase") if isinstance(status, dict) else status
-        try:
-            fields = orjson.dumps((meta.get("name"), meta.get("namespace"), meta.get("ownerReferences"),
-                                   meta.get("annotations"), pod.get("spec"), phase, meta.get("creationTimestamp")))
-        except (orjson.JSONEncodeError, RecursionError):
-            return None
-        return uid, rv, fields
+        fields = pod_fields(pod, meta, pod.get("spec"))
+        return None if fields is None else (uid, rv, fields)
 
     def parse(self, pod: Any, shared: bool = False) -> PodInfo:
         """pod_from_k8s(pod), from the memo when this uid was parsed at this resourceVersion from the same fields.

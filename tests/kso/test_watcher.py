@@ -90,3 +90,55 @@ def test_watcher_hands_pending_pods_to_the_pod_memo(control_plane: Any, kube_nam
         assert info == pod_from_k8s(raw) and info.requests[CPU] == 300.0
     finally:
         watcher.stop()
+
+
+def test_watcher_parses_a_pod_again_only_when_its_parsed_fields_change(control_plane: Any, kube_namespace: str,
+                                                                      nodes: list[str], monkeypatch: Any) -> None:
+    """A pod's bind and the first step of its deletion change no field a parse reads but spec.nodeName: the watch
+    keeps its last PodInfo (with the new node) instead of parsing it again; a change to a parsed field (an
+    annotation) is parsed. Each step's PodInfo is what a parse of the pod as the API has it gives."""
+    import orjson
+
+    import kso.core.watcher as watcher_module
+    from kso.core.objects import pod_from_k8s
+
+    parsed: list[str] = []
+
+    def counting_parse(obj: Any) -> Any:
+        parsed.append(obj["metadata"]["name"])
+        return pod_from_k8s(obj)
+
+    monkeypatch.setattr(watcher_module, "pod_from_k8s", counting_parse)
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = kube_namespace
+    state = ClusterState()
+    watcher = ClusterWatcher(state, api, resync_backoff_s=0.05, watch_timeout_s=30)
+    watcher.start()
+
+    def as_api_has_it() -> Any:
+        raw = orjson.loads(core.read_namespaced_pod("once", ns, _preload_content=False).data)
+        return pod_from_k8s(raw)
+
+    try:
+        assert watcher.wait_synced(30), watcher.stats()
+        uid = bound_pod(core, ns, "once", None, "300m", "64Mi")
+        assert wait_for(lambda: state.pending_pod(uid) is not None)
+        assert state.pending_pod(uid) == as_api_has_it() and parsed.count("once") == 1
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "once", "namespace": ns},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "k-n1"}}
+        core.create_namespaced_pod_binding("once", ns, binding, _preload_content=False)
+        assert wait_for(lambda: uid in state.pods)
+        assert state.pods[uid] == as_api_has_it() and state.pods[uid].node_name == "k-n1"
+        assert cpu_mem(state, "k-n1") == (300.0, 64.0)
+        assert parsed.count("once") == 1  # the bind: the same PodInfo on its node, not a new parse
+        core.patch_namespaced_pod("once", ns, {"metadata": {"annotations": {"kso.test/changed": "yes"}}})
+        assert wait_for(lambda: state.pods[uid].annotations.get("kso.test/changed") == "yes")
+        assert state.pods[uid] == as_api_has_it() and parsed.count("once") == 2
+        core.delete_namespaced_pod("once", ns, grace_period_seconds=0)
+        assert wait_for(lambda: uid not in state.pods)
+        assert cpu_mem(state, "k-n1") == (0.0, 0.0)
+        assert uid not in watcher._parsed  # a deleted pod's entry goes with it
+        assert watcher.errors == 0 and watcher.skipped == 0, watcher.stats()
+    finally:
+        assert watcher.stop(10)
