@@ -233,7 +233,8 @@ def aims_lines(rows: Sequence[dict[str, Any]], agg: Agg, scenario: str, peer: st
         out.append(f"- **At `{peer}`'s node-hours** ({cost:.1f} ± {band:.0%}: {cost * (1 - band):.1f}-"
                    f"{cost * (1 + band):.1f}): " + (", ".join(f"`{p}`" for p in near) if near else
                                                     "no kso configuration's mean is in that band")
-                   + f"; each kso configuration against `{peer}` on the same seeds (value / its value - 1, mean ± 95%):")
+                   + f"; each kso configuration against `{peer}` on the same seeds (value / its value - 1; "
+                   f"{interval_note(seeds_of(agg, scenario))}):")
         for p in kso:
             changes = "; ".join(f"{label} {_change(paired_change(rows, scenario, p, peer, key))}" for key, label in PAIRED)
             out.append(f"  - `{p}`{' (in the band)' if p in near else ''}: {changes}")
