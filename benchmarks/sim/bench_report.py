@@ -325,7 +325,8 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
     markers: list[list[tuple[float, float]]] = []
     labels: list[list[tuple[float, float, str]]] = []
     fams = sorted({family(p) for (s, p) in agg if s == scenario and not is_oracle(p)})
-    colors = {f: plt.get_cmap("tab10")(i % 10) for i, f in enumerate(fams)}
+    palette = plt.get_cmap("tab10" if len(fams) <= 10 else "tab20")  # no two curves share a colour up to 20
+    colors = {f: palette(i % palette.N) for i, f in enumerate(fams)}
     for ax, (harm, harm_label) in zip(axes, FRONTIER_HARMS, strict=True):
         pts = [p for p in frontier_points(agg, scenario, harm) if _finite(p)]
         ax_markers: list[tuple[float, float]] = []

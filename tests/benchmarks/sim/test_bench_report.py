@@ -195,3 +195,18 @@ def test_every_axis_statement_counts_the_pods_a_policy_did_not_serve() -> None:
     # tlp40 134/60/20/99%: kso90 110/40/8/99.5% beats it on every axis
     assert by_peer["trimaran-tlp:target=40"].endswith("beaten on every axis by `kso-inproc:env=SAFEUTILIZATION=90`")
     assert "koordinator:cpu_threshold=65" in lines[0] and "oracle" not in " ".join(lines)
+
+
+def test_up_to_twenty_curves_get_twenty_colours() -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    pts = [(f"kso:judge=usage;capacity=placeholder;max_placeholders={i}", 120.0 + i, 50.0 - i, 1.0) for i in range(12)]
+    pts += [("default", 140.0, 0.0, 0.0), ("trimaran-lvrb", 138.0, 1.0, 0.0)]
+    fig = frontier_figure(aggregate(rows_for(pts, seeds=(0,))), "s", "s")
+    try:
+        legend = fig.legends[0]
+        colours = [to_hex(h.get_color()) for h in legend.legend_handles if hasattr(h, "get_color")]
+        assert len(colours) == 14 and len(set(colours)) == 14  # 12 kso curves, the default family, LVRB
+    finally:
+        plt.close(fig)
