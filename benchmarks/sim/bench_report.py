@@ -47,8 +47,9 @@ OTHER = (Column("overload_node_steps", "overload node-steps", 0), Column("unmet_
 COST_KEY = "provisioned_node_hours"
 FRONTIER_HARMS = (("overloaded_node_hours", "overloaded node-hours"), ("pods_oom_killed", "pods OOM-killed"))
 ORACLE_NOTE = ("the oracle is a labelled reference, not a scheduler anyone could run: it reads each pod's true usage over "
-               "the next hour and packs best-fit-decreasing so that no node passes U* in that hour "
-               "(benchmarks/sim/policies/oracle.py); it is left out of the Pareto frontier")
+               "the next hour and packs best-fit-decreasing so that no node passes U* in that hour, showing the pods it "
+               "refuses to the autoscaler as placeholders (benchmarks/sim/policies/oracle.py); it is left out of the "
+               "Pareto frontier")
 
 KNOBS = ("target", "cpu_threshold", "SAFEUTILIZATION", "u_star")  # each policy's packing knob: the points of one curve
 
