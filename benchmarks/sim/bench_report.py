@@ -47,8 +47,9 @@ OTHER = (Column("overload_node_steps", "overload node-steps", 0), Column("unmet_
 COST_KEY = "provisioned_node_hours"
 FRONTIER_HARMS = (("overloaded_node_hours", "overloaded node-hours"), ("pods_oom_killed", "pods OOM-killed"))
 ORACLE_NOTE = ("the oracle is a labelled reference, not a scheduler anyone could run: it reads each pod's true usage over "
-               "the next hour and packs best-fit-decreasing so that no node passes U* in that hour "
-               "(benchmarks/sim/policies/oracle.py); it is left out of the Pareto frontier")
+               "the next hour and packs best-fit-decreasing so that no node passes U* in that hour, showing the pods it "
+               "refuses to the autoscaler as placeholders (benchmarks/sim/policies/oracle.py); it is left out of the "
+               "Pareto frontier")
 
 KNOBS = ("target", "cpu_threshold", "SAFEUTILIZATION", "u_star")  # each policy's packing knob: the points of one curve
 
@@ -192,6 +193,81 @@ def every_axis_lines(agg: Agg, scenario: str) -> list[str]:
     return out
 
 
+# kso measured against a peer at the same cost: the packing default, whose node-hours kso should not exceed.
+EQUAL_COST_PEER = "default-most"
+EQUAL_COST_BAND = 0.02  # "the same cost": mean node-hours within +-2% of the peer's
+PAIRED = (("provisioned_node_hours", "node-h"), ("overloaded_node_hours", "overloaded node-h"),
+          ("pods_oom_killed", "pods OOM-killed"))
+DEFAULT_KSO = "kso"  # kso's default configuration
+
+
+def paired_change(rows: Sequence[dict[str, Any]], scenario: str, policy: str, peer: str, key: str) -> tuple[float, float, int]:
+    """``policy``'s ``key`` relative to ``peer``'s on the same seeds (value / peer's - 1): mean, 95% half-width, n. A
+    seed where the peer's value is 0 is left out."""
+    from benchmarks.sim.runner import mean_ci
+
+    def per_seed(p: str) -> dict[int, float]:
+        return {r["seed"]: float(r[key]) for r in rows if r["scenario"] == scenario and r["policy"] == p
+                and "error" not in r and isinstance(r.get(key), int | float)}
+
+    mine, theirs = per_seed(policy), per_seed(peer)
+    return mean_ci([mine[s] / theirs[s] - 1.0 for s in sorted(mine.keys() & theirs.keys()) if theirs[s]])
+
+
+def _change(c: tuple[float, float, int]) -> str:
+    mean, half, _ = c
+    if math.isnan(mean):
+        return "n/a"
+    return f"{mean:+.1%}" if math.isnan(half) else f"{mean:+.1%} ± {half:.1%}"
+
+
+def aims_lines(rows: Sequence[dict[str, Any]], agg: Agg, scenario: str, peer: str = EQUAL_COST_PEER,
+               band: float = EQUAL_COST_BAND) -> list[str]:
+    """kso against ``peer`` at its node-hours (+-``band``), with each kso configuration's changes paired by seed; kso's
+    default configuration's place; the kso configurations at or under the oracle's harm and their node-hours."""
+    kso = sorted((p for (s, p) in agg if s == scenario and is_kso(p)), key=lambda p: agg[(scenario, p)][COST_KEY][0])
+    out: list[str] = []
+    ref = agg.get((scenario, peer))
+    if kso and ref is not None and math.isfinite(ref[COST_KEY][0]):
+        cost = ref[COST_KEY][0]
+        near = [p for p in kso if abs(agg[(scenario, p)][COST_KEY][0] / cost - 1.0) <= band]
+        out.append(f"- **At `{peer}`'s node-hours** ({cost:.1f} ± {band:.0%}: {cost * (1 - band):.1f}-"
+                   f"{cost * (1 + band):.1f}): " + (", ".join(f"`{p}`" for p in near) if near else
+                                                    "no kso configuration's mean is in that band")
+                   + f"; each kso configuration against `{peer}` on the same seeds (value / its value - 1; "
+                   f"{interval_note(seeds_of(agg, scenario))}):")
+        for p in kso:
+            changes = "; ".join(f"{label} {_change(paired_change(rows, scenario, p, peer, key))}" for key, label in PAIRED)
+            out.append(f"  - `{p}`{' (in the band)' if p in near else ''}: {changes}")
+    if (scenario, DEFAULT_KSO) in agg:
+        a = agg[(scenario, DEFAULT_KSO)]
+        mine = [a.get(key, NAN3)[0] * sign for key, sign in ALL_AXES]
+        others = [(p, [agg[(scenario, p)].get(key, NAN3)[0] * sign for key, sign in ALL_AXES])
+                  for (s, p) in agg if s == scenario and p != DEFAULT_KSO and not is_oracle(p)]
+        by = [p for p, v in others if dominates_all(v, mine)]
+        served = a.get("pod_time_served_pct", NAN3)
+        out.append(f"- **`{DEFAULT_KSO}`, kso's default configuration**: "
+                   + (f"dominated on every axis by {', '.join(f'`{p}`' for p in sorted(by))}" if by else
+                      "not dominated on every axis")
+                   + f"; pod-time served {fmt(served[0], served[1], 2)}%")
+    for (s, o) in sorted(agg):
+        if s != scenario or not is_oracle(o):
+            continue
+        oa = agg[(s, o)]
+        h, k = oa.get("overloaded_node_hours", NAN3)[0], oa.get("pods_oom_killed", NAN3)[0]
+        under = [p for p in kso if agg[(s, p)].get("overloaded_node_hours", NAN3)[0] <= h
+                 and agg[(s, p)].get("pods_oom_killed", NAN3)[0] <= k]
+        head = (f"- **At `{o}`'s harm** ({oa[COST_KEY][0]:.1f} node-h, {h:.1f} overloaded node-h, {k:.1f} pods "
+                "OOM-killed; means): ")
+        if not under:
+            out.append(head + "no kso configuration has no more of both harms")
+        else:
+            out.append(head + "kso configurations with no more of both harms, node-hours against the oracle's on the "
+                       "same seeds: " + "; ".join(f"`{p}` {_change(paired_change(rows, s, p, o, COST_KEY))}"
+                                                 for p in under))
+    return out
+
+
 def interpolation_table(agg: Agg, scenario: str, harm: str, harm_label: str) -> list[str]:
     """At each peer point's cost, each kso curve's harm, linear in cost between its neighbouring points."""
     pts = [p for p in frontier_points(agg, scenario, harm) if _finite(p) and not is_oracle(p.label)]
@@ -199,12 +275,14 @@ def interpolation_table(agg: Agg, scenario: str, harm: str, harm_label: str) -> 
     for p in pts:
         if is_kso(p.label):
             curves.setdefault(p.family, []).append((p.cost, p.harm))
+    # a one-point curve interpolates nothing: its row in the tables and the every-axis check say where it stands
+    curves = {f: c for f, c in curves.items() if len({cost for cost, _ in c}) > 1}
     peers = [p for p in pts if not is_kso(p.label)]
     if not curves or not peers:
         return []
     head = ["peer point", "its node-h", f"its {harm_label}", *(f"`{f}` at that node-h" for f in curves)]
     lines = [f"kso's {harm_label} at each peer's cost (means; linear in node-hours between the neighbouring points of "
-             "the kso curve; no extrapolation):", "",
+             "each kso curve of two or more knob points; no extrapolation):", "",
              "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for p in sorted(peers, key=lambda q: q.cost):
         cells = []
@@ -248,7 +326,8 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
     markers: list[list[tuple[float, float]]] = []
     labels: list[list[tuple[float, float, str]]] = []
     fams = sorted({family(p) for (s, p) in agg if s == scenario and not is_oracle(p)})
-    colors = {f: plt.get_cmap("tab10")(i % 10) for i, f in enumerate(fams)}
+    palette = plt.get_cmap("tab10" if len(fams) <= 10 else "tab20")  # no two curves share a colour up to 20
+    colors = {f: palette(i % palette.N) for i, f in enumerate(fams)}
     for ax, (harm, harm_label) in zip(axes, FRONTIER_HARMS, strict=True):
         pts = [p for p in frontier_points(agg, scenario, harm) if _finite(p)]
         ax_markers: list[tuple[float, float]] = []
@@ -385,6 +464,7 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
         for harm, label in FRONTIER_HARMS:
             parts += frontier_lines(agg, s, harm, label)
         parts += every_axis_lines(agg, s)
+        parts += aims_lines([r for r in rows if r["scenario"] == s], agg, s)
         if math.isfinite(bound_mean):
             parts.append(f"- fluid lower bound (benchmarks/sim/bound.py, mean over {len(bound)} seed(s)): any policy with "
                          f"no node above U* provisions at least {bound_mean:.1f} node-hours")

@@ -458,18 +458,31 @@ class KsoExtenderPolicy(Policy):
             self.extender.parse_pod(body)  # what the call would leave behind: kso remembers the pending pod
             self.extra["filtered_out"] += len(names)
             self.extra["filter_repeats"] = self.extra.get("filter_repeats", 0) + 1
-            self._refuse(pod, idx, sim)
-            return None
-        reply = self._post("filter", {"Pod": body, "NodeNames": names})
-        passed = reply.get("NodeNames") or []
-        self.extra["filtered_out"] += len(names) - len(passed)
-        if not passed:
-            if key is not None:
+            passed: list[str] = []
+        else:
+            reply = self._post("filter", {"Pod": body, "NodeNames": names})
+            passed = reply.get("NodeNames") or []
+            self.extra["filtered_out"] += len(names) - len(passed)
+            if not passed and key is not None:
                 if known is None:
                     known = self._rejected[key] = np.zeros(len(sim.node_names), dtype=bool)
                 known[idx] = True
-            self._refuse(pod, idx, sim)
-            return None
+        if not passed:
+            rest = self._unoffered(pod, idx, sim)
+            if len(rest):  # the step's retries: kube-scheduler offers the pod the next samples
+                rest_names = [sim.node_names[i] for i in rest.tolist()]
+                self.extra["filter_calls"] += 1
+                if known is not None and known[rest].all():
+                    self.extra["filtered_out"] += len(rest_names)
+                    self.extra["filter_repeats"] = self.extra.get("filter_repeats", 0) + 1
+                else:
+                    passed = self._post("filter", {"Pod": body, "NodeNames": rest_names}).get("NodeNames") or []
+                    self.extra["filtered_out"] += len(rest_names) - len(passed)
+                    if not passed and known is not None:
+                        known[rest] = True
+            if not passed:
+                self._refuse(pod, np.concatenate([idx, rest]), sim)
+                return None
         if len(passed) == 1:  # prioritize is not called when only one node is feasible
             return str(passed[0])
         scores = self._post("prioritize", {"Pod": body, "NodeNames": passed})
@@ -498,12 +511,24 @@ class KsoExtenderPolicy(Policy):
             return None
         return *size, pod.owner, tuple(sorted(pod.node_selector.items())), pod.tolerations
 
+    def _unoffered(self, pod: SimPod, idx: np.ndarray, sim: SimView) -> np.ndarray:
+        """The feasible nodes this attempt did not offer ``pod``. On a large cluster kube-scheduler offers a pod only
+        a sample of the feasible nodes per attempt (percentageOfNodesToScore, rotating start) and retries a pending
+        pod every few seconds with the next sample; the replay makes one attempt per 5-minute step, so when kso
+        refuses every offered node the rest are offered too, as the step's retries would (and the product adds a
+        pending pod's refused nodes up over its filter calls). Empty on a cluster of at most 100 nodes: every
+        feasible node is offered."""
+        offered = np.zeros(len(sim.node_names), dtype=bool)
+        offered[idx] = True
+        return np.flatnonzero(self.framework.filter_mask(pod, sim) & sim.active & ~offered)
+
     def _refuse(self, pod: SimPod, idx: np.ndarray, sim: SimView) -> None:
         """kso's filter refused ``pod`` on every node of ``idx`` in this step (its placeholder avoids them)."""
-        if self.capacity in ("placeholder", "both"):
-            mask = np.zeros(len(sim.node_names), dtype=bool)
-            mask[idx] = True
-            self._refused[pod.index] = (sim.step, mask)
+        if self.capacity not in ("placeholder", "both"):
+            return
+        mask = np.zeros(len(sim.node_names), dtype=bool)
+        mask[idx] = True
+        self._refused[pod.index] = (sim.step, mask)
 
     def bound(self, pod: SimPod, node: str, sim: SimView) -> None:
         j = sim.node_index[node]

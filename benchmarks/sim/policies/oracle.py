@@ -17,25 +17,34 @@ Every step, with the window W = this step and the ``horizon_steps`` - 1 after it
 - a pod no node can take under U* stays queued (``overflow="pend"``, the default), as a scheduler would
   leave it pending; ``overflow="least-peak"`` places it where its overshoot over W is smallest instead.
 
-Knobs (``oracle:u_star=0.8;horizon_steps=24;overflow=least-peak``): ``u_star`` (default 0.9, the
-report's U*), ``horizon_steps`` (default 12: one hour), ``overflow``.
+The cluster-autoscaler adds nodes only for pods that fit nowhere by requests, and a pod the oracle leaves
+queued fits by requests, so on its own the oracle's refused demand never gets a node: it would look cheap by
+refusing pods. With ``capacity="placeholder"`` (the default) it shows that demand the way kso's placeholder
+policy does (``Policy.capacity_requests``): one placeholder per pod it refused in the step and that is still
+pending, requesting that pod's requests, avoiding every ready node (none could take the pod under U*); the
+autoscaler holds it on a node being provisioned or orders a new one. ``capacity="none"``: no signal (the
+reference as it was first measured, refusing pods the autoscaler never sees).
 
-Nodes come from the same cluster-autoscaler model as every policy's (it adds nodes only for pods that fit
-nowhere by requests), so the oracle's cost and harm are measured by the same rules; only its knowledge
-of the future is out of reach.
+Knobs (``oracle:u_star=0.8;horizon_steps=24;overflow=least-peak;capacity=none``): ``u_star`` (default 0.9,
+the report's U*), ``horizon_steps`` (default 12: one hour), ``overflow``, ``capacity``.
+
+Nodes come from the same cluster-autoscaler model as every policy's, so the oracle's cost and harm are
+measured by the same rules; only its knowledge of the future is out of reach.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.sim.engine import Policy, SimPod, SimView
+from benchmarks.sim.engine import CapacityRequest, Policy, SimPod, SimView
 from benchmarks.sim.policies.framework import Framework
 
 HORIZON_STEPS = 12  # one hour of 5-minute steps
 U_STAR = 0.9
 OVERFLOW = {"pend": "a pod no node can take under U* stays queued",
             "least-peak": "a pod no node can take under U* goes where its window's overshoot is smallest"}
+CAPACITY = {"placeholder": "a placeholder per pod it refuses shows that demand to the autoscaler",
+            "none": "no capacity signal: the pods it refuses stay pending unseen by the autoscaler"}
 
 
 class Oracle(Policy):
@@ -44,10 +53,13 @@ class Oracle(Policy):
             "decreasing by that hour's peak, refusing any node whose demand would pass U*")
 
     def __init__(self, seed: int = 0, sample: bool = True, u_star: float = U_STAR,
-                 horizon_steps: float = HORIZON_STEPS, overflow: str = "pend") -> None:
+                 horizon_steps: float = HORIZON_STEPS, overflow: str = "pend", capacity: str = "placeholder") -> None:
         super().__init__(seed)
         if overflow not in OVERFLOW:
             raise ValueError(f"oracle: overflow must be one of {', '.join(OVERFLOW)}, not {overflow!r}")
+        if capacity not in CAPACITY:
+            raise ValueError(f"oracle: capacity must be one of {', '.join(CAPACITY)}, not {capacity!r}")
+        self.capacity = capacity
         self.overflow = overflow
         if not 0.0 < u_star <= 1.0:
             raise ValueError(f"oracle: u_star must be in (0, 1], not {u_star}")
@@ -59,10 +71,13 @@ class Oracle(Policy):
         self.proj = np.zeros((0, 0, 2))  # (N, w, 2) projected demand over the window, live
         self.plan: dict[int, int] = {}  # pod index -> node, this step's best-fit-decreasing assignment
         self.refused: set[int] = set()  # queued pods no node could take under U* at this step
+        self.declined: set[int] = set()  # pods ``place`` answered None for in this step (their placeholders)
+        self.extra: dict[str, float] = {"placeholders": 0}
         self.lo = 0
         self.hi = 0
         if overflow != "pend":
             self.mode += f"; {OVERFLOW[overflow]}"
+        self.mode += f"; {CAPACITY[capacity]}"
 
     # ---- the truth the oracle reads ----
     def pod_window(self, pod: SimPod, sim: SimView) -> np.ndarray:
@@ -88,6 +103,7 @@ class Oracle(Policy):
             np.add.at(self.proj, node, use)
         self.plan = self._best_fit_decreasing(sim)
         self.refused = {p.index for p in sim.pending} - set(self.plan)
+        self.declined = set()
 
     # ---- placement ----
     def _capacity(self, sim: SimView) -> np.ndarray:
@@ -151,9 +167,26 @@ class Oracle(Policy):
             if self._best_node(use, only, self.proj, sim.requested, sim) == node:
                 return sim.node_names[node]
         if pod.index in self.refused:  # no node could take it under U* when the step's plan was made
+            self.declined.add(pod.index)
             return None
         node = self._best_node(use, ok, self.proj, sim.requested, sim)
-        return sim.node_names[node] if node >= 0 else None
+        if node < 0:
+            self.declined.add(pod.index)
+            return None
+        return sim.node_names[node]
+
+    def capacity_requests(self, sim: SimView) -> CapacityRequest | None:
+        """capacity="placeholder": a placeholder per pod refused in this step and still pending (its requests),
+        avoiding every ready node: no ready node could take the pod under U* (a node being provisioned can hold
+        it; a new one is ordered otherwise)."""
+        if self.capacity != "placeholder":
+            return None
+        refused = [p for p in sim.pending if p.index in self.declined]
+        self.declined = set()
+        self.extra["placeholders"] += len(refused)
+        if not refused:
+            return None
+        return CapacityRequest(np.array([(p.cpu, p.memory) for p in refused], dtype=float), sim.active.copy())
 
     def bound(self, pod: SimPod, node: str, sim: SimView) -> None:
         self.proj[sim.node_index[node]] += self.pod_window(pod, sim)

@@ -11,6 +11,7 @@ from pathlib import Path
 from benchmarks.sim.bench_report import (
     COST,
     HARM,
+    aims_lines,
     every_axis_lines,
     family,
     frontier_figure,
@@ -89,6 +90,32 @@ def test_kso_harm_interpolated_at_each_peer_cost() -> None:
     assert rows["default"].endswith("outside kso's range (110.0-150.0 node-h) |")
     assert rows["default-most"].endswith("outside kso's range (110.0-150.0 node-h) |")
     assert "oracle" not in rows
+    # a kso configuration of one knob point interpolates nothing: no column of its own
+    one = aggregate(rows_for([*POINTS, ("kso-plan", 125.0, 30.0, 5.0)], seeds=(0,)))
+    head = interpolation_table(one, "s", "overloaded_node_hours", "overloaded node-hours")[2]
+    assert "`kso-inproc` at that node-h" in head and "kso-plan" not in head
+
+
+def test_aims_paired_by_seed_the_default_configuration_and_the_oracle_by_hand() -> None:
+    pts = [*POINTS, ("kso", 104.5, 50.0, 30.0), ("kso:capacity=placeholder", 140.0, 1.0, 0.0)]
+    rows = rows_for(pts)
+    # seed 1: default-most 106/101/302, kso 106.5/51/32; seed 0: 104/100/300 and 104.5/50/30
+    lines = aims_lines(rows, aggregate(rows), "s")
+    assert lines[0].startswith("- **At `default-most`'s node-hours** (105.0 ± 2%: 102.9-107.1): `kso`;")
+    kso = next(ln for ln in lines if ln.startswith("  - `kso` (in the band)"))
+    # overloaded: 50/100 - 1 = -50%, 51/101 - 1 = -49.505%: mean -49.75%, s = 0.495% / sqrt(2) = 0.350%,
+    # half t(0.975, 1) x s / sqrt(2) = 12.706 x 0.350% / 1.414 = 3.1%
+    assert "overloaded node-h -49.8% ± 3.1%" in kso
+    assert "pods OOM-killed -89.7%" in kso  # 30/300 - 1 = -90%, 32/302 - 1 = -89.4%
+    # 140/104 - 1 = +34.6%, 142/106 - 1 = +34.0%; outside the band
+    assert any(ln.startswith("  - `kso:capacity=placeholder`: node-h +34.3% ± ") for ln in lines)
+    # kso (104.5/50/30) has less of everything but pod-time served, which these rows lack (NaN): not dominated
+    default = next(ln for ln in lines if ln.startswith("- **`kso`, kso's default configuration**"))
+    assert "not dominated on every axis" in default
+    # the oracle (108/2/0 and 110/3/2): kso:capacity=placeholder (140/1/0, 142/2/2) has no more of either harm
+    oracle = next(ln for ln in lines if ln.startswith("- **At `oracle`'s harm**"))
+    # 140/108 - 1 = 29.63%, 142/110 - 1 = 29.09%: mean 29.4%, half 12.706 x (0.54% / sqrt(2)) / sqrt(2) = 3.4%
+    assert oracle.endswith("`kso:capacity=placeholder` +29.4% ± 3.4%")
 
 
 def test_one_seed_report_says_so_and_the_frontier_leads(tmp_path: Path) -> None:
@@ -168,3 +195,18 @@ def test_every_axis_statement_counts_the_pods_a_policy_did_not_serve() -> None:
     # tlp40 134/60/20/99%: kso90 110/40/8/99.5% beats it on every axis
     assert by_peer["trimaran-tlp:target=40"].endswith("beaten on every axis by `kso-inproc:env=SAFEUTILIZATION=90`")
     assert "koordinator:cpu_threshold=65" in lines[0] and "oracle" not in " ".join(lines)
+
+
+def test_up_to_twenty_curves_get_twenty_colours() -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    pts = [(f"kso:judge=usage;capacity=placeholder;max_placeholders={i}", 120.0 + i, 50.0 - i, 1.0) for i in range(12)]
+    pts += [("default", 140.0, 0.0, 0.0), ("trimaran-lvrb", 138.0, 1.0, 0.0)]
+    fig = frontier_figure(aggregate(rows_for(pts, seeds=(0,))), "s", "s")
+    try:
+        legend = fig.legends[0]
+        colours = [to_hex(h.get_color()) for h in legend.legend_handles if hasattr(h, "get_color")]
+        assert len(colours) == 14 and len(set(colours)) == 14  # 12 kso curves, the default family, LVRB
+    finally:
+        plt.close(fig)

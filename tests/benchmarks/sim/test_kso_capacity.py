@@ -191,3 +191,33 @@ def test_kso_plan_takes_the_same_mechanisms() -> None:
                            env={"KSO_SAFE_MAX_HOLD_S": "inf"})
     res = run(hot_pool(), policy, autoscaler=Autoscaler(initial_nodes=1))
     assert res.scale_ups == 1 and res.pods[1].node == 1 and res.pods[1].bound_step == 4
+
+
+def sampled_hot_pool(n_hot: int = 200, steps: int = 6) -> Scenario:
+    """``n_hot`` ready 10-core nodes, each holding one resident (6 cores requested: one fits a node, 9.5 used) from
+    step 0, and one spare node of the pool; P (3 cores requested, fits any resident's node by requests) arrives at
+    step 3. kso refuses P everywhere (9.5 + 3 cores > U*); kube-scheduler offers it 100 of the nodes per attempt."""
+    n = n_hot + 1
+    usage = np.zeros((n, steps, 2), dtype=np.float32)
+    usage[:n_hot, :, 0], usage[:, :, 1] = 9.5 / 6, 0.5
+    usage[n_hot, :, 0] = 0.5
+    return Scenario("kso-sampled", 300.0, steps, [f"n{i}" for i in range(n)], np.full(n, 10000.0),
+                    np.full(n, 16 * GIB), [f"r{i}" for i in range(n_hot)] + ["p"],
+                    np.array([6000.0] * n_hot + [3000.0]), np.full(n, GIB), np.array([0] * n_hot + [3]),
+                    np.full(n, 99), usage)
+
+
+def test_on_a_sampled_cluster_the_placeholder_avoids_every_node_kso_refuses_not_only_the_offered_ones() -> None:
+    from benchmarks.sim.policies.framework import feasible_nodes_to_find
+
+    assert feasible_nodes_to_find(201) == 100  # P is offered half of the 200 hot nodes per attempt
+    signal = Recording(capacity="placeholder")
+    res = run(sampled_hot_pool(), signal, autoscaler=Autoscaler(initial_nodes=200, scale_down_unneeded_steps=9))
+    # the step's retries offer P the 100 nodes the first attempt did not, kso refuses those too, so the placeholder
+    # avoids every hot node and fits none of them: the spare node is ordered at the end of step 3, P binds there at
+    # step 4 (scale-down slowed so the drain rule does not move P back by requests)
+    step, demands, avoid = signal.asked[0]
+    assert step == 3 and demands.tolist() == [[3000.0, GIB]]
+    assert avoid[0, :200].all() and not avoid[0, 200]
+    assert res.scale_ups == 1 and res.capacity["placeholder_scale_ups"] == 1
+    assert (res.pods[200].node, res.pods[200].bound_step) == (200, 4)
