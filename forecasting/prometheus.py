@@ -120,7 +120,7 @@ class PrometheusSettings:
         help="range query: each pod's memory use, bytes")
 
 
-def _finite(raw: Any) -> float:
+def sample_value(raw: Any) -> float:
     """A Prometheus sample value ("0.5", "NaN", "+Inf", ...) as a float; anything non-finite -> NaN."""
     try:
         value = float(raw)
@@ -262,7 +262,7 @@ class PrometheusSource:
         if not values:
             return y
         t = np.array([float(v[0]) for v in values])
-        v = np.array([_finite(v[1]) for v in values])
+        v = np.array([sample_value(v[1]) for v in values])
         idx = np.rint((t - grid[0]) / self.step_s()).astype(int)
         ok = (idx >= 0) & (idx < len(grid))
         y[idx[ok]] = v[ok]
@@ -351,7 +351,7 @@ class PrometheusSource:
             labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
             node = self._node_name(labels, uname)
             value = item.get("value") or [0, "NaN"]
-            v = _finite(value[1])
+            v = sample_value(value[1])
             if node is not None and not math.isnan(v):
                 out[node] = max(out.get(node, 0.0), v)
         return out

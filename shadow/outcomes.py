@@ -6,14 +6,12 @@ binds at once: one range query per metric over the batch's time range, at the sc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from forecasting.prometheus import PrometheusSettings, PrometheusSource
+from forecasting.prometheus import PrometheusSettings, PrometheusSource, sample_value
 from shadow.judge import NodeOutcome, Record
 from shadow.settings import ShadowSettings
 
@@ -79,7 +77,7 @@ class Outcomes:
             if node is None or not values:
                 continue
             t = np.array([float(v[0]) for v in values])
-            y = np.array([_finite(v[1]) for v in values])
+            y = np.array([sample_value(v[1]) for v in values])
             out.setdefault(node, []).append((t, y))
         if optional:
             if out:
@@ -102,12 +100,6 @@ class Outcomes:
                            throttled=_peak(throttled, node, lo, hi))
 
 
-def _finite(raw: Any) -> float:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return math.nan
-    return value if math.isfinite(value) else math.nan
 
 
 def _peak(series: NodeSeries | None, node: str, lo: float, hi: float) -> float | None:
