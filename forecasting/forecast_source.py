@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -145,3 +146,42 @@ def node_forecasts(request: ForecastRequest, node_names: Iterable[str]) -> tuple
         return mapped, now, (f"trace {request.trace} ({store.model}); series given to the nodes in name order, "
                              "a synthetic join")
     return snap, None, f"prometheus {request.prometheus} ({store.model})"
+
+
+def configured_prometheus(config_file: str | None) -> str | None:
+    """The Prometheus of kso's settings, for a run whose flags name no load source: by kso extender's rule
+    (KSO_FORECAST_SOURCE: AUTO = once KSO_PROMETHEUS_URL is set, PROMETHEUS = always, NONE = never; the environment
+    over the --config file), so a command run beside kso extender (the reoptimize CronJob reads kso-settings)
+    judges nodes on the same forecasts. (kso.cli has checked every KSO_ value of both before the command runs.)"""
+    from forecasting.prometheus import PrometheusSettings
+    from kso.core.settings import load_settings, read_config_file
+
+    file_values = read_config_file(config_file)
+    values = {**file_values, **os.environ}
+    source = str(values.get("KSO_FORECAST_SOURCE", "AUTO")).strip().upper()
+    if source == "NONE" or (source == "AUTO" and not values.get("KSO_PROMETHEUS_URL")):
+        return None
+    return load_settings(PrometheusSettings, None, file_values).url
+
+
+def node_forecasts_or_settings(request: ForecastRequest, node_names: Iterable[str], config_file: str | None,
+                               say: Any) -> tuple[dict[str, dict[str, NodeForecast]] | None, float | None, str,
+                                                  ForecastRequest]:
+    """node_forecasts, from the Prometheus of kso's settings (configured_prometheus) when the flags name no source
+    (--prometheus / --trace); and the request that was used (its ``prometheus`` None when none was). A source a
+    flag names that fails is an error (InputError); the settings' Prometheus that fails leaves the nodes on their
+    annotations, said through ``say`` and in the load source, as kso extender does while Prometheus is away."""
+    from_settings = not (request.prometheus or request.trace)
+    if from_settings:
+        request = dataclasses.replace(request, prometheus=configured_prometheus(config_file))
+    try:
+        forecasts, now, load_from = node_forecasts(request, node_names)
+    except InputError as exc:
+        if not (from_settings and request.prometheus):
+            raise
+        say(str(exc))
+        failed = request.prometheus
+        request = dataclasses.replace(request, prometheus=None)
+        forecasts, now, load_from = node_forecasts(request, ())
+        return forecasts, now, f"{load_from} (KSO_PROMETHEUS_URL {failed} failed)", request
+    return forecasts, now, load_from, request

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from forecasting.forecast_source import ForecastRequest, node_forecasts
+from forecasting.forecast_source import ForecastRequest, node_forecasts, node_forecasts_or_settings
 from kso.core.cluster_source import ClusterSource, load_cluster
 from kso.core.settings import load_settings, read_config_file
 from optimizer.plan.compiled import Compiled, SolveResult, SolverOptions, compile_problem
@@ -127,8 +127,14 @@ def _cluster_problem(request: PlanRequest, settings: Any, say: Callable[[str], N
     for line in cluster.skipped:
         say(line)
     state = cluster.state
-    # A source the user named that fails is an error (InputError), never a silent fall back to the annotations.
-    forecasts, now, load_from = node_forecasts(request.forecast, state.node_names())
+    # A source the user named that fails is an error (InputError), never a silent fall back to the annotations. A
+    # live cluster without one is read as kso extender reads it: the Prometheus of kso's settings where set.
+    if request.cluster.snapshot or request.cluster.demo:
+        forecasts, now, load_from = node_forecasts(request.forecast, state.node_names())
+    else:
+        forecasts, now, load_from, used = node_forecasts_or_settings(request.forecast, state.node_names(),
+                                                                     request.config, say)
+        request = replace(request, forecast=used)
     class_usage, usage_from = _class_usage(request, state, say)
     load_from += usage_from
     problem = problem_from_state(state, forecasts, settings.u_star, settings.eps, cost_key=settings.cost_key, now=now,

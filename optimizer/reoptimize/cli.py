@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 import orjson
 
 from forecasting.cli_flags import add_forecast_args, forecast_request
-from forecasting.forecast_source import node_forecasts
+from forecasting.forecast_source import node_forecasts_or_settings
 from kso.core.cli_flags import add_cluster_args, cluster_source
 from kso.core.cluster_source import InputError, RawCluster, load_cluster
 from kso.core.settings import load_settings, read_config_file
@@ -195,21 +194,6 @@ def _load_cluster(args: argparse.Namespace) -> RawCluster:
     return cluster
 
 
-def configured_prometheus(config_file: str | None) -> str | None:
-    """The Prometheus of kso's settings, for a run whose flags name no load source: by kso extender's rule
-    (KSO_FORECAST_SOURCE: AUTO = once KSO_PROMETHEUS_URL is set, PROMETHEUS = always, NONE = never; the environment
-    over the --config file), so the CronJob, which reads kso-settings, judges nodes on the same forecasts. (kso.cli
-    has checked every KSO_ value of both before the command runs.)"""
-    from forecasting.prometheus import PrometheusSettings
-
-    file_values = read_config_file(config_file)
-    values = {**file_values, **os.environ}
-    source = str(values.get("KSO_FORECAST_SOURCE", "AUTO")).strip().upper()
-    if source == "NONE" or (source == "AUTO" and not values.get("KSO_PROMETHEUS_URL")):
-        return None
-    return load_settings(PrometheusSettings, None, file_values).url
-
-
 def _load(args: argparse.Namespace, cluster: RawCluster) -> tuple[Any, float | None, str, dict[str, Any]]:
     """(node forecasts, their "now", where the load comes from, each workload class's measured usage). A source a
     flag names that fails is an error; the settings' Prometheus that fails leaves the nodes on their annotations
@@ -217,17 +201,8 @@ def _load(args: argparse.Namespace, cluster: RawCluster) -> tuple[Any, float | N
     from optimizer.plan.cluster_problem import class_usage_from_prometheus
 
     request = forecast_request(args)
-    from_settings = not (request.prometheus or request.trace)
-    if from_settings:
-        request = dataclasses.replace(request, prometheus=configured_prometheus(args.config))
-    try:
-        forecasts, now, load_from = node_forecasts(request, cluster.state.node_names())
-    except InputError as exc:
-        if not (from_settings and request.prometheus):
-            raise
-        print(f"kso reoptimize: {exc}", file=sys.stderr)
-        forecasts, now, load_from = node_forecasts(dataclasses.replace(request, prometheus=None), ())
-        return forecasts, now, f"{load_from} (KSO_PROMETHEUS_URL {request.prometheus} failed)", {}
+    forecasts, now, load_from, request = node_forecasts_or_settings(
+        request, cluster.state.node_names(), args.config, lambda line: print(f"kso reoptimize: {line}", file=sys.stderr))
     if not request.prometheus:
         return forecasts, now, load_from, {}
     # A moved pod's relief and load are its class's measured usage where known (as kso plan counts them)

@@ -150,3 +150,30 @@ def test_plan_with_the_real_prometheus(prom: Any, tmp_path: Path, capsys: pytest
     assert load_from.startswith(f"load from: prometheus {prom.url} ("), load_from
     assert "classes at their pods' measured usage" in load_from, load_from  # the pods' series were read too
     assert load_plan(out).status in ("OPTIMAL", "FEASIBLE")
+
+
+def test_a_live_cluster_is_planned_on_the_settings_prometheus_and_its_failure_leaves_the_annotations(
+        control_plane: Any, prom: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --prometheus / --trace, kso plan reads a live cluster's load as kso extender does: from
+    KSO_PROMETHEUS_URL where set (a Prometheus that does not answer leaves the annotations, said); a snapshot or
+    the demo, which no Prometheus watches, stays on its annotations."""
+    monkeypatch.delenv("KSO_FORECAST_SOURCE", raising=False)
+    monkeypatch.setenv("KSO_PROMETHEUS_RETRIES", "0")
+    live = ["plan", "--kubeconfig", str(control_plane.kubeconfig), "--time-limit", "5", "--workers", "1"]
+
+    def load_from(argv: list[str]) -> tuple[str, str]:
+        assert main([*argv, "--out", str(tmp_path / "plan.json")]) == 0
+        printed = capsys.readouterr()
+        return next(line for line in printed.out.splitlines() if line.startswith("load from: ")), printed.err
+
+    monkeypatch.setenv("KSO_PROMETHEUS_URL", prom.url)
+    line, _ = load_from(live)
+    assert line.startswith(f"load from: prometheus {prom.url} ("), line
+    line, _ = load_from(["plan", *ARGS])
+    assert line.startswith("load from: node annotations"), line
+    closed = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("KSO_PROMETHEUS_URL", closed)
+    line, err = load_from(live)
+    assert line.startswith("load from: node annotations") and f"KSO_PROMETHEUS_URL {closed} failed" in line, line
+    assert err.startswith("kso plan: forecasts failed") and closed in err, err
