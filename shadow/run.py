@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -290,38 +290,12 @@ def http_server(address: str, shadow: Shadow) -> ThreadingHTTPServer:
     """/metrics, /healthz and /report (the latest report's Markdown) on ``address`` in a daemon thread."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    from scheduler.debug import parse_address
+    from scheduler.debug import page_server
 
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
-            path = self.path.partition("?")[0]
-            try:
-                if path == "/metrics":
-                    self._send(200, generate_latest(shadow.metrics.registry), CONTENT_TYPE_LATEST)
-                elif path == "/healthz":
-                    self._send(200, b"ok", "text/plain")
-                elif path == "/report":
-                    self._send(200, shadow.report().encode(), "text/markdown; charset=utf-8")
-                else:
-                    self._send(404, b"not found: try /metrics, /healthz, /report\n", "text/plain")
-            except Exception as exc:  # noqa: BLE001 - answer, never drop the connection
-                log.exception("%s failed", path)
-                self._send(500, f"error: {exc}\n".encode(), "text/plain")
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server API
-            log.debug("http %s", format % args)
-
-    server = ThreadingHTTPServer(parse_address(address, 9110), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="kso-shadow-http", daemon=True).start()
-    return server
+    return page_server(address, 9110, {
+        "/metrics": lambda _q: (generate_latest(shadow.metrics.registry), CONTENT_TYPE_LATEST),
+        "/healthz": lambda _q: (b"ok", "text/plain"),
+        "/report": lambda _q: (shadow.report().encode(), "text/markdown; charset=utf-8")}, "kso-shadow-http", log)
 
 
 @dataclass
