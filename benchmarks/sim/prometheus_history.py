@@ -39,7 +39,7 @@ import numpy as np
 
 from benchmarks.sim.trace import Scenario
 from forecasting.history_names import HistoryNames
-from forecasting.prometheus import PrometheusSettings, PrometheusSource
+from forecasting.prometheus import PrometheusSettings, PrometheusSource, sample_value
 from kso.core.settings import load_settings
 
 HISTORY_LABEL = "usage: measured (cAdvisor) on the cluster's own history; requests and lifetimes from kube-state-metrics"
@@ -176,14 +176,6 @@ class _Client:
         return out
 
 
-def _value(raw: Any) -> float:
-    try:
-        v = float(raw)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
-
-
 # ---- the builder ----------------------------------------------------------------------------------------------
 
 @dataclass
@@ -280,7 +272,7 @@ class HistoryBuilder:
                 seen[what] = seen.get(what, 0) + len(result)
                 for item in result:
                     m = item.get("metric") or {}
-                    v = _value((item.get("value") or [None, None])[1])
+                    v = sample_value((item.get("value") or [None, None])[1])
                     if what in ("alloc", "alloc_min"):
                         node, res = m.get(n.node_label, ""), m.get(n.resource_label, "")
                         if node and res in ("cpu", "memory") and math.isfinite(v):
@@ -367,7 +359,7 @@ class HistoryBuilder:
                         unknown.add(key)
                         continue
                     t = np.array([float(v[0]) for v in values])
-                    y = np.array([_value(v[1]) for v in values])
+                    y = np.array([sample_value(v[1]) for v in values])
                     k = np.rint((t - self.start) / self.step).astype(np.int64) - 1
                     ok = (k >= 0) & (k < T)
                     k, y = k[ok], y[ok]
