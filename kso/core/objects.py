@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -224,35 +224,44 @@ class PodMemo:
     """The PodInfo of each recently parsed pod, by uid, with what it was parsed from.
 
     kube-scheduler sends each pending pod to filter and then to prioritize (and again on a retry), and in API
-    mode the watch has usually parsed it already. An entry answers for a Pod object with the same uid and
-    resourceVersion whose fields pod_from_k8s reads (metadata name, namespace, ownerReferences, annotations and
-    creationTimestamp, the whole spec, status.phase) encode to the same JSON bytes: pod_from_k8s is a function of those alone, so
-    a hit is the PodInfo a parse would build, and a changed or malformed pod is parsed (and refused) afresh.
-    The encoding is type-exact (true is not 1), and several times cheaper than a parse. A pod without a
-    uid or a resourceVersion (a snapshot, a hand-written body) is parsed every time. Bounded: least recently
-    used first out. The PodInfo objects handed out are shared, so nothing may change them in place."""
+    mode the watch has usually parsed it already; the watch then sees the same pod bound, and most of a pod's later
+    events (its status, the first step of its deletion) change nothing a parse reads. An entry answers for a Pod
+    object with the same uid whose fields pod_from_k8s reads (metadata name, namespace, ownerReferences,
+    annotations and creationTimestamp, the spec less spec.nodeName, status.phase) encode to the same JSON bytes:
+    pod_from_k8s is a function of those and spec.nodeName alone, so a hit is the PodInfo a parse would build (with
+    the object's node name), and a changed or malformed pod is parsed (and refused) afresh. The encoding is
+    type-exact (true is not 1), and several times cheaper than a parse. A pod without a uid (a hand-written body)
+    is parsed every time. Bounded: least recently used first out. The PodInfo objects handed out are shared, so
+    nothing may change them in place."""
 
     def __init__(self, size: int = 4096, shared_size: int = 512) -> None:
         self.size, self.shared_size = size, shared_size
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, tuple[str, bytes, PodInfo]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[bytes, PodInfo]] = OrderedDict()
         self._shared: dict[int, tuple[Any, PodInfo]] = {}  # id(pod) -> (pod, its PodInfo), for shared objects
 
     @staticmethod
-    def key(pod: Any) -> tuple[str, str, bytes] | None:
-        """(uid, resourceVersion, the parsed fields' JSON) of a Pod object, or None when it lacks a uid or a
-        resourceVersion (or its fields do not encode)."""
+    def key(pod: Any) -> tuple[str, bytes, str] | None:
+        """(uid, the parsed fields' JSON less spec.nodeName, spec.nodeName or "") of a Pod object, or None when it
+        lacks a uid, its nodeName is not a string (pod_from_k8s's to refuse) or its fields do not encode."""
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         if not isinstance(meta, dict):
             return None
-        uid, rv = meta.get("uid"), meta.get("resourceVersion")
-        if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+        uid = meta.get("uid")
+        if not (isinstance(uid, str) and uid):
             return None
-        fields = pod_fields(pod, meta, pod.get("spec"))
-        return None if fields is None else (uid, rv, fields)
+        spec = pod.get("spec")
+        node = None
+        if isinstance(spec, dict) and "nodeName" in spec:
+            node = spec["nodeName"]
+            if node is not None and not isinstance(node, str):
+                return None
+            spec = {k: v for k, v in spec.items() if k != "nodeName"}
+        fields = pod_fields(pod, meta, spec)
+        return None if fields is None else (uid, fields, node or "")
 
     def parse(self, pod: Any, shared: bool = False) -> PodInfo:
-        """pod_from_k8s(pod), from the memo when this uid was parsed at this resourceVersion from the same fields.
+        """pod_from_k8s(pod), from the memo when this uid was parsed from the same fields (on any node).
         ``shared``: ``pod`` is a read-only object handed to every call that sent the same bytes (the extender's
         KnownPods): the PodInfo is kept for the object itself too, so its next call does not even key it."""
         if shared:
@@ -262,11 +271,15 @@ class PodMemo:
         key = self.key(pod)
         info: PodInfo | None = None
         if key is not None:
+            uid, fields, node = key
             with self._lock:
-                hit = self._items.get(key[0])
-                if hit is not None and hit[0] == key[1] and hit[1] == key[2]:
-                    self._items.move_to_end(key[0])
-                    info = hit[2]
+                hit = self._items.get(uid)
+                if hit is not None and hit[0] == fields:
+                    info = hit[1]
+                    if info.node_name != node:  # bound (or a body naming another node): the same pod there
+                        info = replace(info, node_name=node)
+                        self._items[uid] = (fields, info)
+                    self._items.move_to_end(uid)
         if info is None:
             info = pod_from_k8s(pod)
             if key is not None:
@@ -277,12 +290,17 @@ class PodMemo:
             self._shared[id(pod)] = (pod, info)  # the object is held: its id stays its own
         return info
 
-    def put(self, key: tuple[str, str, bytes], info: PodInfo) -> None:
+    def put(self, key: tuple[str, bytes, str], info: PodInfo) -> None:
         with self._lock:
-            self._items[key[0]] = (key[1], key[2], info)
+            self._items[key[0]] = (key[1], info)
             self._items.move_to_end(key[0])
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+
+    def discard(self, uid: str) -> None:
+        """Forget a pod (deleted, or terminal): its entry would only wait to be evicted."""
+        with self._lock:
+            self._items.pop(uid, None)
 
     def __len__(self) -> int:
         return len(self._items)

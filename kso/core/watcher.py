@@ -12,8 +12,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from hashlib import blake2b
 from typing import Any
 
 import orjson
@@ -22,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kso.core.cluster import ClusterState
 from kso.core.kube import HTTP_GONE, api_message
-from kso.core.objects import ObjectError, PodInfo, PodMemo, node_from_k8s, pod_fields, pod_from_k8s
+from kso.core.objects import ObjectError, PodInfo, PodMemo, node_from_k8s
 
 log = logging.getLogger("kso.core.kube")
 
@@ -93,9 +91,10 @@ class ClusterWatcher:
         pod_memo: PodMemo | None = None,
     ) -> None:
         self.state = state
-        # Pending pods parsed here are handed to the extender's memo: kube-scheduler asks about each one
-        # at the resourceVersion the watch has just seen, so its filter call need not parse it again.
-        self.pod_memo = pod_memo
+        # Pods are parsed through the extender's memo: kube-scheduler asks about each pending pod as the watch has
+        # just seen it, so its filter call need not parse it again, and most of a pod's later events (its bind, the
+        # first step of its deletion) change nothing a parse reads, so the watch need not either.
+        self.pod_memo = pod_memo if pod_memo is not None else PodMemo()
         self.resync_backoff_s = resync_backoff_s
         self.max_backoff_s = max_backoff_s
         self.watch_timeout_s = watch_timeout_s
@@ -112,10 +111,6 @@ class ClusterWatcher:
         # Pods this watcher put into the state, bound or pending: ClusterState does not list its
         # pending pods, and a re-list must forget those that are gone.
         self._known_pods: set[str] = set()
-        # uid -> (digest of the fields pod_from_k8s reads but spec.nodeName, the PodInfo they parsed to), for the
-        # pods in the state: most of a pod's events (its bind, the first step of its deletion) change nothing
-        # else, and a pod parse is most of what an event costs. Only the pod thread reads and writes it.
-        self._parsed: dict[str, tuple[bytes, PodInfo]] = {}
         self.relists = 0
         self.events = 0
         self.errors = 0
@@ -327,7 +322,7 @@ class ClusterWatcher:
             if isinstance(meta, dict) and isinstance(meta.get("uid"), str):
                 listed.add(meta["uid"])
             try:
-                pod, _ = self._parse_pod(item)
+                pod = self.pod_memo.parse(item)
             except ObjectError as exc:
                 self._skip("pod", item, exc)
                 continue
@@ -346,8 +341,7 @@ class ClusterWatcher:
                     continue
                 self.state.remove_pod(uid)
                 self._known_pods.discard(uid)
-            for uid in self._parsed.keys() - listed:
-                del self._parsed[uid]
+                self.pod_memo.discard(uid)
 
     def _apply_pod(self, pod: PodInfo, observed_binding: bool) -> None:
         with self.state.lock:
@@ -360,39 +354,9 @@ class ClusterWatcher:
             self.state.upsert_pod(pod, observed_binding=observed_binding)
             if pod.terminal:
                 self._known_pods.discard(pod.uid)
-                self._parsed.pop(pod.uid, None)
+                self.pod_memo.discard(pod.uid)
             else:
                 self._known_pods.add(pod.uid)
-
-    def _parse_pod(self, obj: Any) -> tuple[PodInfo, tuple[str, str, bytes] | None]:
-        """pod_from_k8s(obj), and PodMemo's key of ``obj`` when it came for free (else None). A pod whose fields
-        (PodMemo's, spec.nodeName aside) are those of its last parse is not parsed again: its last PodInfo, with
-        this node name. Raises ObjectError as pod_from_k8s does."""
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        spec = obj.get("spec") if isinstance(meta, dict) else None
-        if not isinstance(meta, dict) or not isinstance(spec, dict):
-            return pod_from_k8s(obj), None
-        uid, node = meta.get("uid"), spec.get("nodeName")
-        if not (isinstance(uid, str) and uid and (node is None or isinstance(node, str))):
-            return pod_from_k8s(obj), None  # (a bad nodeName is pod_from_k8s's to refuse)
-        has_node = "nodeName" in spec
-        fields = pod_fields(obj, meta, {k: v for k, v in spec.items() if k != "nodeName"} if has_node else spec)
-        if fields is None:
-            return pod_from_k8s(obj), None
-        rv = meta.get("resourceVersion")
-        # Without spec.nodeName the fields are PodMemo's own: its key costs nothing more.
-        memo_key = (uid, rv, fields) if not has_node and isinstance(rv, str) and rv else None
-        digest = blake2b(fields, digest_size=16).digest()
-        seen = self._parsed.get(uid)
-        if seen is not None and seen[0] == digest:
-            pod = seen[1]
-            if pod.node_name != (node or ""):
-                pod = replace(pod, node_name=node or "")
-                self._parsed[uid] = (digest, pod)
-            return pod, memo_key
-        pod = pod_from_k8s(obj)
-        self._parsed[uid] = (digest, pod)
-        return pod, memo_key
 
     # ---- watch -------------------------------------------------------------------------------
     def _watch(self, res: Reflector) -> int:
@@ -443,13 +407,10 @@ class ClusterWatcher:
                 if res is self._nodes:
                     self.state.upsert_node(node_from_k8s(obj))
                 else:
-                    pod, memo_key = self._parse_pod(obj)
+                    pod = self.pod_memo.parse(obj)
                     if pod.uid:
                         # observed_binding: a pod seen bound for the first time counts as recent.
                         self._apply_pod(pod, observed_binding=True)
-                        if self.pod_memo is not None and not pod.node_name and (
-                                (key := memo_key or PodMemo.key(obj)) is not None):
-                            self.pod_memo.put(key, pod)
             except ObjectError as exc:
                 self._skip(res.kind[:-1], obj, exc)
         elif type_ == "DELETED":
@@ -461,7 +422,7 @@ class ClusterWatcher:
                 with self.state.lock:
                     self.state.remove_pod(meta["uid"])
                     self._known_pods.discard(meta["uid"])
-                self._parsed.pop(meta["uid"], None)
+                self.pod_memo.discard(meta["uid"])
         elif type_ == "BOOKMARK":
             self.state.mark_heard()  # the API server's periodic bookmark: the watch is alive, nothing changed
         else:

@@ -59,24 +59,51 @@ def test_a_changed_or_malformed_pod_at_the_same_resource_version_is_parsed_again
         memo.parse(true)
 
 
-def test_a_new_resource_version_is_parsed_again() -> None:
+def test_a_new_resource_version_or_node_with_the_same_fields_is_the_same_parse() -> None:
+    """The watch's bind event and a status update change the resourceVersion (and the bind spec.nodeName) but no
+    other field a parse reads: the memo answers with what a parse gives, on the object's node."""
     memo = PodMemo()
     first = memo.parse(pod("7"))
-    second = memo.parse(pod("8"))
-    assert second is not first and second == first
-    assert memo.parse(pod("8")) is second
+    assert memo.parse(pod("8")) is first
+    bound = pod("9")
+    bound["spec"]["nodeName"] = "n1"
+    on_n1 = memo.parse(bound)
+    assert on_n1 == pod_from_k8s(bound) and on_n1.node_name == "n1" and first.node_name == ""
+    assert memo.parse(bound) is on_n1
+    moved = pod("10")
+    moved["spec"]["nodeName"] = "n2"
+    assert memo.parse(moved) == pod_from_k8s(moved)
+    unbound = pod("11")
+    unbound["spec"]["nodeName"] = None
+    assert memo.parse(unbound) == pod_from_k8s(unbound) == first
+    assert len(memo) == 1
 
 
-def test_a_pod_without_uid_or_resource_version_is_parsed_every_time() -> None:
+def test_a_bad_node_name_is_refused_not_remembered() -> None:
     memo = PodMemo()
-    no_rv = make_pod("web-1", uid="u-1")
+    memo.parse(pod())
+    bad = pod("8")
+    bad["spec"]["nodeName"] = 7
+    with pytest.raises(ObjectError):
+        memo.parse(bad)
+
+
+def test_a_pod_without_uid_is_parsed_every_time() -> None:
+    memo = PodMemo()
     no_uid = copy.deepcopy(pod())
     del no_uid["metadata"]["uid"]
-    for p in (no_rv, no_uid):
-        assert memo.parse(p) is not memo.parse(p)
+    assert memo.parse(no_uid) is not memo.parse(no_uid)
     assert len(memo) == 0
     with pytest.raises(ObjectError):
         memo.parse({"metadata": "x"})
+
+
+def test_discard_forgets_a_pod() -> None:
+    memo = PodMemo()
+    first = memo.parse(pod())
+    memo.discard("u-1")
+    memo.discard("never-seen")
+    assert "u-1" not in memo and memo.parse(pod()) is not first
 
 
 def test_bounded_least_recently_used_first_out() -> None:

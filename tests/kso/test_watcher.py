@@ -99,7 +99,7 @@ def test_watcher_parses_a_pod_again_only_when_its_parsed_fields_change(control_p
     annotation) is parsed. Each step's PodInfo is what a parse of the pod as the API has it gives."""
     import orjson
 
-    import kso.core.watcher as watcher_module
+    import kso.core.objects as objects_module
     from kso.core.objects import pod_from_k8s
 
     parsed: list[str] = []
@@ -108,7 +108,7 @@ def test_watcher_parses_a_pod_again_only_when_its_parsed_fields_change(control_p
         parsed.append(obj["metadata"]["name"])
         return pod_from_k8s(obj)
 
-    monkeypatch.setattr(watcher_module, "pod_from_k8s", counting_parse)
+    monkeypatch.setattr(objects_module, "pod_from_k8s", counting_parse)
     api = control_plane.api_client()
     core = client.CoreV1Api(api)
     ns = kube_namespace
@@ -138,7 +138,7 @@ def test_watcher_parses_a_pod_again_only_when_its_parsed_fields_change(control_p
         core.delete_namespaced_pod("once", ns, grace_period_seconds=0)
         assert wait_for(lambda: uid not in state.pods)
         assert cpu_mem(state, "k-n1") == (0.0, 0.0)
-        assert uid not in watcher._parsed  # a deleted pod's entry goes with it
+        assert wait_for(lambda: uid not in watcher.pod_memo)  # a deleted pod's entry goes with it
         assert watcher.errors == 0 and watcher.skipped == 0, watcher.stats()
     finally:
         assert watcher.stop(10)
