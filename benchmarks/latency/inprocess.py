@@ -2,9 +2,10 @@
 pod as kube-scheduler v1.36 sends it (100m / 128Mi, the admission's tolerations), every node named, through the
 bare ASGI handler of the hot routes (``HotRoutes``' endpoints), on one event loop.
 
-    python -m benchmarks.latency.inprocess                      # filter and prioritize, us of thread CPU per call
-    python -m benchmarks.latency.inprocess --profile prioritize # cProfile of one verb (sorted by own time)
-    python -m benchmarks.latency.inprocess --churn              # the pods' columns changed between pods, as in e2e
+    python -m benchmarks.latency.inprocess                       # filter and prioritize, us of thread CPU per call
+    python -m benchmarks.latency.inprocess --profile prioritize  # cProfile of one verb (sorted by own time)
+    python -m benchmarks.latency.inprocess --churn               # the pods' columns changed between pods, as in e2e
+    python -m benchmarks.latency.inprocess --churn --sweep-mb 32 # and the caches cold at each pod, as in e2e
 
 Each pod is pre-parsed into the pod memo, as the watch does in API mode; ``--pods`` different pods cycle, each
 asked filter then prioritize (kube-scheduler's order). With ``--churn``, as under kube-scheduler, each pair of calls
@@ -26,6 +27,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import orjson
 
 from benchmarks.e2e import bench_nodes
@@ -98,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--churn", action="store_true", help="a bind and a deletion between pairs of calls (as in e2e)")
+    p.add_argument("--sweep-mb", type=int, default=0, metavar="MB",
+                   help="with --churn: write over MB of memory between pairs of calls (untimed), so that each pod's "
+                        "calls start with the caches as e2e leaves them (kube-scheduler, the API server and etcd "
+                        "run between two pods); 32 evicts this machine's caches")
     p.add_argument("--profile", choices=("filter", "prioritize"))
     p.add_argument("--only", choices=("filter", "prioritize"),
                    help="warm up, then make --calls calls of this verb once and print nothing: for an instruction "
@@ -148,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(churned) > args.pods:
             ext.state.remove_pod(churned[-args.pods - 1])
 
+    sweep = np.zeros(args.sweep_mb * 2**20 // 8) if args.sweep_mb > 0 else None
+
     async def run_pairs(calls: int) -> dict[str, float]:
-        """CPU per call of filter and of prioritize, each pod asked both, the state changed after each pair."""
+        """CPU per call of filter and of prioritize, each pod asked both, the state changed after each pair (and
+        the caches swept with --sweep-mb)."""
         spent = {"filter": 0.0, "prioritize": 0.0}
         for i in range(calls):
             for verb in spent:
@@ -157,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                 await one(verb, bodies[verb][i % len(pending)])
                 spent[verb] += time.thread_time() - t0
             churn(i)
+            if sweep is not None:
+                np.add(sweep, 1.0, out=sweep)
         return {v: s / calls for v, s in spent.items()}
 
     async def measure() -> None:
@@ -167,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.reps):
                 for verb, sec in (await run_pairs(args.calls)).items():
                     best[verb] = min(best.get(verb, 1e6 * sec), 1e6 * sec)
-            print(f"{args.nodes} nodes, a bind and a deletion between pods, CPU per call (least of {args.reps} x "
+            swept = f", {args.sweep_mb} MB swept" if sweep is not None else ""
+            print(f"{args.nodes} nodes, a bind and a deletion{swept} between pods, CPU per call (least of {args.reps} x "
                   f"{args.calls}): " + ", ".join(f"{v} {us:.1f} us" for v, us in best.items()))
             return
         if args.only:
