@@ -188,16 +188,28 @@ def timed_protocol(header_timeout_s: float, body_timeout_s: float, answer_now: d
     progress, is answered by the protocol itself once its body is in: the same handler and the same response
     bytes as through the ASGI app, without uvicorn's per-request cycle, task, event and ASGI messages (most of
     the CPU such a call costs besides the decision). Any other request takes uvicorn's path."""
-    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+    from uvicorn import __version__ as uvicorn_version
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from extender.app import JSON_BYTES
 
+    try:  # uvicorn's status lines, as its ASGI path writes them
+        from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+    except ImportError:
+        STATUS_LINE = None  # noqa: N806 - uvicorn's name
     now_routes = answer_now or {}
+    # The fast path's reason to be off (uvicorn's internals not as it reads them), once found; empty: on.
+    disabled: list[str] = []
+    if now_routes and (STATUS_LINE is None or not callable(getattr(HttpToolsProtocol, "on_response_complete", None))):
+        disabled.append("uvicorn.protocols.http.httptools_impl lacks STATUS_LINE or on_response_complete")
+        log.warning("answering filter and prioritize in the HTTP protocol is off: this uvicorn (%s) lacks what it "
+                    "reads; every request takes uvicorn's ASGI path", uvicorn_version)
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
-        # (route, start, body so far) of a request answer_now serves, from its headers to its answer
-        _now: tuple[Any, float, bytearray] | None = None
+        # (route, uvicorn's default headers, start, body so far) of a request answer_now serves, from its headers
+        # to its answer
+        _now: tuple[Any, Any, float, bytearray] | None = None
         _now_close = False  # the server is shutting down: close once that request is answered
 
         def _arm(self, seconds: float) -> None:
@@ -240,15 +252,29 @@ def timed_protocol(header_timeout_s: float, body_timeout_s: float, answer_now: d
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
-            route = self._now_route() if now_routes else None
-            if route is not None:
-                self._now = (route, time.perf_counter(), bytearray())
+            found = self._now_route() if now_routes else None
+            if found is not None:
+                self._now = (found[0], found[1], time.perf_counter(), bytearray())
             else:
                 super().on_headers_complete()
             self._arm(body_timeout_s)
 
-        def _now_route(self) -> Any:
-            """The answer_now route of the request whose headers are in, or None (uvicorn's path)."""
+        def _now_route(self) -> tuple[Any, Any] | None:
+            """(the answer_now route, uvicorn's default headers) of the request whose headers are in, or None
+            (uvicorn's path). Reads uvicorn's internals: should a release rename one, the fast path turns itself
+            off (logged once) and uvicorn serves every request as before."""
+            if disabled:
+                return None
+            try:
+                route = self._now_route_of_request()
+                return None if route is None else (route, self.server_state.default_headers)
+            except AttributeError as exc:
+                disabled.append(str(exc))
+                log.warning("answering filter and prioritize in the HTTP protocol is off: this uvicorn (%s) lacks "
+                            "what it reads (%s); every request takes uvicorn's ASGI path", uvicorn_version, exc)
+                return None
+
+        def _now_route_of_request(self) -> Any:
             parser = self.parser
             if (parser.get_method() != b"POST" or parser.get_http_version() != "1.1" or parser.should_upgrade()
                     or self.root_path or self.expect_100_continue or self.transport.is_closing()):
@@ -273,7 +299,7 @@ def timed_protocol(header_timeout_s: float, body_timeout_s: float, answer_now: d
 
         def on_body(self, body: bytes) -> None:
             if self._now is not None:
-                self._now[2].extend(body)
+                self._now[3].extend(body)
             else:
                 super().on_body(body)
 
@@ -285,13 +311,13 @@ def timed_protocol(header_timeout_s: float, body_timeout_s: float, answer_now: d
                 return
             self._now = None
             self._disarm()
-            route, start, body = now
+            route, default_headers, start, body = now
             payload, status = route.respond_now(bytes(body), start)
             # What uvicorn writes for the ASGI app's response (RequestResponseCycle.send): the status line, its
             # default headers (date), the route's own, "connection: close" when the client asked for it.
             keep_alive = self.parser.should_keep_alive() and not self._now_close
             head = [STATUS_LINE[status]]
-            for name, value in self.server_state.default_headers:
+            for name, value in default_headers:
                 head += [name.lower(), b": ", value, b"\r\n"]
             head += [b"content-length: ", str(len(payload)).encode(), b"\r\ncontent-type: ", JSON_BYTES, b"\r\n",
                      b"\r\n" if keep_alive else b"connection: close\r\n\r\n", payload]

@@ -171,3 +171,38 @@ def test_small_filter_and_prioritize_are_answered_by_the_protocol_with_the_asgi_
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_the_protocol_fast_path_turns_itself_off_when_uvicorn_lacks_what_it_reads(caplog: Any) -> None:
+    """answer_now reads uvicorn's internals (the connection's cycle, its server state): a uvicorn without one of
+    them sends every request down its own ASGI path, says so once, and does not try again."""
+    import logging
+
+    from extender.server import timed_protocol
+
+    class Parser:
+        calls = 0
+
+        def get_method(self) -> bytes:
+            Parser.calls += 1
+            return b"POST"
+
+        def get_http_version(self) -> str:
+            return "1.1"
+
+        def should_upgrade(self) -> bool:
+            return False
+
+    cls = timed_protocol(5.0, 5.0, {"/filter": object()}, 1 << 20)
+    proto = cls.__new__(cls)  # as a uvicorn whose protocol never sets root_path, cycle, ... would leave it
+    proto.parser = Parser()
+    with caplog.at_level(logging.WARNING, logger="kso.extender"):
+        assert proto._now_route() is None
+        assert proto._now_route() is None
+    assert Parser.calls == 1  # off after the first try
+    warned = [r.getMessage() for r in caplog.records if "in the HTTP protocol is off" in r.getMessage()]
+    assert len(warned) == 1 and "ASGI path" in warned[0], caplog.text
+    other = timed_protocol(5.0, 5.0, {"/filter": object()}, 1 << 20)  # a server built anew tries again
+    fresh = other.__new__(other)
+    fresh.parser = Parser()
+    assert fresh._now_route() is None and Parser.calls == 2
