@@ -449,5 +449,6 @@ class Scheduler:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
         self._event_pool.shutdown(wait=True, cancel_futures=False)
-        self._status_pool.shutdown(wait=True, cancel_futures=False)
+        # patches not yet sent are dropped: the next leader's first failed attempt on those pods writes them
+        self._status_pool.shutdown(wait=True, cancel_futures=True)
         self._binds.close()
