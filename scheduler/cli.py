@@ -98,10 +98,15 @@ def _check(config: SchedulerConfig, names: list[str], address: str, leader_elect
         raise ValueError(f"KSO_SCHEDULER_LEASE={lease!r} is not namespace/name")
     capacity = config.extender.capacity
     if capacity.enabled and capacity.scheduler_name in names:
-        # kso scheduler never marks a pod PodScheduled=False, which is what the cluster-autoscaler reads
+        # Not for want of the condition (kso scheduler marks a pod it cannot place PodScheduled=False/Unschedulable,
+        # as kube-scheduler does). A placeholder stands for a pod this scheduler already refused, shaped so that
+        # kube-scheduler's rules alone (what the cluster-autoscaler simulates) keep it pending until a node is
+        # added: served here, it would be judged again by kso's agents (the safe agent could keep it off the very
+        # node added for it, and the autoscaler would go on adding nodes), and it would join the queue, the QoS
+        # table and the plan, which covers every pod of the names served, as demand of its own.
         raise ValueError(f"KSO_CAPACITY_SCHEDULER_NAME={capacity.scheduler_name!r} is a name this scheduler serves: "
-                         "the placeholders need a scheduler that marks them Unschedulable (kube-scheduler's "
-                         "default-scheduler)")
+                         "the placeholders stand for pods it refused and must be placed by kube-scheduler's rules "
+                         "alone, not judged again by kso (leave it at kube-scheduler's default-scheduler)")
 
 
 def _engine(config: SchedulerConfig, names: list[str], state: ClusterState,
@@ -155,6 +160,7 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     from scheduler.debug import debug_server
     from scheduler.events import ApiEvents
     from scheduler.informer import SchedulerWatcher
+    from scheduler.status import ApiPodStatus
 
     config = config or load_scheduler_config(env, config_file)
     settings = replace(config.scheduler, order=order.upper()) if order else config.scheduler
@@ -180,7 +186,8 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     try:
         engine = None if seed_compatible else _engine(config, names, state, stops)
         events = ApiEvents(client, component=names[0], instance=identity)
-        scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible)
+        scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible,
+                              status=ApiPodStatus(client))
         out = RunningScheduler(scheduler, watcher, stops=stops)
         if capacity_settings.enabled:  # exits when the agents have no safe agent
             out.capacity = _capacity(engine, state, client, capacity_settings, scheduler)

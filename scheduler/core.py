@@ -3,9 +3,11 @@
 A cycle: take the next pod of the queue, find the nodes that pass kube-scheduler's core filters (kso's
 rules) and the extender's predicates (the safe agent), score them with the extender's agents and
 weights (cost among them) and the cached plan, count the pod on the winner at once (ClusterState.assume)
-and bind it in the background. A pod that fits nowhere gets a FailedScheduling event and waits with
-backoff (1 s doubling to 10 s), and past that until room may have appeared (the informer's epoch) or
-30 s went by. ``seed_compatible`` replaces filters and scores by Hightower's toy scheduler.
+and bind it in the background. A pod that fits nowhere gets a FailedScheduling event and the condition
+PodScheduled=False/Unschedulable (scheduler.status: what the cluster-autoscaler scales up for; patched only
+when its message changes), both off the scheduling thread, and waits with backoff (1 s doubling to 10 s),
+and past that until room may have appeared (the informer's epoch) or 30 s went by. ``seed_compatible``
+replaces filters and scores by Hightower's toy scheduler.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter
 
 from kso.core.binder import Binder, SyncBinder
 from kso.core.cluster import ClusterState
@@ -38,8 +42,13 @@ from scheduler.feasibility import (
 )
 from scheduler.metrics import SchedulerMetrics
 from scheduler.qos import DEFAULT_SLO, ControllerQoS, PodClock, controller_table, sort_key
+from scheduler.status import StatusSink
 
 log = logging.getLogger("kso.scheduler")
+
+# Condition patches waiting for the status writer at most; past that a pod's patch is dropped (and counted), and
+# its next failed attempt asks again (it is not marked as written).
+STATUS_BACKLOG = 1000
 
 
 @dataclass
@@ -124,7 +133,8 @@ class Decision:
 class Scheduler:
     def __init__(self, names: list[str], settings: SchedulerSettings, state: ClusterState, clocks: ClockSource,
                  binder: Binder, events: EventSink, engine: DecisionEngine | None, *, seed_compatible: bool = False,
-                 metrics: SchedulerMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 metrics: SchedulerMetrics | None = None, clock: Callable[[], float] = time.time,
+                 status: StatusSink | None = None) -> None:
         self.names = set(names)
         self.settings = settings
         self.order = settings.order.lower()
@@ -150,6 +160,18 @@ class Scheduler:
         # delay the next bindings. Two workers keep a repeated FailedScheduling's count update in order enough.
         self._event_pool = ThreadPoolExecutor(2, thread_name_prefix="kso-events")
         self._events_pending = 0
+        # PodScheduled=False on pods that fit nowhere: one writer, so a pod's patches reach the API in the order
+        # they were decided; _marked: uid -> message the API has (as far as this scheduler wrote it), _queued:
+        # uid -> the message waiting to be written (a newer message replaces an older one not yet sent).
+        self.status = status
+        self._status_pool = ThreadPoolExecutor(1, thread_name_prefix="kso-status")
+        self._marked: dict[str, str] = {}
+        self._queued: dict[str, str] = {}
+        self._status_errors: set[int] = set()  # HTTP statuses already logged at warning level
+        self.status_patches = Counter("kso_scheduler_pod_condition_patches_total",
+                                      "PodScheduled=False/Unschedulable patches of pods/status by result (patched, "
+                                      "error, dropped: the writer's backlog was full)", ["result"],
+                                      registry=self.metrics.registry)
         self._lock = threading.Lock()
         self.decisions = 0
 
@@ -186,6 +208,11 @@ class Scheduler:
             # list(): a bind worker's failed bind adds to backoff while this runs on the scheduling thread
             for uid in [u for u in list(self.backoff) if u not in live]:
                 self.backoff.pop(uid, None)
+        if self._marked:
+            live = {p.uid for p in every}
+            with self._lock:
+                for uid in [u for u in self._marked if u not in live]:
+                    del self._marked[uid]
         pending = [p for p in every if self._eligible(p, now)]
         table = self.qos_table() if self.order == "qos" else {}
         keyed = [(sort_key(self.order, self._clock_of(p, now), table), p) for p in pending]
@@ -305,6 +332,48 @@ class Scheduler:
         log.info("pod %s is unschedulable: %s", pod.key, message)
         self._back_off(pod)
         self._event(self.events.failed, pod, message)
+        self._mark_unschedulable(pod, message)
+
+    def _mark_unschedulable(self, pod: PodInfo, message: str) -> None:
+        """Queue the PodScheduled=False/Unschedulable patch, unless the pod already has (or is about to get) this
+        message: kube-scheduler patches only a condition that changed."""
+        if self.status is None:
+            return
+        with self._lock:
+            if self._queued.get(pod.uid, self._marked.get(pod.uid)) == message:
+                return
+            if pod.uid not in self._queued and len(self._queued) >= STATUS_BACKLOG:
+                self.status_patches.labels("dropped").inc()
+                return
+            self._queued[pod.uid] = message
+        self._status_pool.submit(self._write_status, pod, message)
+
+    def _write_status(self, pod: PodInfo, message: str) -> None:
+        assert self.status is not None
+        try:
+            with self._lock:
+                if self._queued.get(pod.uid) != message:
+                    return  # a newer message for this pod is queued behind this one
+                transition = pod.uid not in self._marked
+            if self.state.pending_pod(pod.uid) is None:
+                return  # bound (or assumed for a bind) or gone since: the Binding sets PodScheduled=True itself
+            self.status.unschedulable(pod, message, transition)
+        except Exception as exc:  # noqa: BLE001 - the condition is for the autoscaler; scheduling goes on
+            self.status_patches.labels("error").inc()
+            code = exc.status if isinstance(exc, ApiException) else 0
+            hint = " (kso scheduler needs patch on pods/status: deploy/scheduler-standalone/rbac.yaml)" if code == 403 else ""
+            first = code not in self._status_errors
+            self._status_errors.add(code)
+            log.log(logging.WARNING if first else logging.DEBUG, "PodScheduled=False not written on %s%s: %s",
+                    pod.key, hint, exc)
+        else:
+            self.status_patches.labels("patched").inc()
+            with self._lock:
+                self._marked[pod.uid] = message
+        finally:
+            with self._lock:
+                if self._queued.get(pod.uid) == message:
+                    del self._queued[pod.uid]
 
     def _back_off(self, pod: PodInfo) -> None:
         old = self.backoff.get(pod.uid)
@@ -336,6 +405,7 @@ class Scheduler:
             ext.plan.consume(pod, node)
         with self._lock:
             self.inflight.discard(pod.uid)
+            self._marked.pop(pod.uid, None)  # the Binding set PodScheduled=True
         self._event(self.events.scheduled, pod, node, message)
 
     def _event(self, fn: Callable[..., None], *args: Any) -> None:
@@ -367,11 +437,11 @@ class Scheduler:
                 stop.wait(idle_wait_s)
 
     def drain(self, timeout: float = 10.0) -> bool:
-        """Wait until no bind and no event is in flight (tests, shutdown)."""
+        """Wait until no bind, event or condition patch is in flight (tests, shutdown)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not self.inflight and not self._events_pending:
+                if not self.inflight and not self._events_pending and not self._queued:
                     return True
             time.sleep(0.01)
         return False
@@ -379,4 +449,6 @@ class Scheduler:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
         self._event_pool.shutdown(wait=True, cancel_futures=False)
+        # patches not yet sent are dropped: the next leader's first failed attempt on those pods writes them
+        self._status_pool.shutdown(wait=True, cancel_futures=True)
         self._binds.close()

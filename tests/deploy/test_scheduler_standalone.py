@@ -1,6 +1,7 @@
 """deploy/scheduler-standalone/: strict schema validation, restricted pod security, no exposed port, a command
 line kso accepts, and the RBAC proven sufficient on the real control plane: kso scheduler, running as the
-manifests' ServiceAccount (impersonated), takes its Lease, binds a pod and posts its event."""
+manifests' ServiceAccount (impersonated), takes its Lease, binds a pod and posts its event, and marks a pod it
+cannot place PodScheduled=False/Unschedulable."""
 
 from __future__ import annotations
 
@@ -149,6 +150,17 @@ def test_rbac_is_enough_on_the_real_api_server(control_plane: Any, kube_namespac
             time.sleep(0.2)
         assert any(e.reason == "Scheduled" for e in core.list_namespaced_event(kube_namespace).items)
         assert running.watcher.stats()["errors"] == 0  # list/watch of nodes and pods allowed
+        # a pod that fits nowhere gets the condition the cluster-autoscaler reads (patch on pods/status granted)
+        too_big = {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "64"}}}
+        core.create_namespaced_pod(kube_namespace, {**pod, "metadata": {"name": "big"},
+                                                    "spec": {**pod["spec"], "containers": [too_big]}})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not core.read_namespaced_pod("big", kube_namespace).status.conditions:
+            time.sleep(0.2)
+        [cond] = core.read_namespaced_pod("big", kube_namespace).status.conditions
+        assert (cond.type, cond.status, cond.reason) == ("PodScheduled", "False", "Unschedulable")
+        assert running.scheduler.metrics.registry.get_sample_value("kso_scheduler_pod_condition_patches_total",
+                                                                   {"result": "error"}) is None
         # it bound through pods/<name>/binding: the namespace's bindings collection is not granted
         core.create_namespaced_pod(kube_namespace, {**pod, "metadata": {"name": "q"}, "spec": {**pod["spec"],
                                                                                              "schedulerName": "nobody"}})

@@ -11,9 +11,9 @@ import pytest
     ({"KSO_SCHEDULER_LEASE": "bad"}, [], "KSO_SCHEDULER_LEASE='bad' is not namespace/name"),
     ({}, ["--debug-address", "127.0.0.1:x"], "port 'x' is not a number"),
     ({}, ["--debug-address", "127.0.0.1:70000"], "port out of range"),
-    # kso scheduler never marks a pod Unschedulable: placeholders it served would show the autoscaler nothing
+    # placeholders stand for pods kso refused: kube-scheduler's rules alone must place them, not kso again
     ({"KSO_CAPACITY_SIGNAL": "true", "KSO_CAPACITY_SCHEDULER_NAME": "kso"}, [],
-     "KSO_CAPACITY_SCHEDULER_NAME='kso' is a name this scheduler serves"),
+     "KSO_CAPACITY_SCHEDULER_NAME='kso' is a name this scheduler serves: the placeholders stand for pods it refused"),
     ({"KSO_CAPACITY_SIGNAL": "true", "KSO_CAPACITY_SCHEDULER_NAME": "batch"}, ["--name", "kso", "--name", "batch"],
      "KSO_CAPACITY_SCHEDULER_NAME='batch' is a name this scheduler serves"),
 ])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kso.core.binder import RecordingBinder
+from kso.core.objects import PodInfo
 from scheduler.core import Scheduler, SchedulerSettings, StaticClocks
 from tests.support.fixtures import make_node, make_pod, make_state
 from tests.support.scheduler_cases import (
@@ -59,3 +62,50 @@ def test_scheduler_default_mode_prefers_cheaper_node(monkeypatch: pytest.MonkeyP
     sched = Scheduler(["kso"], SchedulerSettings(), state, StaticClocks(), RecordingBinder(), Recorded(), ext)
     d = sched.schedule_one()
     assert d is not None and d.node == "n1"
+
+
+class GatedStatus:
+    """Records condition patches; the first one waits until ``release`` (so later ones queue up behind it)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, bool]] = []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def unschedulable(self, pod: PodInfo, message: str, transition: bool) -> None:
+        self.entered.set()
+        assert self.release.wait(10)
+        self.calls.append((pod.name, message, transition))
+
+
+def test_condition_writer_sends_each_pods_latest_new_message_once_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer behind PodScheduled=False: a message the pod has (or is about to get) is not sent again, a newer
+    message replaces one not yet sent, only the first write of a pod starts a transition, and a full backlog
+    drops (and counts) rather than grows."""
+    pending = [kso_pod(n, "100m", "c", "0.9") for n in ("a", "b", "c")]
+    state = make_state([make_node("n0", cpu="1")], pending)
+    status = GatedStatus()
+    sched = Scheduler(["kso"], SchedulerSettings(), state, StaticClocks(), RecordingBinder(), Recorded(), None,
+                      status=status)
+    a, b, c = (state.pending_pod(p["metadata"]["uid"]) for p in pending)
+    try:
+        sched._mark_unschedulable(a, "m1")
+        assert status.entered.wait(10)  # the writer is busy with a/m1
+        sched._mark_unschedulable(a, "m1")  # already on its way: not queued again
+        sched._mark_unschedulable(b, "x")
+        sched._mark_unschedulable(b, "y")  # replaces b/x, not yet sent
+        monkeypatch.setattr("scheduler.core.STATUS_BACKLOG", 2)
+        sched._mark_unschedulable(c, "z")  # a and b wait: the backlog is full
+        status.release.set()
+        assert sched.drain(10)
+        assert status.calls == [("a", "m1", True), ("b", "y", True)]
+        sched._mark_unschedulable(a, "m1")  # the pod has it
+        sched._mark_unschedulable(a, "m2")  # a new message, the condition stays False: no new transition
+        sched._mark_unschedulable(c, "z")  # asked again after the drop: sent now
+        assert sched.drain(10)
+        assert status.calls[2:] == [("a", "m2", False), ("c", "z", True)]
+        registry = sched.metrics.registry
+        assert [registry.get_sample_value("kso_scheduler_pod_condition_patches_total", {"result": r})
+                for r in ("patched", "dropped")] == [4, 1]
+    finally:
+        status.release.set()
+        sched.close()
