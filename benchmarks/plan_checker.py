@@ -20,6 +20,8 @@ recomputed with ``scipy.stats.beta``. What is checked:
     the risk before and after P(Beta > U*) of the moment-matched Beta must match the plan's within 1e-4
     (the after risk <= eps on every node given pods), and so must the plan's maxRisk (given pods, and
     the nodes already over eps that it gives nothing).
+A ``kso reoptimize`` plan is checked against the cluster while it is followed: the pods its classes list
+evicted and their replacements pending (its loads "before" are those of that cluster).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from forecasting.source_settings import ForecastSourceSettings, prometheus_url_set
 from kso.core.capacity import CapacitySettings
 from kso.core.logs import LogSettings
 from kso.core.settings import ConfigError, load_settings, read_config_file, setting
@@ -29,7 +30,9 @@ DEFAULT_WEIGHTS = {"safe-overload": 1, "safe-balance": 10, "pigeon-holing": 10, 
 
 
 @dataclass
-class ExtenderSettings:
+class ExtenderSettings(ForecastSourceSettings):
+    """The extender's settings; KSO_FORECAST_SOURCE is inherited (kso plan and kso reoptimize read it too)."""
+
     http_port: int = setting("HTTP_PORT", 80, lo=1, hi=65535,
                              help="the extender's listen port (--port; kube-safe-scheduler's name)")
     # Loopback by default: kube-scheduler calls its sidecar over 127.0.0.1, and /bind binds any pod.
@@ -131,12 +134,6 @@ class ExtenderSettings:
     cache_sync_timeout_s: float = setting("KSO_CACHE_SYNC_TIMEOUT_S", 60.0, lo=0,
                                           help="kso scheduler waits this long for the first list of nodes and pods, then "
                                                "schedules from what is listed, seconds")
-    # Where the safe agent's statistics come from: forecasts from Prometheus (refreshed in the background
-    # every KSO_FORECAST_REFRESH seconds), falling back to node annotations per node. AUTO = PROMETHEUS
-    # when KSO_PROMETHEUS_URL is set, else annotations only.
-    forecast_source: str = setting("KSO_FORECAST_SOURCE", "AUTO", kind="choice:AUTO,NONE,PROMETHEUS",
-                                   help="where the safe agent's statistics come from; AUTO = Prometheus once KSO_PROMETHEUS_URL"
-                                        " is set, else node annotations")
     forecast_model: str = setting("KSO_FORECAST_MODEL", "", help="forecaster name; empty = the default")
 
 
@@ -189,12 +186,12 @@ def load_config(env: Mapping[str, str] | None = None, config_file: str | None = 
     config.plan = load(PlanSettings)
     config.logs = load(LogSettings)
     config.capacity = load(CapacitySettings)
-    source = config.settings.forecast_source.upper()  # the default is not normalised by a parser
-    if config.env.get("KSO_PROMETHEUS_URL", config.file_values.get("KSO_PROMETHEUS_URL")) or source == "PROMETHEUS":
+    url_set = prometheus_url_set(config.env, config.file_values)
+    if url_set or config.settings.forecast_source.upper() == "PROMETHEUS":
         from forecasting.prometheus import PrometheusSettings
 
         config.prometheus = load(PrometheusSettings)
-        if source != "NONE":
+        if config.settings.forecasts_from_prometheus(url_set):
             from forecasting.store import StoreSettings
 
             config.store = load(StoreSettings)

@@ -150,16 +150,17 @@ def node_forecasts(request: ForecastRequest, node_names: Iterable[str]) -> tuple
 
 def configured_prometheus(config_file: str | None) -> str | None:
     """The Prometheus of kso's settings, for a run whose flags name no load source: by kso extender's rule
-    (KSO_FORECAST_SOURCE: AUTO = once KSO_PROMETHEUS_URL is set, PROMETHEUS = always, NONE = never; the environment
-    over the --config file), so a command run beside kso extender (the reoptimize CronJob reads kso-settings)
-    judges nodes on the same forecasts. (kso.cli has checked every KSO_ value of both before the command runs.)"""
+    (forecasting.source_settings: KSO_FORECAST_SOURCE AUTO = once KSO_PROMETHEUS_URL is set, PROMETHEUS = always,
+    NONE = never; the environment over the --config file), so a command run beside kso extender (the reoptimize
+    CronJob reads kso-settings) judges nodes on the same forecasts. ConfigError for a value its setting does not
+    accept (kso.cli has checked every KSO_ value of both before the command runs)."""
     from forecasting.prometheus import PrometheusSettings
+    from forecasting.source_settings import ForecastSourceSettings, prometheus_url_set
     from kso.core.settings import load_settings, read_config_file
 
     file_values = read_config_file(config_file)
-    values = {**file_values, **os.environ}
-    source = str(values.get("KSO_FORECAST_SOURCE", "AUTO")).strip().upper()
-    if source == "NONE" or (source == "AUTO" and not values.get("KSO_PROMETHEUS_URL")):
+    source = load_settings(ForecastSourceSettings, None, file_values)
+    if not source.forecasts_from_prometheus(prometheus_url_set(os.environ, file_values)):
         return None
     return load_settings(PrometheusSettings, None, file_values).url
 

@@ -17,8 +17,6 @@ from kso.core.views import NodeView
 from kso.decisions.engine import DecisionEngine
 from scheduler.feasibility import resource_reasons, rule_reasons
 
-NOT_IN_CACHE = "not in kso's node cache"
-
 
 @dataclass(slots=True)
 class NodeOutcome:
@@ -86,6 +84,9 @@ class Record:
     fitting: int  # nodes passing the core filters
     passing: int  # of those, nodes passing kso's predicates
     late: bool = False
+    # the chosen node is not in kso's node cache (added since, or never seen): kso cannot judge it, so it neither
+    # warned about it nor accepted it
+    unknown_node: bool = False
     seconds: float = 0.0  # time to judge
     chosen_outcome: NodeOutcome | None = None
     pick_outcome: NodeOutcome | None = None
@@ -95,6 +96,12 @@ class Record:
     @property
     def changed(self) -> bool:
         return self.pick != self.chosen
+
+    @property
+    def verdict(self) -> bool | None:
+        """What kso said of the chosen node: True warned (would have refused it), False accepted it, None could not
+        judge it (not in kso's node cache)."""
+        return None if self.unknown_node else self.warned
 
 
 def subview(view: NodeView, idx: list[int]) -> NodeView:
@@ -134,9 +141,7 @@ def judge(engine: DecisionEngine, bind: Bind) -> Record:
     index = {n: i for i, n in enumerate(names)}
     reasons: list[str] = []
     chosen_row = rows.get(bind.node)
-    if bind.node not in index:
-        reasons.append(NOT_IN_CACHE)
-    elif index[bind.node] in core:
+    if bind.node in index and index[bind.node] in core:
         reasons.append(core[index[bind.node]])
         # kso's own predicates on the chosen node too, for its risk and their reasons
         chosen_row = engine.explain(pod, subview(view, [index[bind.node]]))["nodes"][0]
@@ -152,7 +157,7 @@ def judge(engine: DecisionEngine, bind: Bind) -> Record:
     return Record(
         uid=pod.uid, pod=pod.key, scheduler=pod.scheduler_name, cpu_m=pod.requests.get(CPU, 0.0),
         memory_mb=pod.requests.get(MEMORY, 0.0) / MIB, at=bind.at, chosen=bind.node, pick=pick,
-        warned=bool(reasons), reasons=reasons,
+        warned=bool(reasons), reasons=reasons, unknown_node=bind.node not in index,
         chosen_score=None if chosen_row is None or bind.node not in rows else int(chosen_row["score"]),
         pick_score=None if pick_row is None else int(pick_row["score"]),
         chosen_risk=None if chosen_row is None else _risk(chosen_row),

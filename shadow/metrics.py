@@ -8,6 +8,8 @@ from shadow.judge import Record
 
 JUDGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 RISK_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+# kso_shadow_outcomes_total's "warned" label, by Record.verdict
+VERDICT_LABELS = {True: "true", False: "false", None: "unknown_node"}
 
 
 class ShadowMetrics:
@@ -20,10 +22,13 @@ class ShadowMetrics:
                                  "the pod pending)", ["decision"], registry=r)
         self.warned = Counter("kso_shadow_warned_total", "Judged binds whose chosen node kso would have refused "
                               "(a core filter or one of kso's predicates failed it)", registry=r)
+        self.unknown_node = Counter("kso_shadow_unknown_node_total", "Judged binds whose chosen node was not in kso's "
+                                    "node cache: kso could not judge it (neither warned about it nor accepted it)",
+                                    registry=r)
         self.outcomes = Counter("kso_shadow_outcomes_total", "Nodes of judged binds whose horizon has passed, by role "
-                                "(chosen: the scheduler's node; kso_pick: kso's other node), by whether kso warned about "
-                                "the chosen node, and by result (over or under U* at its peak, or no_data)",
-                                ["role", "warned", "result"], registry=r)
+                                "(chosen: the scheduler's node; kso_pick: kso's other node), by what kso said of the "
+                                "chosen node (warned true or false; unknown_node: not in its node cache), and by result "
+                                "(over or under U* at its peak, or no_data)", ["role", "warned", "result"], registry=r)
         self.oom_kills = Counter("kso_shadow_oom_kills_total", "OOM kills on the bind's nodes during its horizon, by role",
                                  ["role"], registry=r)
         self.throttled = Counter("kso_shadow_throttled_total", "Nodes of judged binds whose throttled CFS share passed "
@@ -50,6 +55,8 @@ class ShadowMetrics:
         self.decisions.labels("held" if record.pick is None else "changed" if record.changed else "same").inc()
         if record.warned:
             self.warned.inc()
+        if record.unknown_node:
+            self.unknown_node.inc()
         self.judge_seconds.observe(record.seconds)
         if record.chosen_risk is not None:
             self.risk.labels("chosen").observe(record.chosen_risk)
@@ -57,7 +64,7 @@ class ShadowMetrics:
             self.risk.labels("kso_pick").observe(record.pick_risk)
 
     def outcome(self, record: Record, u_star: float, share: float) -> None:
-        warned = "true" if record.warned else "false"
+        warned = VERDICT_LABELS[record.verdict]
         for role, o in (("chosen", record.chosen_outcome), ("kso_pick", record.pick_outcome)):
             if o is None:
                 continue

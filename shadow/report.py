@@ -24,27 +24,31 @@ class Tally:
     unreadable: int = 0
     late: int = 0
     changed: int = 0
-    changed_refused: int = 0  # of the changed, those whose chosen node kso refused (the rest on score alone)
+    changed_refused: int = 0  # of the changed, those whose chosen node kso refused
+    changed_unknown: int = 0  # of the changed, those whose chosen node is not in kso's cache (the rest on score alone)
     held: int = 0
     warned: int = 0
+    unknown_node: int = 0  # chosen node not in kso's node cache: not judged
     dropped: int = 0
     judge_seconds: float = 0.0
-    # outcomes: (role, warned) -> [over, under, no_data]
-    outcomes: dict[tuple[str, bool], list[int]] = field(default_factory=dict)
+    # outcomes: (role, what kso said of the chosen node: Record.verdict) -> [over, under, no_data]
+    outcomes: dict[tuple[str, bool | None], list[int]] = field(default_factory=dict)
     oom: dict[str, float] = field(default_factory=dict)
     throttled: dict[str, int] = field(default_factory=dict)
     with_outcome: int = 0
     started: float = field(default_factory=time.time)
-    # (role, warned, risk at the bind, measured peak) of the latest nodes read: the plot's points
-    points: deque[tuple[str, bool, float, float]] = field(default_factory=lambda: deque(maxlen=PLOT_POINTS))
+    # (role, Record.verdict, risk at the bind, measured peak) of the latest nodes read: the plot's points
+    points: deque[tuple[str, bool | None, float, float]] = field(default_factory=lambda: deque(maxlen=PLOT_POINTS))
 
     def add(self, record: Record) -> None:
         self.judged += 1
         self.late += record.late
         self.changed += record.pick is not None and record.changed
         self.changed_refused += record.pick is not None and record.changed and record.warned
+        self.changed_unknown += record.pick is not None and record.unknown_node
         self.held += record.pick is None
         self.warned += record.warned
+        self.unknown_node += record.unknown_node
         self.judge_seconds += record.seconds
 
     def add_outcome(self, record: Record, u_star: float, share: float) -> None:
@@ -53,7 +57,7 @@ class Tally:
             if o is None:
                 continue
             over = o.over(u_star)
-            counts = self.outcomes.setdefault((role, record.warned), [0, 0, 0])
+            counts = self.outcomes.setdefault((role, record.verdict), [0, 0, 0])
             counts[2 if over is None else 0 if over else 1] += 1
             if o.oom_kills:
                 self.oom[role] = self.oom.get(role, 0.0) + o.oom_kills
@@ -61,10 +65,12 @@ class Tally:
                 self.throttled[role] = self.throttled.get(role, 0) + 1
             risk = record.chosen_risk if role == "chosen" else record.pick_risk
             if risk is not None and o.with_pod is not None:
-                self.points.append((role, record.warned, risk, o.with_pod))
+                self.points.append((role, record.verdict, risk, o.with_pod))
 
     def count(self, role: str, warned: bool | None, which: int) -> int:
-        return sum(c[which] for (r, w), c in self.outcomes.items() if r == role and (warned is None or w == warned))
+        """Outcome counts (``which``: 0 over, 1 under, 2 no data) of ``role``'s nodes in binds whose chosen node kso
+        warned about (True) or accepted (False); None: all, those whose chosen node it could not judge included."""
+        return sum(c[which] for (r, w), c in self.outcomes.items() if r == role and (warned is None or w is warned))
 
 
 def _pct(n: int, d: int) -> str:
@@ -107,6 +113,7 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
     over_nw, judged_nw = t.count("chosen", False, 0), t.count("chosen", False, 0) + t.count("chosen", False, 1)
     over_p, judged_p = t.count("kso_pick", None, 0), t.count("kso_pick", None, 0) + t.count("kso_pick", None, 1)
     no_data = t.count("chosen", None, 2) + t.count("kso_pick", None, 2)
+    changed_unknown = f", {t.changed_unknown} with the chosen node not in kso's node cache" if t.changed_unknown else ""
     lines = [
         "# kso shadow report", "",
         f"From {_iso(t.started)} to {_iso(now)}: what kso would have decided for each pod the cluster's schedulers "
@@ -116,9 +123,10 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         f"| binds seen | {t.seen} (judged {t.judged}, skipped with a full queue {t.skipped}, unreadable {t.unreadable}"
         f"{f', {t.late} seen late, after a watch gap' if t.late else ''}) |",
         f"| kso would have placed the pod elsewhere | {_pct(t.changed, t.judged)}: {t.changed_refused} refusing the "
-        f"chosen node, {t.changed - t.changed_refused} on score alone |",
+        f"chosen node, {t.changed - t.changed_refused - t.changed_unknown} on score alone{changed_unknown} |",
         f"| kso would have left the pod pending (no node passes) | {_pct(t.held, t.judged)} |",
         f"| kso warned about the chosen node (would have refused it) | {_pct(t.warned, t.judged)} |",
+        f"| the chosen node was not in kso's node cache (not judged) | {_pct(t.unknown_node, t.judged)} |",
         f"| binds whose horizon has passed and were read | {t.with_outcome} (dropped before it: {t.dropped}) |",
         f"| **warned nodes that went over U\\* ({u_star:.0%})** | {_pct(over_w, judged_w)} |",
         f"| chosen nodes kso did not warn about that went over U\\* | {_pct(over_nw, judged_nw)} |",
@@ -155,7 +163,8 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
     ]
     shown = list(changed)[-rows:][::-1]
     for r in shown:
-        reasons = "; ".join(r.reasons).replace("|", "\\|") or "not refused: kso scores its pick higher"
+        reasons = "; ".join(r.reasons).replace("|", "\\|") or (
+            "not judged: not in kso's node cache" if r.unknown_node else "not refused: kso scores its pick higher")
         lines.append(f"| {_iso(r.at)[11:19]} | {r.pod} | {r.scheduler} | {r.chosen} | {_risk(r.chosen_risk)} | "
                      f"{reasons} | {r.pick or '(none: held)'} | {_risk(r.pick_risk)} | "
                      f"{_outcome(r.chosen_outcome, u_star)} | "
@@ -169,7 +178,7 @@ def _kills(value: float | None) -> str:
     return f"{value:g}" if value else "0"
 
 
-def plot(points: list[tuple[str, bool, float, float]], u_star: float, eps: float, path: str) -> bool:
+def plot(points: list[tuple[str, bool | None, float, float]], u_star: float, eps: float, path: str) -> bool:
     """The risk-against-outcome scatter as a PNG at ``path``; False (nothing written) without matplotlib or points."""
     import importlib.util
 
@@ -184,8 +193,9 @@ def plot(points: list[tuple[str, bool, float, float]], u_star: float, eps: float
     for (role, warned), (color, marker, label) in {
             ("chosen", True): ("tab:red", "x", "chosen node, kso warned"),
             ("chosen", False): ("tab:gray", "o", "chosen node, not warned"),
-            ("kso_pick", True): ("tab:blue", "^", "kso's pick"), ("kso_pick", False): ("tab:blue", "^", "")}.items():
-        xy = [(x, y) for r, w, x, y in points if r == role and w == warned]
+            ("kso_pick", True): ("tab:blue", "^", "kso's pick"), ("kso_pick", False): ("tab:blue", "^", ""),
+            ("kso_pick", None): ("tab:blue", "^", "")}.items():
+        xy = [(x, y) for r, w, x, y in points if r == role and w is warned]
         if xy:
             ax.scatter(*zip(*xy, strict=True), c=color, marker=marker, s=22, alpha=0.7, label=label or None)
     ax.axhline(u_star, color="black", lw=0.8, ls="--", label=f"U* {u_star:.0%}")

@@ -165,7 +165,8 @@ class Shadow:
         if record.changed:
             log.info("%s bound to %s by %s; kso would have %s (%s)", record.pod, record.chosen, record.scheduler or "?",
                      f"picked {record.pick}" if record.pick else "left it pending",
-                     "; ".join(record.reasons) or "a better score")
+                     "; ".join(record.reasons)
+                     or ("the chosen node is not in kso's node cache" if record.unknown_node else "a better score"))
 
     def wait_judged(self, count: int, timeout: float) -> bool:
         """Wait until ``count`` binds have been judged (tests)."""

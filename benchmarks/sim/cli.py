@@ -10,6 +10,7 @@ An option that cannot apply to the run asked for is an error (exit 2), never sil
 from __future__ import annotations
 
 import argparse
+import csv
 import logging
 import re
 import shlex
@@ -44,13 +45,42 @@ SWEEPS_EPILOG = "\n".join([
     "One seed: the report says 'one seed: no interval'; several: mean +- 95% over seeds (Student t)."])
 
 
+# --policies' items are comma-separated, and a spec's value may itself hold commas (KSO_WEIGHTS=a=1,b=2): such a
+# spec is written whole in double quotes, as a CSV field is (the csv module splits and says what is malformed).
+QUOTED_EXAMPLE = "--policies 'default,\"kso-inproc:env=KSO_WEIGHTS=safe-overload=1,pigeon-holing=20\"'"
+
+
+def split_policies(text: str) -> list[str]:
+    """The comma-separated items of ``text``, a double-quoted one whole; ValueError for a malformed list."""
+    try:
+        rows = list(csv.reader([text], skipinitialspace=True, strict=True))
+    except csv.Error as exc:
+        raise ValueError(f"--policies: {exc} in {text!r}; a spec holding a comma is quoted whole: {QUOTED_EXAMPLE}") from None
+    items = [item.strip() for row in rows for item in row]
+    if quoted := next((item for item in items if '"' in item), None):
+        raise ValueError(f"--policies: {quoted!r} has a quote inside; a spec holding a comma is quoted whole: "
+                         f"{QUOTED_EXAMPLE}")
+    return items
+
+
 def expand_policies(text: str) -> list[str]:
-    """Comma-separated specs and sweep names -> specs, in order, each once."""
+    """Comma-separated specs (a spec holding a comma double-quoted) and sweep names -> specs, in order, each once."""
     out: list[str] = []
-    for item in (p.strip() for p in text.split(",")):
+    for item in split_policies(text):
         if item:
             out += SWEEPS.get(item, (item,))
     return list(dict.fromkeys(out))
+
+
+def policy_specs(text: str, known: Any) -> list[str]:
+    """expand_policies, each spec parsed (runner.parse_spec) and naming a policy in ``known``; ValueError otherwise."""
+    from benchmarks.sim.runner import parse_spec
+
+    specs = expand_policies(text)
+    unknown = [p for p in specs if parse_spec(p)[0] not in known]
+    if unknown:
+        raise ValueError(f"unknown policies {', '.join(unknown)} (known: {', '.join(known)}; sweeps: {', '.join(SWEEPS)})")
+    return specs
 
 
 class Progress:
@@ -109,9 +139,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "rows already in --out/cells.jsonl (e.g. of a run that was stopped: its finished cells)")
     p.add_argument("--sweep", action="store_true", help="with --scenario: add the 'frontier' sweep to --policies")
     p.add_argument("--policies", default="", help=f"comma-separated policy specs and sweep names (default "
-                   f"{DEFAULT_POLICIES}; with --scenario {SCENARIO_POLICIES}). A spec may set a knob: "
-                   "trimaran-tlp:target=80, kso-plan:env=SAFEUTILIZATION=80, oracle:u_star=0.8; a sweep name (below) "
-                   "stands for its specs: --policies frontier")
+                   f"{DEFAULT_POLICIES}; with --scenario {SCENARIO_POLICIES}). A spec is NAME or "
+                   "NAME:KEY=VALUE;KEY=VALUE, and env=VAR=VALUE&VAR=VALUE sets kso's settings: trimaran-tlp:target=80, "
+                   "kso-plan:env=SAFEUTILIZATION=80, oracle:u_star=0.8. A spec holding a comma (a KSO_WEIGHTS value) is "
+                   f"written whole in double quotes: {QUOTED_EXAMPLE}. A sweep name (below) stands for its specs: "
+                   "--policies frontier")
     p.add_argument("--prometheus", default="", metavar="URL",
                    help="replay the cluster's own history read from this Prometheus (kube-state-metrics and cAdvisor; "
                         "names settable with KSO_HISTORY_* variables) between --from and --to, through the same "
@@ -258,11 +290,10 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         return run_history(args, argv)
     if args.scenario:
         return run_scenarios(args, argv)
-    specs = expand_policies(args.policies or DEFAULT_POLICIES)
-    unknown = [p for p in specs if parse_spec(p)[0] not in POLICIES]
-    if unknown:
-        return usage_error(args, f"unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)}; sweeps: "
-                                 f"{', '.join(SWEEPS)})")
+    try:
+        specs = policy_specs(args.policies or DEFAULT_POLICIES, POLICIES)
+    except ValueError as exc:
+        return usage_error(args, str(exc))
     logging.getLogger("kso").setLevel(logging.ERROR)  # the offline binder's one-time warning is expected here
     t0 = time.perf_counter()
     scenario = build_scenario(args.trace, args.nodes, args.hours, args.seed, args.target_load, args.start_hour)
@@ -312,15 +343,14 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     from benchmarks.sim.bench_report import write_bench_report
     from benchmarks.sim.engine import Autoscaler
     from benchmarks.sim.policies import POLICIES
-    from benchmarks.sim.runner import Cell, parse_spec, read_rows, run_cells, scenario_for
+    from benchmarks.sim.runner import Cell, read_rows, run_cells, scenario_for
 
-    specs = expand_policies(args.policies or SCENARIO_POLICIES)
+    try:
+        specs = policy_specs(args.policies or SCENARIO_POLICIES, POLICIES)
+    except ValueError as exc:
+        return usage_error(args, str(exc))
     if args.sweep:
         specs += [p for p in SWEEPS["frontier"] if p not in specs]
-    unknown = [p for p in specs if parse_spec(p)[0] not in POLICIES]
-    if unknown:
-        return usage_error(args, f"unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)}; sweeps: "
-                                 f"{', '.join(SWEEPS)})")
     if args.executor == "ray" and not args.report_only:
         try:
             import ray  # noqa: F401

@@ -43,13 +43,22 @@ class Cell:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``name:key=value;key=value`` -> (name, kwargs); numbers become floats, ``env`` a dict."""
+    """``name:key=value;key=value`` -> (name, kwargs); numbers become floats, ``env=VAR=value&VAR=value`` a dict (a
+    value may hold "=" and ","). ValueError names what does not follow this grammar."""
     name, _, rest = spec.partition(":")
+    if not name.strip():
+        raise ValueError(f"policy spec {spec!r}: no policy name before ':'")
     kwargs: dict[str, Any] = {}
     for item in filter(None, rest.split(";")):
-        key, _, value = item.partition("=")
+        key, eq, value = item.partition("=")
+        if not key or not eq:
+            raise ValueError(f"policy spec {spec!r}: {item!r} is not key=value")
         if key == "env":
-            kwargs["env"] = dict(kv.split("=", 1) for kv in value.split("&") if "=" in kv)
+            entries = [kv.partition("=") for kv in value.split("&")]
+            bad = next((f"{var}{eq_}{v}" for var, eq_, v in entries if not var or not eq_), None)
+            if bad is not None:
+                raise ValueError(f"policy spec {spec!r}: env entry {bad!r} is not VARIABLE=value")
+            kwargs["env"] = {var: v for var, _, v in entries}
             continue
         try:
             kwargs[key] = float(value)

@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.signal import lfilter
 
 from forecasting.models._base import Grid, GridForecaster, gaussian
 from forecasting.models.last_value import LastValueForecaster
@@ -20,6 +19,10 @@ HALF_LIFE_BINS = 12.0
 def ewma_filter(values: np.ndarray, alpha: float) -> np.ndarray:
     """Level at every column, seeded with the first value: l_t = alpha y_t + (1 - alpha) l_{t-1}.
     lfilter runs the recursion in C along the time axis for all series at once."""
+    # scipy.signal is imported at the first forecast, not with the module: every command's configuration check
+    # imports the forecast store's settings, and with them the models (kso.cli.check_configuration).
+    from scipy.signal import lfilter
+
     zi = ((1.0 - alpha) * values[:, :1])  # initial state so that l_0 = y_0
     out, _ = lfilter([alpha], [1.0, -(1.0 - alpha)], values, axis=1, zi=zi)
     return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.ndimage import uniform_filter1d
 
 from forecasting.models._base import DAY_BINS, Grid, GridForecaster, gaussian, horizon_mean_of_future
 from forecasting.models.ewma import EWMAForecaster
@@ -39,6 +38,9 @@ def hw_filter(
     Initial state from the series' first day: l_0 = mean(day 1), s_i = smoothed(day 1 - l_0)_i. Then for
     t from start + 288:  e_t = y_t - l_{t-1} - s_{t-288};  l_t = l_{t-1} + alpha e_t;
     s_t = s_{t-288} + gamma (1 - alpha) e_t."""
+    # imported here, not with the module: see forecasting.models.ewma.ewma_filter
+    from scipy.ndimage import uniform_filter1d
+
     S, n = values.shape
     K = len(settings)
     keep = min(keep, n)

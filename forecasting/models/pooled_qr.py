@@ -47,7 +47,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.ndimage import maximum_filter1d
 
 from forecasting.models._base import (
     DAY_BINS,
@@ -93,6 +92,8 @@ PRIOR: dict[int, np.ndarray] = {
 
 def trailing_max(values: np.ndarray, w: int) -> np.ndarray:
     """Max of columns t-w+1..t (fewer at the start)."""
+    from scipy.ndimage import maximum_filter1d  # imported here, not with the module: see forecasting.models.ewma
+
     return maximum_filter1d(values, size=w, axis=1, origin=(w - 1) // 2, mode="nearest")
 
 

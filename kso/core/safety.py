@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betainc
 
 from kso.core.settings import setting
 
@@ -77,6 +76,10 @@ def beta_cases(mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def fitted_risk(mu: np.ndarray, var: np.ndarray, spread: np.ndarray, u_star: float) -> np.ndarray:
     """The risk where a Beta fits (mu != 0, not a point mass, var < spread = mu (1 - mu)): there none of the special
     cases applies, so it is 1 - I_{U*}(alpha, beta), NaN read as rank 1."""
+    # scipy is imported at the first risk, not with the module: every command's configuration check reads this
+    # module's settings (kso.cli.check_configuration) and has no use for it.
+    from scipy.special import betainc
+
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = spread / var - 1.0
         rank = betainc(mu * t, (1.0 - mu) * t, u_star)

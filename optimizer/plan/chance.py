@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtri
 
 from kso.core.safety import safe_overload_risk
 
@@ -22,6 +21,8 @@ from kso.core.safety import safe_overload_risk
 # For eps >= 0.5, z <= 0 and the spread would *loosen* the bound; the model then drops it (z = 0), which
 # is conservative.
 def z_value(eps: float) -> float:
+    from scipy.special import ndtri  # imported here, not with the module: see kso.core.safety.fitted_risk
+
     return max(float(ndtri(1.0 - eps)), 0.0)
 
 

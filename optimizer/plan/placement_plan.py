@@ -45,7 +45,10 @@ import orjson
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
 from optimizer.plan.compiled import POLICIES, Compiled, SolveResult, evaluate
-from optimizer.plan.problem import BEST_EFFORT_PRIOR, LOAD_SOURCES, PlacementProblem
+from optimizer.plan.problem import BEST_EFFORT_PRIOR, LOAD_RESOURCES, LOAD_SOURCES, PlacementProblem
+
+# (risk, headroom, mean, var), each (load resource, node), as optimizer.plan.compiled.evaluate returns them
+Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 PLAN_FORMAT = "kso.io/placement-plan/v1"
 # The risk every node reports, stated in the file so that a reader needs no kso code to recompute it.
@@ -265,7 +268,7 @@ class _PlanReader:
         return out
 
 
-def _rules(pod: PodInfo | None) -> dict[str, Any]:
+def class_rules(pod: PodInfo | None) -> dict[str, Any]:
     """A class's placement rules as the pod spec says them (matchFields keys are prefixed "field:")."""
     if pod is None:
         return {}
@@ -283,33 +286,40 @@ def plan_from_result(problem: PlacementProblem, comp: Compiled, result: SolveRes
     for ci, wc in enumerate(problem.classes):
         slots = {comp.node_names[ni]: int(result.x[ci, ni]) for ni in range(comp.n_nodes) if result.x[ci, ni] > 0}
         usage = {"mean": dict(wc.usage.mean), "std": dict(wc.usage.std), "source": wc.usage.source}
-        detail = {"pods": list(wc.pods), "rules": _rules(wc.example), "usage": usage} if len(wc.pods) == wc.count else {
-            "rules": _rules(wc.example), "usage": usage}
+        detail = {"pods": list(wc.pods), "rules": class_rules(wc.example), "usage": usage} if len(wc.pods) == wc.count else {
+            "rules": class_rules(wc.example), "usage": usage}
         classes[wc.key] = PlanClass(dict(wc.requests), int(wc.count), int(result.unplaced[ci]), slots, detail)
-    risk0, headroom0, mean0, var0 = evaluate(comp, np.zeros_like(result.x), problem.u_star)
+    before = evaluate(comp, np.zeros_like(result.x), problem.u_star)
     _, _, mean1, var1 = evaluate(comp, result.x, problem.u_star)
-    nodes = {}
-    used = result.x.sum(axis=0) > 0
-    names = (CPU, MEMORY)
-    for ni, name in enumerate(comp.node_names):
-        before = {"mean": {r: float(mean0[i, ni]) for i, r in enumerate(names)},
-                  "std": {r: float(np.sqrt(max(var0[i, ni], 0.0))) for i, r in enumerate(names)},
-                  "risk": {r: float(risk0[i, ni]) for i, r in enumerate(names)},
-                  "headroom": {r: float(headroom0[i, ni]) for i, r in enumerate(names)}}
-        after = {"mean": {r: float(mean1[i, ni]) for i, r in enumerate(names)},
-                 "std": {r: float(np.sqrt(max(var1[i, ni], 0.0))) for i, r in enumerate(names)}}
-        load = problem.nodes[ni].load
-        # compile_problem counts the bound pods' requests where a node has no finite load
-        sources = {r: load[r].source if r in load and math.isfinite(load[r].mean) else "requests" for r in names}
-        nodes[name] = PlanNodeInfo({r: float(result.headroom[i, ni]) for i, r in enumerate(names)},
-                                   {r: float(result.risk[i, ni]) for i, r in enumerate(names)},
-                                   bool(used[ni] or comp.has_pods[ni]), before, after,
-                                   {r: float(comp.cap[i, ni]) for i, r in enumerate(names)}, sources)
+    used = (result.x.sum(axis=0) > 0) | comp.has_pods
+    # compile_problem counts the bound pods' requests where a node has no finite load
+    sources = [{r: load[r].source if r in load and math.isfinite(load[r].mean) else "requests" for r in LOAD_RESOURCES}
+               for load in (n.load for n in problem.nodes)]
+    nodes = plan_nodes(comp, before, (result.risk, result.headroom, mean1, var1), used, sources)
     body = orjson.dumps({k: c.slots for k, c in classes.items()}, option=orjson.OPT_SORT_KEYS)
     plan_id = hashlib.sha1(body + str(now).encode()).hexdigest()[:12]
     return PlacementPlan(plan_id, now, policy, result.status, result.objective, result.bound, result.gap,
                          problem.u_star, problem.eps, result.wall_s, dict(problem.input_ages), classes, nodes,
                          list(problem.baseline_pods), list(result.notes))
+
+
+def plan_nodes(comp: Compiled, before: Evaluation, after: Evaluation, used: np.ndarray,
+               sources: list[dict[str, str]]) -> dict[str, PlanNodeInfo]:
+    """Each node's part of the plan file from the (risk, headroom, mean, var) of its load before and after
+    the plan (as optimizer.plan.compiled.evaluate gives them), whether it is in use, and per node and load
+    resource where the load before comes from (one of LOAD_SOURCES)."""
+    risk0, headroom0, mean0, var0 = before
+    risk1, headroom1, mean1, var1 = after
+    std0, std1 = np.sqrt(np.maximum(var0, 0.0)), np.sqrt(np.maximum(var1, 0.0))
+    nodes = {}
+    for ni, name in enumerate(comp.node_names):
+        def at(a: np.ndarray, ni: int = ni) -> dict[str, float]:
+            return {r: float(a[i, ni]) for i, r in enumerate(LOAD_RESOURCES)}
+
+        nodes[name] = PlanNodeInfo(at(headroom1), at(risk1), bool(used[ni]),
+                                   {"mean": at(mean0), "std": at(std0), "risk": at(risk0), "headroom": at(headroom0)},
+                                   {"mean": at(mean1), "std": at(std1)}, at(comp.cap), dict(sources[ni]))
+    return nodes
 
 
 def write_plan(plan: PlacementPlan, path: str | Path) -> None:

@@ -244,6 +244,18 @@ def move_states(moves: list[Any], execution: Execution | None) -> dict[str, Any]
     return {"phase": "evicting" if execution is None else "done", "moves": rows}
 
 
+# What each node of a plan holds for a reader that checks its risks (the loads before and after, the capacity and
+# where the load comes from): several times the bytes of what the extender reads (headroom, risk, used).
+CHECK_ONLY_NODE_FIELDS = ("before", "after", "capacity", "loadSource")
+
+
+def without_node_loads(doc: dict[str, Any]) -> dict[str, Any]:
+    """The plan document without CHECK_ONLY_NODE_FIELDS: what the extender follows, for a ConfigMap the whole plan
+    would overflow (a large cluster); the fields are optional on load."""
+    return {**doc, "nodes": {name: {k: v for k, v in node.items() if k not in CHECK_ONLY_NODE_FIELDS}
+                             for name, node in doc["nodes"].items()}}
+
+
 def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, execution: Execution,
             moves: dict[str, Any] | None = None) -> None:
     """The plan to KSO_PLAN_FILE (if set) and to ConfigMap kso-plan (created or replaced), with the
@@ -262,9 +274,15 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
             execution.published.append(f"file {plan_file}")
         except OSError as exc:
             execution.publish_errors.append(f"plan file {plan_file}: {exc.strerror or exc}")
-    data = orjson.dumps(plan.to_dict()).decode()
+    doc = plan.to_dict()
+    data = orjson.dumps(doc).decode()
     where = f"ConfigMap {namespace}/{PLAN_CONFIGMAP}"
-    if len(data) + (len(orjson.dumps(moves)) if moves is not None else 0) > CONFIGMAP_LIMIT:
+    moves_bytes = len(orjson.dumps(moves)) if moves is not None else 0
+    compact = ""
+    if len(data) + moves_bytes > CONFIGMAP_LIMIT:
+        data = orjson.dumps(without_node_loads(doc)).decode()
+        compact = ", without the nodes' loads (the plan file has them)"
+    if len(data) + moves_bytes > CONFIGMAP_LIMIT:
         execution.publish_errors.append(f"{where}: the plan is {len(data)} bytes, over the ConfigMap limit")
         return
     core = client.CoreV1Api(api_client)
@@ -283,12 +301,12 @@ def publish(plan: Any, api_client: Any, namespace: str, plan_file: str, executio
                 raise
             response_body(core.create_namespaced_config_map(namespace, body, _preload_content=False,
                                                     _request_timeout=REQUEST_TIMEOUT_S))
-            execution.published.append(f"{where} (created)")
+            execution.published.append(f"{where} (created{compact})")
             return
         body.metadata.resource_version = (current.get("metadata") or {}).get("resourceVersion")
         response_body(core.replace_namespaced_config_map(PLAN_CONFIGMAP, namespace, body, _preload_content=False,
                                                  _request_timeout=REQUEST_TIMEOUT_S))
-        execution.published.append(f"{where} (replaced)")
+        execution.published.append(f"{where} (replaced{compact})")
     except ApiException as exc:
         execution.publish_errors.append(f"{where}: HTTP {exc.status}: {api_message(exc)}")
     except Exception as exc:  # noqa: BLE001 - publishing is best effort; the evictions are done

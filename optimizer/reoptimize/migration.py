@@ -137,6 +137,7 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
     notes: list[str] = []
     by_class = _movable_by_class(movable, index, notes)
     classes, plan_keys, namespaces, members = _classes(by_class, index, class_usage or {})
+    loads_now = [dict(n.load) for n in problem.nodes]
     anchored = _keep_staying_pods(state, problem, classes, members, {p.uid for pods in by_class.values() for p in pods})
     problem.classes = classes
     comp = compile_problem(problem)
@@ -146,8 +147,7 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
             x_cur[ci, ni] = len(pods)
 
     ctx = MigrationContext(problem, comp, plan_keys, namespaces, members, x_cur, x_cur.copy(), anchored,
-                   np.zeros((2, comp.n_nodes)), np.zeros((2, comp.n_nodes)), options.policy, "NO_MOVES", 0.0, 0.0,
-                   0.0, notes)
+                   np.zeros((2, comp.n_nodes)), options.policy, "NO_MOVES", 0.0, 0.0, 0.0, notes, loads_now)
     risk_before, _, mean_before, _ = evaluate(comp, x_cur, u_star)
     over_rn = (risk_before > eps + 1e-9) & (comp.cap > 0)
     if comp.n_classes:
@@ -162,7 +162,7 @@ def plan_migration(state: ClusterState, forecasts: dict[str, dict[str, NodeForec
                 ctx.notes += [*exc.notes, "no solver process returned a re-optimisation; nothing moves"]
                 ctx.status = "SOLVER_DIED"
         comp, notes = ctx.comp, ctx.notes  # the child's copies (budgets tightened there)
-    ctx.risk_after, ctx.headroom_after, mean_after, _ = evaluate(comp, ctx.x_new, u_star)
+    ctx.risk_after, _, mean_after, _ = evaluate(comp, ctx.x_new, u_star)
     unfixable = [comp.node_names[ni] for ni in np.nonzero(over_rn.any(axis=0))[0]
                  if not x_cur[:, ni].any()]
     if unfixable:

@@ -15,10 +15,9 @@ import orjson
 
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
-from kso.core.resources import CPU, MEMORY
-from optimizer.plan.compiled import POLICIES, Compiled
-from optimizer.plan.placement_plan import PlacementPlan, PlanClass, PlanNodeInfo
-from optimizer.plan.problem import LOAD_RESOURCES, PlacementProblem
+from optimizer.plan.compiled import POLICIES, Compiled, evaluate
+from optimizer.plan.placement_plan import PlacementPlan, PlanClass, class_rules, plan_nodes
+from optimizer.plan.problem import LOAD_RESOURCES, NodeLoad, PlacementProblem
 
 RISK, POLICY = "risk", "policy"
 
@@ -95,13 +94,14 @@ class MigrationContext:
     x_new: np.ndarray
     anchored: np.ndarray
     risk_after: np.ndarray
-    headroom_after: np.ndarray
     policy: str
     status: str
     objective: float
     bound: float
     wall_s: float
     notes: list[str]
+    # per node (problem.nodes order): its load as read, before the movable pods were taken out of it
+    loads_now: list[dict[str, NodeLoad]] = field(default_factory=list)
 
 
 def moves_of(ctx: MigrationContext, over_before: np.ndarray) -> list[Move]:
@@ -148,22 +148,76 @@ def outcomes(ctx: MigrationContext, state: ClusterState, risk_before: np.ndarray
     return rows
 
 
+def placements(ctx: MigrationContext, moves: list[Move]) -> tuple[np.ndarray, np.ndarray]:
+    """(x_evicted, x_after): pods of each class on each node once the moves' pods are evicted, and once
+    their replacements are on the target nodes."""
+    comp = ctx.comp
+    class_of = {(key, ns): ci for ci, (key, ns) in enumerate(zip(ctx.plan_keys, ctx.namespaces, strict=True))}
+    node_of = {name: ni for ni, name in enumerate(comp.node_names)}
+    x_evicted = ctx.x_cur.copy()
+    x_after = ctx.x_cur.copy()
+    for m in moves:
+        ci = class_of[(m.class_key, m.namespace)]
+        x_evicted[ci, node_of[m.from_node]] -= 1
+        x_after[ci, node_of[m.from_node]] -= 1
+        x_after[ci, node_of[m.to_node]] += 1
+    return x_evicted, x_after
+
+
+# Agreement asked of the re-optimiser's load of a node with what its own source says (of capacity): far below
+# what a checker can tell apart, far above the rounding of taking the movable pods' usage out and back in.
+SAME_LOAD = 1e-9
+
+
+def load_sources(ctx: MigrationContext, x_evicted: np.ndarray, mean: np.ndarray, var: np.ndarray) -> list[dict[str, str]]:
+    """Per node and load resource, where its load once the moves' pods are evicted comes from: the node's own
+    source (a forecast, the annotations, the bound pods' requests) where the load is still what that source
+    says, else "given": the re-optimiser's what-if load (the node's load less the evicted pods' usage
+    estimate, or movable pods that stay counted at their measured usage instead of their requests)."""
+    comp, problem = ctx.comp, ctx.problem
+    out = []
+    for ni, node in enumerate(problem.nodes):
+        sources = {}
+        for ri, r in enumerate(LOAD_RESOURCES):
+            load = ctx.loads_now[ni].get(r) if ctx.loads_now else None
+            if load is not None and math.isfinite(load.mean):
+                source, ref_mean, ref_std = load.source, load.mean, load.std if math.isfinite(load.std) else 0.0
+            else:  # the requests of the pods that stay: those that never move, and the movable ones not evicted
+                source, ref_std = "requests", 0.0
+                ref_mean = node.requested.get(r, 0.0) + sum(
+                    int(x_evicted[ci, ni]) * wc.requests.get(r, 0.0) for ci, wc in enumerate(problem.classes))
+            tol = SAME_LOAD * max(float(comp.cap[ri, ni]), 1.0)
+            same = abs(mean[ri, ni] - ref_mean) <= tol and abs(math.sqrt(max(var[ri, ni], 0.0)) - ref_std) <= tol
+            sources[r] = source if same else "given"
+        out.append(sources)
+    return out
+
+
 def target_plan(ctx: MigrationContext, moves: list[Move], now: float | None = None) -> PlacementPlan:
     """A PlacementPlan whose slots are the moves' targets: the extender sends each replacement pod of a
-    class to a node with a free slot, and the pods bound now (the baseline) take none."""
+    class to a node with a free slot, and the pods bound now (the baseline) take none. Its loads and risks
+    "before" are those of the cluster once the moves' pods are evicted (their replacements pending), "after"
+    once the replacements are placed, as a ``kso plan`` plan states them for its pending pods; each class
+    lists the evicted pods its slots are for."""
     now = time.time() if now is None else now
     comp, problem = ctx.comp, ctx.problem
-    requests = {ctx.plan_keys[ci]: dict(c.requests) for ci, c in enumerate(problem.classes)}
+    x_evicted, x_after = placements(ctx, moves)
+    before = evaluate(comp, x_evicted, problem.u_star)
+    after = evaluate(comp, x_after, problem.u_star)
+    class_of = {(key, ns): ci for ci, (key, ns) in enumerate(zip(ctx.plan_keys, ctx.namespaces, strict=True))}
     classes: dict[str, PlanClass] = {}
     for m in moves:
-        pc = classes.setdefault(m.class_key, PlanClass(requests.get(m.class_key, {}), 0, 0, {}))
+        pc = classes.get(m.class_key)
+        if pc is None:
+            wc = problem.classes[class_of[(m.class_key, m.namespace)]]
+            usage = {"mean": dict(wc.usage.mean), "std": dict(wc.usage.std), "source": wc.usage.source}
+            pc = classes[m.class_key] = PlanClass(dict(wc.requests), 0, 0, {},
+                                                  {"pods": [], "rules": class_rules(wc.example), "usage": usage})
         pc.count += 1
         pc.slots[m.to_node] = pc.slots.get(m.to_node, 0) + 1
-    nodes = {}
-    for ni, name in enumerate(comp.node_names):
-        nodes[name] = PlanNodeInfo({CPU: float(ctx.headroom_after[0, ni]), MEMORY: float(ctx.headroom_after[1, ni])},
-                                   {CPU: float(ctx.risk_after[0, ni]), MEMORY: float(ctx.risk_after[1, ni])},
-                                   bool(ctx.anchored[ni] or ctx.x_new[:, ni].any()))
+        pc.detail["pods"].append(f"{m.namespace}/{m.pod}")
+    nodes = plan_nodes(comp, before, after, ctx.anchored | x_after.any(axis=0),
+                       load_sources(ctx, x_evicted, before[2], before[3]))
     body = orjson.dumps({k: c.slots for k, c in classes.items()}, option=orjson.OPT_SORT_KEYS)
     plan_id = hashlib.sha1(body + str(now).encode()).hexdigest()[:12]
     policy = ctx.policy if ctx.policy in POLICIES else "binpack"

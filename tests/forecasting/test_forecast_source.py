@@ -4,12 +4,21 @@ synthetic join of trace series to nodes; and forecasting.cli_flags, the flags th
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 import pytest
 
 from forecasting.cli_flags import add_forecast_args, forecast_request
-from forecasting.forecast_source import ForecastRequest, node_forecasts, refresh_once, synthetic_join
+from forecasting.forecast_source import (
+    ForecastRequest,
+    configured_prometheus,
+    node_forecasts,
+    refresh_once,
+    synthetic_join,
+)
 from kso.core.cluster_source import ClusterSource, InputError, load_cluster
+from kso.core.settings import ConfigError
 
 
 def test_the_flags_name_a_forecast_request() -> None:
@@ -52,3 +61,38 @@ def test_unknown_trace_or_model_is_an_input_error() -> None:
         node_forecasts(ForecastRequest(trace="nosuch"), ["n1"])
     with pytest.raises(InputError, match="forecasting model"):
         node_forecasts(ForecastRequest(trace="embedded", model="no-such-model"), ["n1"])
+
+
+@pytest.mark.parametrize(("env", "file", "want"), [
+    ({}, {}, None),  # AUTO without a URL: the annotations
+    ({"KSO_PROMETHEUS_URL": "http://prom:9090"}, {}, "http://prom:9090"),
+    ({}, {"KSO_PROMETHEUS_URL": "http://file:9090"}, "http://file:9090"),
+    ({"KSO_FORECAST_SOURCE": "prometheus"}, {}, "http://127.0.0.1:9090"),  # PROMETHEUS: the default URL
+    ({"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": "http://prom:9090"}, {}, None),
+    ({"KSO_PROMETHEUS_URL": "http://prom:9090"}, {"KSO_FORECAST_SOURCE": "NONE"}, None),
+    ({"KSO_FORECAST_SOURCE": "AUTO"}, {"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": "http://f:1"}, "http://f:1"),
+])
+def test_the_settings_prometheus_follows_kso_forecast_source(env: dict[str, str], file: dict[str, str], want: str | None,
+                                                               tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KSO_PROMETHEUS_URL", "KSO_FORECAST_SOURCE", "KSO_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "kso.yaml"
+    path.write_text(json.dumps(file))  # JSON is YAML
+    assert configured_prometheus(str(path)) == want
+
+
+@pytest.mark.parametrize("where", ["environment", "file"])
+def test_a_misspelt_forecast_source_is_a_configuration_error(where: str, tmp_path: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read through its settings class (ExtenderSettings inherits the one declaration): a typo is an error naming
+    it, never taken as PROMETHEUS (the value is neither NONE nor AUTO) nor as the default."""
+    monkeypatch.delenv("KSO_FORECAST_SOURCE", raising=False)
+    monkeypatch.setenv("KSO_PROMETHEUS_URL", "http://prom:9090")
+    path = tmp_path / "kso.yaml"
+    path.write_text(json.dumps({"KSO_FORECAST_SOURCE": "PROMETEUS"} if where == "file" else {}))
+    if where == "environment":
+        monkeypatch.setenv("KSO_FORECAST_SOURCE", "PROMETEUS")
+    with pytest.raises(ConfigError, match=r"KSO_FORECAST_SOURCE='PROMETEUS'.*AUTO, NONE, PROMETHEUS"):
+        configured_prometheus(str(path))

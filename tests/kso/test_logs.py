@@ -77,3 +77,23 @@ def test_a_json_record_with_a_traceback_is_one_line() -> None:
 def test_fields_write_values_not_reprs() -> None:
     assert fields({"agents": ["safe", "image"], "weights": {"a": 1}, "gap": 0.000592883, "none": [], "ok": True}) == (
         "agents=safe,image weights=a=1 gap=0.0005929 none=- ok=True")
+
+
+def test_a_command_run_in_a_test_leaves_no_handler_on_a_closed_stream(tmp_path: Path) -> None:
+    """``kso scheduler`` run in-process installs kso's handler on the test's captured stderr and kso's loggers at
+    INFO; the shared fixtures undo both when the test ends, so a record logged afterwards (here by a thread in the
+    next test, as a watcher's "listed 0 pods" once was) is not a "Logging error" on a closed file."""
+    (tmp_path / "test_first.py").write_text(
+        "from kso.cli import main\n\n\n"
+        "def test_runs_a_command(capsys, tmp_path):\n"
+        "    assert main(['scheduler', '--kubeconfig', str(tmp_path / 'none')]) == 1\n")
+    (tmp_path / "test_second.py").write_text(
+        "import logging\nimport threading\n\n\n"
+        "def test_a_thread_logs():\n"
+        "    t = threading.Thread(target=logging.getLogger('kso.core.watcher').warning, args=('listed 0 pods',))\n"
+        "    t.start()\n    t.join()\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.fixtures", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", "-s", "-q", "--rootdir", str(tmp_path), "-c", "/dev/null",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Logging error" not in proc.stderr and "closed file" not in proc.stderr, proc.stderr[-3000:]

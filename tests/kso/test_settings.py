@@ -5,6 +5,8 @@ from, and docs/configuration.md's table is ``kso settings``'s output."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,15 @@ def test_the_config_file_of_kso_config_must_exist_too(monkeypatch: pytest.Monkey
         check_configuration(None)
     with pytest.raises(ConfigError, match="nope.yaml"):
         load_config()
+
+
+def test_the_configuration_check_imports_no_scipy() -> None:
+    """Every command runs the check first: scipy is imported where a risk or a forecast is computed, not with the
+    modules whose settings the check reads."""
+    code = ("import sys\nfrom kso.cli import check_configuration\ncheck_configuration(None, {})\n"
+            "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("text", ["[1, 2]\n", "a: [\n", "- KSO_AGENTS\n"])

@@ -193,6 +193,48 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
     assert f"| {HOT} |" in row and f"| {COOL} |" in row and "> U*" in row and "safe-overload" in row
 
 
+def test_a_chosen_node_missing_from_kso_s_cache_is_its_own_outcome_not_a_warning(
+        control_plane: Any, kube_namespace: str, two_nodes: str, prometheus: PromServer, tmp_path: Path) -> None:
+    """A pod bound to a node kso's node cache does not hold (here one the API server has no Node object of: the
+    Binding API does not ask): kso cannot judge that node, so it neither warned about it nor accepted it. Counted
+    apart, in the metrics and the report, and its outcome too."""
+    core = client.CoreV1Api(control_plane.api_client())
+    ns = kube_namespace
+    report = tmp_path / "shadow-report.md"
+    running = started(control_plane, env_for(prometheus.url, report))
+    gone = f"sh-gone-{ns}"
+    try:
+        shadow = running.shadow
+        status = shadow.engine.forecast_status
+        until(lambda: status.last_success is not None, 60, f"a forecast refresh ({status.last_error})")
+        pod(core, ns, "ghost", two_nodes)
+        until(lambda: shadow.state.pending_pod(namespace=ns, name="ghost"), 10, "the pod seen pending")
+        make_running(core, ns, "ghost", gone)
+        assert shadow.wait_judged(1, 30)
+        [record] = shadow.pending
+        assert (record.chosen, record.unknown_node, record.warned, record.reasons) == (gone, True, False, [])
+        assert record.pick == COOL and record.chosen_risk is None and record.chosen_score is None
+        assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 1) == 1
+        assert record.chosen_outcome is not None and record.chosen_outcome.peak is None  # no series of that node
+
+        text = requests.get(f"http://127.0.0.1:{running.port}/metrics", timeout=5).text
+        assert metric(text, "kso_shadow_unknown_node_total") == 1
+        assert metric(text, "kso_shadow_warned_total") == 0
+        assert metric(text, 'kso_shadow_decisions_total{decision="changed"}') == 1
+        assert metric(text, 'kso_shadow_outcomes_total{result="no_data",role="chosen",warned="unknown_node"}') == 1
+        assert metric(text, 'kso_shadow_outcomes_total{result="under",role="kso_pick",warned="unknown_node"}') == 1
+        assert 'role="chosen",warned="false"' not in text and 'role="chosen",warned="true"' not in text
+    finally:
+        final = running.close()
+    assert "| kso warned about the chosen node (would have refused it) | 0 of 1 (0 %) |" in final
+    assert "| the chosen node was not in kso's node cache (not judged) | 1 of 1 (100 %) |" in final
+    assert ("| kso would have placed the pod elsewhere | 1 of 1 (100 %): 0 refusing the chosen node, 0 on score alone, "
+            "1 with the chosen node not in kso's node cache |") in final
+    assert "| chosen nodes kso did not warn about that went over U\\* | 0 of 0 |" in final
+    row = next(ln for ln in final.splitlines() if f"{ns}/ghost" in ln)
+    assert f"| {gone} |" in row and "not judged: not in kso's node cache" in row
+
+
 def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
         control_plane: Any, kube_namespace: str, two_nodes: str, prometheus: PromServer, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:

@@ -6,6 +6,7 @@ Prometheus (prom_server.py)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -24,6 +25,7 @@ from forecasting.trace_dir import CHECKOUT, TraceFileMissing, require
 from forecasting.traces import DATA_DIR, TRACE_FILES
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
+from kso.core.logs import KsoHandler
 from kso.core.objects import node_from_k8s, pod_from_k8s
 from tests.support import prom_server
 from tests.support.foo_agent import foo_registered
@@ -111,6 +113,31 @@ def running_extender(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (
         client = Client(srv.port)
         client.extender = ext  # type: ignore[attr-defined]
         yield client
+
+
+# The loggers kso.core.logs.configure_logging sets (the root's "" included).
+CONFIGURED_LOGGERS = ("", "kso", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """Undo what a command run in-process does to logging (``kso scheduler``, ``kso shadow``, ``kso extender``:
+    configure_logging): its handler on the root writes to the test's captured stderr, which pytest closes when
+    the test ends, and LOG_LEVEL leaves kso's loggers at INFO; every later record (a watcher's "listed 0 pods at
+    resourceVersion 1000" in the next test using the stand-in API server) then ended in "ValueError: I/O
+    operation on closed file". Only kso's own handlers are taken off: pytest's are its to manage."""
+    saved = {name: (lg.level, list(lg.handlers), lg.propagate)
+             for name in CONFIGURED_LOGGERS for lg in (logging.getLogger(name),)}
+    yield
+    for name, (level, handlers, propagate) in saved.items():
+        lg = logging.getLogger(name)
+        if name:
+            lg.handlers[:] = handlers
+            lg.propagate = propagate
+        else:  # the root's other handlers are pytest's (its logging plugin), added and removed by it
+            for handler in [h for h in lg.handlers if isinstance(h, KsoHandler) and h not in handlers]:
+                lg.removeHandler(handler)
+        lg.setLevel(level)
 
 
 @pytest.fixture

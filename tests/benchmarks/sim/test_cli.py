@@ -24,6 +24,15 @@ from benchmarks.sim.cli import SWEEPS, expand_policies, main
     (["--scenario", "google-embedded", "--executor", "ray", "--jobs", "2"], "--jobs sets local worker processes"),
     (["--scenario", "nope"], "--scenario: unknown nope"),
     (["--policies", "frontier,bogus"], "unknown policies bogus"),
+    # malformed specs: a clear error before anything runs, never a spec split or dropped silently
+    (["--policies", 'default,"kso-inproc:env=KSO_WEIGHTS=safe-overload=1'], "--policies: unexpected end of data"),
+    (["--policies", 'kso-inproc:env="KSO_WEIGHTS=safe-overload=1,pigeon-holing=20"'],
+     "a spec holding a comma is quoted whole"),
+    (["--policies", "trimaran-tlp:target"], "policy spec 'trimaran-tlp:target': 'target' is not key=value"),
+    (["--policies", "kso-inproc:env=SAFEUTILIZATION"],
+     "policy spec 'kso-inproc:env=SAFEUTILIZATION': env entry 'SAFEUTILIZATION' is not VARIABLE=value"),
+    (["--policies", ":target=40"], "policy spec ':target=40': no policy name"),
+    (["--scenario", "google-embedded", "--policies", "default,trimaran-tlp:=40"], "'=40' is not key=value"),
 ])
 def test_an_option_that_cannot_apply_is_an_argparse_error(argv: list[str], message: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,12 +55,30 @@ def test_named_sweeps_expand_in_order_once() -> None:
     assert "kso-inproc:env=SAFEUTILIZATION=70" in frontier and "koordinator:cpu_threshold=85" in frontier
 
 
+def test_a_spec_holding_commas_is_quoted_whole_and_reaches_its_policy() -> None:
+    """KSO_WEIGHTS' value is itself comma-separated: quoted, the spec is one item of --policies, its value whole."""
+    from benchmarks.sim.runner import parse_spec, policy_for
+    from extender.config import load_config
+
+    weighted = "kso-inproc:env=KSO_WEIGHTS=safe-overload=1,pigeon-holing=20&SAFEUTILIZATION=80;stats=forecast"
+    specs = expand_policies(f'default, "{weighted}",tlp-target')
+    assert specs == ["default", weighted, *SWEEPS["tlp-target"]]
+    assert expand_policies("default,default-most") == ["default", "default-most"]  # the plain syntax is unchanged
+    name, kwargs = parse_spec(weighted)
+    env = {"KSO_WEIGHTS": "safe-overload=1,pigeon-holing=20", "SAFEUTILIZATION": "80"}
+    assert (name, kwargs) == ("kso-inproc", {"env": env, "stats": "forecast"})
+    policy = policy_for(weighted, 0)
+    assert policy.env == env and policy.name == weighted
+    assert load_config(policy.env).settings.weights == {"safe-overload": 1, "pigeon-holing": 20}
+
+
 def test_help_documents_the_sweeps(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
     assert "  tlp-target       trimaran-tlp:target=20, trimaran-tlp:target=40, " in out
     assert "  frontier         all of the above" in out and "--executor {local,ray}" in out and "one seed: no interval" in out
+    assert "written whole in double quotes" in " ".join(out.split())  # --policies' grammar for a value with commas
 
 
 def test_default_run_is_the_google_excerpt_and_shows_a_difference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
