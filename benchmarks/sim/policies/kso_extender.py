@@ -271,7 +271,7 @@ class KsoExtenderPolicy(Policy):
             raise ValueError(f"{self.name}: mark_hold must be a whole number of steps >= 0 and mark_below in (0, 1], "
                              f"not {mark_hold!r} and {mark_below!r}")
         self.mark, self.mark_hold, self.mark_below = mark, int(mark_hold), float(mark_below)
-        self._mark_held: np.ndarray | None = None  # mark="refused": per node, the last step the rule held
+        self._keep: Any = None  # mark="refused": kso.decisions.capacity.KeepDecision (when each node was last needed)
         self.stats, self.judge, self.capacity = stats, judge, capacity
         self.exit_ratio, self.max_placeholders = float(exit_ratio), int(max_placeholders)
         self.mode = f"{self.mode}; {STATS_MODES[stats]}; {JUDGE_MODES[judge]}; {CAPACITY_MODES[capacity]}"
@@ -465,35 +465,36 @@ class KsoExtenderPolicy(Policy):
         return self._tainted_nodes.copy()
 
     def scale_down_disabled(self, sim: SimView) -> np.ndarray | None:
-        """mark="refused": the nodes to annotate scale-down-disabled now (the rule in the module's docstring)."""
+        """mark="refused": the nodes to annotate scale-down-disabled now (the rule in the module's docstring: the
+        product's, kso.decisions.capacity's ``refused_on_every_other`` and ``KeepDecision``)."""
         if self.mark == "none" or self.safe is None:
             return None
+        from kso.decisions.capacity import KeepDecision
+
         t0 = time.perf_counter()
-        n_nodes = len(sim.node_names)
-        if self._mark_held is None:
-            self._mark_held = np.full(n_nodes, -(10**9), dtype=np.int64)
-        held = self._mark_held
-        held[~sim.active] = -(10**9)  # a removed node's Node object (and its annotations) is gone
+        if self._keep is None:
+            self._keep = KeepDecision(hold_s=self.mark_hold * sim.step_s)
         share = (sim.requested / sim.alloc).max(axis=1)
-        marked_before = sim.scale_down_disabled
-        judge = sim.active & (sim.pod_count > 0) & ((share < self.mark_below) | marked_before)
+        judge = sim.active & (sim.pod_count > 0) & ((share < self.mark_below) | sim.scale_down_disabled)
+        needed = []
         if judge.any():
             on: dict[int, list[SimPod]] = {}
             for p in sim.running.values():
                 if judge[p.node]:
                     on.setdefault(p.node, []).append(p)
-            for node in np.flatnonzero(judge).tolist():
-                if self._pods_refused_elsewhere(on.get(node, []), node, sim):
-                    held[node] = sim.step
-        marked = sim.active & (sim.step - held <= self.mark_hold)
+            needed = [sim.node_names[n] for n in np.flatnonzero(judge).tolist()
+                      if self._pods_refused_elsewhere(on.get(n, []), n, sim)]
+        kept = self._keep.step(sim.now, needed, [sim.node_names[i] for i in np.flatnonzero(sim.active).tolist()])
+        marked = np.zeros(len(sim.node_names), dtype=bool)
+        marked[[sim.node_index[n] for n in kept]] = True
         self.extra["mark_s"] = self.extra.get("mark_s", 0.0) + time.perf_counter() - t0
         return marked
 
     def _pods_refused_elsewhere(self, pods: list[SimPod], node: int, sim: SimView) -> bool:
-        """Some pod of ``pods`` (bound on ``node``) is refused by the safe agent on every other ready node
-        kube-scheduler could offer it, and at least one such node exists."""
+        """Some pod of ``pods`` (bound on ``node``), at the size kso judges it, is refused by the safe agent on every
+        other ready node kube-scheduler could offer it by its requests, and at least one such node exists."""
         from kso.core.objects import pod_from_k8s
-        from kso.decisions.agents.base import Call
+        from kso.decisions.capacity import refused_on_every_other
 
         others = np.flatnonzero(sim.active & ~sim.no_schedule)
         others = others[others != node]
@@ -502,15 +503,10 @@ class KsoExtenderPolicy(Policy):
         free = sim.alloc[others] - sim.requested[others]
         slots = sim.pod_count[others] < sim.max_pods[others]
         view = self.state.view([sim.node_names[i] for i in others.tolist()])
-        eps = self.safe.eps
         for p in pods:
             can = slots & (free[:, 0] >= p.cpu) & (free[:, 1] >= p.memory)
-            if not can.any():
-                continue  # no node takes it by requests: the autoscaler's own drain check keeps the node
-            size = self.size(p)
-            probe = pod_from_k8s(pod_object(SimPod(-1, "kso-mark-probe", "kso-mark-probe", *size, 0, 0)))
-            failed, _ = self.safe.inputs(Call(probe, view)).over(eps)
-            if failed.any(axis=1)[can].all():
+            probe = pod_from_k8s(pod_object(SimPod(-1, "kso-mark-probe", "kso-mark-probe", *self.size(p), 0, 0)))
+            if can.any() and refused_on_every_other(self.safe, view, probe, can):
                 return True
         return False
 
