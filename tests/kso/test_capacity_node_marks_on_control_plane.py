@@ -28,6 +28,7 @@ from tests.support.capacity_plane import (
     COOL,
     HOT,
     apply_deploy,
+    kill,
     new_namespace,
     service_account_kubeconfig,
     set_annotations,
@@ -51,21 +52,27 @@ def marks(core: client.CoreV1Api, name: str) -> tuple[str | None, str | None]:
     return ann.get(SCALE_DOWN_DISABLED), ann.get(MARKED_BY)
 
 
+def marked_pool(api: Any, prefix: str) -> tuple[list[str], list[str]]:
+    """The nodes and pods of the module's docstring, names prefixed: (warm nodes [keep, theirs], hot nodes)."""
+    core = client.CoreV1Api(api)
+    ns = new_namespace(core, f"{prefix}-marks")
+    keep, theirs, hot = f"{prefix}-keep", f"{prefix}-theirs", [f"{prefix}-hot-0", f"{prefix}-hot-1"]
+    create_nodes(api, [node_manifest(keep, "4", "16Gi", annotations=WARM),
+                       node_manifest(theirs, "4", "16Gi", annotations={**WARM, SCALE_DOWN_DISABLED: "true"}),
+                       *[node_manifest(n, "4", "16Gi", annotations=HOT) for n in hot]])
+    for pod, node, cpu in (("p", keep, "1500m"), ("q", theirs, "1900m")):
+        body = pod_manifest(pod, cpu=cpu, memory="512Mi")
+        body["spec"]["nodeName"] = node
+        core.create_namespaced_pod(ns, body)
+    return [keep, theirs], hot
+
+
 def test_kso_marks_the_nodes_it_needs_unmarks_them_takes_its_marks_off_on_stop_and_leaves_others_alone(
         plane: tuple[Any, Path], tmp_path: Path) -> None:
     cp, kubeconfig = plane
     api = cp.api_client()
     core = client.CoreV1Api(api)
-    ns = new_namespace(core, "node-marks")
-    hot = ["mk-hot-0", "mk-hot-1"]
-    theirs = {**WARM, SCALE_DOWN_DISABLED: "true"}
-    create_nodes(api, [node_manifest("mk-keep", "4", "16Gi", annotations=WARM),
-                       node_manifest("mk-theirs", "4", "16Gi", annotations=theirs),
-                       *[node_manifest(n, "4", "16Gi", annotations=HOT) for n in hot]])
-    for pod, node, cpu in (("p", "mk-keep", "1500m"), ("q", "mk-theirs", "1900m")):
-        body = pod_manifest(pod, cpu=cpu, memory="512Mi")
-        body["spec"]["nodeName"] = node
-        core.create_namespaced_pod(ns, body)
+    _, hot = marked_pool(api, "mk")
     kso = start_kso(kubeconfig, tmp_path / "kso.log", KSO_CAPACITY_IDENTITY="kso-mk", KSO_CAPACITY_KEEP_NODES="true",
                     KSO_CAPACITY_KEEP_HOLD_S="0", KSO_CAPACITY_INTERVAL_S="1")
     try:
@@ -93,3 +100,39 @@ def test_kso_marks_the_nodes_it_needs_unmarks_them_takes_its_marks_off_on_stop_a
               f"nodes cooled (interval 1 s; 2-core machine, shared)")
     finally:
         delete_nodes(api, ["mk-keep", "mk-theirs", *hot])
+
+
+def test_the_marks_of_a_killed_kso_are_taken_off_once_its_lease_expires(plane: tuple[Any, Path],
+                                                                         tmp_path: Path) -> None:
+    """SIGKILL (no clean-up): the killed kso's mark stays until another running kso finds its Lease expired
+    (KSO_CAPACITY_LEASE_S + KSO_CAPACITY_INTERVAL_S) and takes it off; that kso then marks the node as its own."""
+    cp, kubeconfig = plane
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    (keep, theirs), hot = marked_pool(api, "kl")
+    lease_s, interval_s = 10.0, 2.0
+    env = {"KSO_CAPACITY_KEEP_NODES": "true", "KSO_CAPACITY_LEASE_S": f"{lease_s:g}",
+           "KSO_CAPACITY_INTERVAL_S": f"{interval_s:g}"}
+    first = start_kso(kubeconfig, tmp_path / "a.log", KSO_CAPACITY_IDENTITY="kso-ka", **env)
+    second = None
+    try:
+        until(lambda: marks(core, keep) == ("true", "kso-ka"), AIM_S, "marked by the first kso")
+        second = start_kso(kubeconfig, tmp_path / "b.log", KSO_CAPACITY_IDENTITY="kso-kb", **env)
+        time.sleep(2 * interval_s)
+        assert marks(core, keep) == ("true", "kso-ka"), "a live kso's mark is not another kso's to take"
+        kill(first.proc)
+        t0 = time.monotonic()
+        until(lambda: marks(core, keep) == ("true", "kso-kb"), lease_s + interval_s + 30,
+              "the killed kso's mark taken off, the node marked by the live one")
+        taken = time.monotonic() - t0
+        assert marks(core, theirs) == ("true", None)
+        print(f"\nkilled kso: its node mark taken over {taken:.1f} s after SIGKILL (bound {lease_s + interval_s:g} s)")
+        assert taken <= lease_s + interval_s + 15
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()
+    try:
+        assert marks(core, keep) == (None, None) and marks(core, theirs) == ("true", None)
+    finally:
+        delete_nodes(api, [keep, theirs, *hot])
