@@ -19,7 +19,9 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    capacity taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``;
    unplaced pods stay queued; then ``policy.capacity_requests(view)`` may name placeholder pods
    (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
-   policy judges hot), the other capacity signal;
+   policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
+   carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation (``view.scale_down_disabled``)
+   until the policy's next answer;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
    trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
    allocatable, the node is under memory pressure and the pod using the most memory above its request is
@@ -36,11 +38,11 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    that no ready or provisioning node without a NoSchedule taint (and, for a placeholder, not one it avoids)
    could hold by requests (a first-fit with the scheduler's resource predicates, as the cluster-autoscaler
    simulates; a placeholder that fits holds that room) starts the provisioning of the next nodes of the pool,
-   ready ``provision_steps`` later; a ready node whose requested cpu and memory (the placeholders' room
-   included) have both been below ``scale_down_threshold`` of allocatable for ``scale_down_unneeded_steps`` is
-   removed if empty, or (at most ``max_nonempty_per_step`` per step) if its pods and placeholders fit elsewhere
-   by requests (untainted nodes); its pods are evicted and re-queued for step k+1. Every step a node is
-   provisioning or ready is billed (node-hours).
+   ready ``provision_steps`` later; a ready node without the scale-down-disabled annotation whose requested cpu
+   and memory (the placeholders' room included) have both been below ``scale_down_threshold`` of allocatable for
+   ``scale_down_unneeded_steps`` is removed if empty, or (at most ``max_nonempty_per_step`` per step) if its
+   pods and placeholders fit elsewhere by requests (untainted nodes); its pods are evicted and re-queued for step
+   k+1. Every step a node is provisioning or ready is billed (node-hours).
 
 Cold start and warm-up: at step 0 no policy has any usage history (the pods alive at the replay's start arrive
 then and are placed by requests, which the scenarios derive from each job's history third); the metrics score
@@ -73,6 +75,11 @@ MEMORY_PRESSURE_TAINT = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
 # autoscaler leaves such taints out of the template it builds a new node from (another taint on the group's nodes
 # would be copied there and the new node would hold nothing either) and does not count the node unready.
 CAPACITY_TAINT = ("status-taint.cluster-autoscaler.kubernetes.io/kso-forecast-hot", "", "NoSchedule")
+# The node annotation the cluster-autoscaler reads as "never remove this node" (value exactly "true"). Its scale-down
+# eligibility check skips such a node before looking at its utilisation, so the node is never "unneeded" while it
+# carries it (the unneeded timer starts again once it is gone); the node still takes pods in the drain
+# simulation of other nodes, and scale-up ignores the annotation.
+SCALE_DOWN_DISABLED_KEY = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,8 @@ class SimView:
         self.memory_pressure = np.zeros(len(self.node_names), dtype=bool)
         # CAPACITY_TAINT on the node (the policy's Policy.capacity_taints, for this step's scheduling on)
         self.capacity_taint = np.zeros(len(self.node_names), dtype=bool)
+        # SCALE_DOWN_DISABLED_KEY="true" on the node (the policy's Policy.scale_down_disabled, until its next answer)
+        self.scale_down_disabled = np.zeros(len(self.node_names), dtype=bool)
         self._taints: list[list[tuple[str, str, str]]] | None = None
         self._taints_of: bytes = b""
         self.unschedulable = np.zeros(len(self.node_names), dtype=bool)
@@ -296,7 +305,10 @@ class Policy:
       placement check and the autoscaler's simulation honour it, as kube-scheduler and the cluster-autoscaler
       honour a node's NoSchedule taint;
     - ``capacity_requests(sim)``: after this step's scheduling, the placeholder pods the policy keeps pending
-      (``CapacityRequest``), or None (none: the default).
+      (``CapacityRequest``), or None (none: the default);
+    - ``scale_down_disabled(sim)``: after ``capacity_requests``, the nodes carrying the cluster-autoscaler's
+      ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation from now on, (N,) bool, or None (none: the default). The
+      autoscaler model never counts such a node unneeded (its unneeded time starts again when the mark goes).
     ``latencies`` (verb -> seconds per call) and ``mode`` are reported when a policy calls an extender."""
 
     name = "policy"
@@ -324,6 +336,9 @@ class Policy:
         return None
 
     def capacity_requests(self, sim: SimView) -> CapacityRequest | None:
+        return None
+
+    def scale_down_disabled(self, sim: SimView) -> np.ndarray | None:
         return None
 
     def close(self) -> None: ...
@@ -375,7 +390,8 @@ class Autoscaler:
 
     def describe(self) -> str:
         return (f"cluster-autoscaler model: scale up when pods are pending (nodes of the pool in order, first-fit by "
-                f"requests, ready after {self.provision_steps} step(s)); scale down a node below "
+                f"requests, ready after {self.provision_steps} step(s)); scale down a node (not annotated "
+                f"{SCALE_DOWN_DISABLED_KEY}=true) below "
                 f"{self.scale_down_threshold:.0%} requested cpu and memory for {self.scale_down_unneeded_steps} steps "
                 f"(empty ones at once, at most {self.max_nonempty_per_step} non-empty per step, only if its pods fit "
                 f"elsewhere by requests; its pods re-queued); min {self.min_nodes} node(s); provisioned node-steps billed")
@@ -494,6 +510,7 @@ class _Replay:
         self.held_pods: list[tuple[int, tuple[float, float], int]] = []
         self.avoid = np.zeros((0, N), dtype=bool)  # (P, N) the nodes each of this step's placeholders avoids
         self.placeholder_steps = self.placeholder_scale_ups = self.capacity_tainted_steps = 0
+        self.scale_down_disabled_steps = self.scale_down_disabled_marks = 0
         self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
 
     # ---- pods ----
@@ -586,6 +603,11 @@ class _Replay:
         self.queue = still
         view.pending = [self.pods[i] for _, i in still]  # what is still pending after this step's scheduling
         self.capacity = self.policy.capacity_requests(view)
+        marks = self.policy.scale_down_disabled(view)
+        marked = np.zeros_like(view.active) if marks is None else np.asarray(marks, dtype=bool) & view.active
+        self.scale_down_disabled_marks += int((marked & ~view.scale_down_disabled).sum())  # annotations written
+        view.scale_down_disabled[:] = marked
+        self.scale_down_disabled_steps += int(marked.sum())
         return unplaced
 
     def truth(self, k: int) -> None:
@@ -683,7 +705,8 @@ class _Replay:
     def _scale_down(self, k: int, ca: Autoscaler) -> None:
         view = self.view
         share = ((view.requested + self.held) / view.alloc).max(axis=1)  # the placeholders' room counts as requests
-        low = view.active & (share < ca.scale_down_threshold)
+        # a node with the scale-down-disabled annotation is not eligible: never unneeded while it carries it
+        low = view.active & (share < ca.scale_down_threshold) & ~view.scale_down_disabled
         self.unneeded = np.where(low, self.unneeded + 1, 0)
         candidates = np.flatnonzero(self.unneeded >= ca.scale_down_unneeded_steps)
         n_up = int(view.active.sum() + (self.ready_at >= 0).sum())
@@ -714,6 +737,7 @@ class _Replay:
                 self.evict(p.index, k + 1)
             view.active[node] = False
             view.memory_pressure[node] = False  # a node provisioned again later starts without the condition
+            view.scale_down_disabled[node] = False  # and without the annotations of the Node object deleted
             self.last_pressure[node] = -(10**9)
             self.unneeded[node] = 0
         self.scale_downs += len(removed)
@@ -727,6 +751,9 @@ class _Replay:
         median_pod = np.array([np.median(s.pod_cpu), np.median(s.pod_memory)]) if s.n_pods else np.zeros(2)
         capacity = {"placeholder_pod_steps": self.placeholder_steps, "placeholder_scale_ups": self.placeholder_scale_ups,
                     "capacity_tainted_node_steps": self.capacity_tainted_steps}
+        if self.scale_down_disabled_steps or self.scale_down_disabled_marks:  # only a policy that marks nodes
+            capacity.update(scale_down_disabled_node_steps=self.scale_down_disabled_steps,
+                            scale_down_disabled_marks=self.scale_down_disabled_marks)
         extra = dict(getattr(self.policy, "extra", {}))
         if any(capacity.values()):  # a policy that sent a capacity signal: its counts in the cells' rows too
             extra.update(capacity)

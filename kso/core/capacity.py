@@ -23,7 +23,17 @@ that made it, and has an owner reference to that kso's Lease (renewed while it r
 placeholders and Lease when it stops, and when it starts (a restart keeps the identity, the pod's name); any kso
 deletes the placeholders and Lease of an identity whose Lease has expired. Deleting a Lease (or the namespace)
 lets the garbage collector delete its placeholders. kso lists, creates and deletes only pods and Leases carrying
-those labels, in its own namespace; it writes no Node.
+those labels, in its own namespace; it writes no Node unless node marks are on (below).
+
+Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; kso.decisions.capacity decides which nodes): the
+autoscaler's scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso
+would refuse them there, and the drained pods then order a node back through their placeholders. kso annotates the
+nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node
+in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
+<identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
+left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
+stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired.
+Needs ``patch`` on nodes (deploy/optional/capacity-node-marks.yaml).
 """
 
 from __future__ import annotations
@@ -55,6 +65,10 @@ LEASE_COMPONENT = "capacity-lease"
 PLACEHOLDER_FOR = "kso.io/placeholder-for"
 PLACEHOLDER_FOR_UID = "kso.io/placeholder-for-uid"
 SPEC_HASH = "kso.io/placeholder-spec"
+# The cluster-autoscaler's node annotation: with the value "true" the node is never a scale-down candidate.
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+# Beside it on a node kso marked: which kso set it (kso removes only the marks it set).
+MARKED_BY = "kso.io/scale-down-disabled-by"
 
 
 def is_placeholder(annotations: dict[str, str]) -> bool:
@@ -86,6 +100,16 @@ class CapacitySettings:
                                help="hysteresis: a node hot for a pod stays hot at least this long, seconds")
     max_placeholders: int = setting("KSO_CAPACITY_MAX_PLACEHOLDERS", 200, lo=0, hi=10_000,
                                     help="placeholders at most (the oldest refused pods first)")
+    keep_nodes: bool = setting("KSO_CAPACITY_KEEP_NODES", False,
+                               help="annotate the nodes holding a pod the safe agent would refuse on every other node "
+                                    "cluster-autoscaler.kubernetes.io/scale-down-disabled=true, so the autoscaler does "
+                                    "not remove them (needs deploy/optional/capacity-node-marks.yaml: patch on nodes)")
+    keep_below: float = setting("KSO_CAPACITY_KEEP_BELOW", 0.5, lo=0.0, hi=1.0,
+                                help="node marks: judge the nodes whose requested cpu or memory is below this fraction "
+                                     "of allocatable (the autoscaler's --scale-down-utilization-threshold: only such a "
+                                     "node can be removed) and the nodes kso marked")
+    keep_hold_s: float = setting("KSO_CAPACITY_KEEP_HOLD_S", 3600.0, lo=0, hi=86400,
+                                 help="node marks: a mark stays this long after the node was last needed, seconds")
     identity: str = setting("KSO_CAPACITY_IDENTITY", "",
                             help="this kso's name on its Lease and placeholders; empty = the host name (the pod's name)")
 
@@ -315,8 +339,22 @@ class CapacityReconciler:
         self.owner.lease_uid = ""
         return deleted
 
-    def reap(self) -> list[str]:
-        """Delete the placeholders of every other kso whose Lease is missing or expired, and such Leases."""
+    def reap(self, live: set[str] | None = None) -> list[str]:
+        """Delete the placeholders of every other kso whose Lease is missing or expired, and such Leases (``live``:
+        the ``live_holders`` already found this round)."""
+        live = self.live_holders() if live is None else live
+        reaped = []
+        for pod in self._list(self.ALL_PLACEHOLDERS):
+            holder = (pod.metadata.labels or {}).get(HOLDER, "")
+            if holder not in live and self._delete_pod(pod.metadata.name):
+                reaped.append(pod.metadata.name)
+        if reaped:
+            log.info("capacity: deleted %d placeholders of kso instances that are gone", len(reaped))
+        return reaped
+
+    def live_holders(self) -> set[str]:
+        """The identities of the kso instances whose Lease is current (this one's always); the expired Leases are
+        deleted."""
         from kubernetes.client.exceptions import ApiException
 
         now = self.clock()
@@ -335,14 +373,92 @@ class CapacityReconciler:
             except ApiException as exc:
                 if exc.status != 404:
                     log.warning("capacity: cannot delete expired Lease %s: %s", lease.metadata.name, exc.reason)
-        reaped = []
-        for pod in self._list(self.ALL_PLACEHOLDERS):
-            holder = (pod.metadata.labels or {}).get(HOLDER, "")
-            if holder not in live and self._delete_pod(pod.metadata.name):
-                reaped.append(pod.metadata.name)
-        if reaped:
-            log.info("capacity: deleted %d placeholders of kso instances that are gone", len(reaped))
-        return reaped
+        return live
+
+
+@dataclass
+class MarkResult:
+    marked: list[str] = field(default_factory=list)
+    unmarked: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    not_ours: list[str] = field(default_factory=list)  # wanted, but someone else's scale-down-disabled is there
+    failed: list[str] = field(default_factory=list)
+
+
+class NodeMarker:
+    """Puts ``SCALE_DOWN_DISABLED: "true"`` (with ``MARKED_BY``: this kso) on the nodes asked for and takes this kso's
+    marks off the others (``apply``); never touches a mark it did not set. Every write is a JSON merge patch
+    conditioned on the node's resourceVersion as listed (a node changed meanwhile: a 409, tried again next round)."""
+
+    def __init__(self, api_client: Any, identity: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.identity = identity
+        self.marked: set[str] = set()  # this kso's marks, as of the last apply / clear
+
+    def _patch(self, node: Any, annotations: dict[str, str | None]) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        body = {"metadata": {"resourceVersion": node.metadata.resource_version, "annotations": annotations}}
+        try:
+            self.core.patch_node(node.metadata.name, body, _content_type="application/merge-patch+json")
+            return True
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone, or changed since listed: the next round looks again
+                log.warning("capacity: cannot patch node %s: %s %s", node.metadata.name, exc.status, _message(exc))
+            return False
+
+    def _unmark(self, node: Any) -> bool:
+        """Take this kso's mark off: its MARKED_BY, and SCALE_DOWN_DISABLED while it still says "true"."""
+        ann = node.metadata.annotations or {}
+        return self._patch(node, {MARKED_BY: None, **({SCALE_DOWN_DISABLED: None}
+                                                       if ann.get(SCALE_DOWN_DISABLED) == "true" else {})})
+
+    def apply(self, wanted: Iterable[str]) -> MarkResult:
+        wanted = set(wanted)
+        result = MarkResult()
+        for node in self.core.list_node().items:
+            name = node.metadata.name
+            ann = node.metadata.annotations or {}
+            ours = ann.get(MARKED_BY) == self.identity
+            if name in wanted:
+                if ours:
+                    result.kept.append(name)
+                elif SCALE_DOWN_DISABLED in ann or MARKED_BY in ann:  # someone else's (another kso's included)
+                    result.not_ours.append(name)
+                elif self._patch(node, {SCALE_DOWN_DISABLED: "true", MARKED_BY: self.identity}):
+                    result.marked.append(name)
+                else:
+                    result.failed.append(name)
+            elif ours:
+                (result.unmarked if self._unmark(node) else result.failed).append(name)
+        self.marked = set(result.kept) | set(result.marked) | {n for n in result.failed if n not in wanted}
+        if result.marked or result.unmarked:
+            log.info("capacity: nodes marked scale-down-disabled %d, unmarked %d, kept %d", len(result.marked),
+                     len(result.unmarked), len(result.kept))
+        return result
+
+    def _unmark_where(self, gone: Any) -> list[str]:
+        done = []
+        for node in self.core.list_node().items:
+            by = (node.metadata.annotations or {}).get(MARKED_BY)
+            if by is not None and gone(by) and self._unmark(node):
+                done.append(node.metadata.name)
+        return done
+
+    def clear(self) -> list[str]:
+        """Take every mark of this kso off (on start and on stop); returns the nodes unmarked."""
+        done = self._unmark_where(lambda by: by == self.identity)
+        self.marked.clear()
+        return done
+
+    def reap(self, live: set[str]) -> list[str]:
+        """Take off the marks of every kso whose identity is not in ``live`` (gone: its Lease expired)."""
+        done = self._unmark_where(lambda by: by not in live)
+        if done:
+            log.info("capacity: took the scale-down-disabled marks of gone kso instances off %d nodes", len(done))
+        return done
 
 
 def _message(exc: Any) -> str:

@@ -13,6 +13,15 @@ offer it (its placement rules allow it and its requests fit):
   node at all: kube-scheduler itself finds p unschedulable, which the autoscaler reads without kso.)
 
 A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it.
+
+Node marks (``KSO_CAPACITY_KEEP_NODES``): the autoscaler removes a node whose requests are below its threshold when
+its pods fit elsewhere by requests, even where the safe agent refuses them; drained, they are pending, refused, and
+order a node back. So every tick each node whose requested cpu or memory is below ``keep_below`` of allocatable
+(only such a node can be removed), or that kso marked, is judged: it is *needed* while one of the pods the
+autoscaler would move off it (not a placeholder, a DaemonSet's or a mirror pod) is refused by the safe agent
+(risk > eps) on every other node kube-scheduler could offer it, and there is such a node (none: the autoscaler's own
+drain check keeps the node). A needed node is marked scale-down-disabled and keeps the mark ``keep_hold_s`` after it
+was last needed; then the mark goes and the cluster can shrink.
 ``CapacityDecision.step`` is pure (its inputs and its own hysteresis state); ``CapacitySignal`` runs it
 against the live engine and cluster.
 """
@@ -28,7 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from kso.core.capacity import ApplyResult, CapacityReconciler, CapacitySettings, PlaceholderSpec, is_placeholder
+from kso.core.capacity import (
+    ApplyResult,
+    CapacityReconciler,
+    CapacitySettings,
+    NodeMarker,
+    PlaceholderSpec,
+    is_placeholder,
+)
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.core.placement import rule_violation
@@ -181,6 +197,73 @@ def node_risks(agent: SafeAgent, state: ClusterState, refusal: Refusal) -> dict[
     return {name: float(r) for name, r, keep in zip(view.names, risk.tolist(), ok.tolist(), strict=True) if keep}
 
 
+MIRROR_POD = "kubernetes.io/config.mirror"  # the kubelet's annotation on a static pod's mirror
+
+
+def moved_by_drain(pod: PodInfo) -> bool:
+    """A pod the autoscaler's scale-down would move to another node: not a placeholder (kso's own, recreated
+    anywhere), a DaemonSet's (it runs on every node) or a static pod's mirror (it stays with its node)."""
+    return not (is_placeholder(pod.annotations) or pod.owner_kind == "DaemonSet" or MIRROR_POD in pod.annotations)
+
+
+def refused_on_every_other(agent: SafeAgent, view: NodeView, pod: PodInfo, offerable: np.ndarray | None = None) -> bool:
+    """The safe agent refuses ``pod`` (risk > eps) on every node of ``view`` kube-scheduler could offer it
+    (``offerable``, default ``feasible``), and there is at least one such node."""
+    ok = feasible(pod, view) if offerable is None else offerable
+    if not ok.any():
+        return False
+    failed, _ = agent.inputs(Call(pod, view)).over(agent.eps)
+    return bool(failed.any(axis=1)[ok].all())
+
+
+def requested_share(view: NodeView) -> np.ndarray:
+    """Per node of ``view``, the larger of its requested cpu and memory as a fraction of allocatable (the
+    autoscaler's utilisation; 0 where a resource is unknown)."""
+    share = np.zeros(len(view))
+    for resource in ("cpu", "memory"):
+        col = view.columns.get(resource)
+        if col is None:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = view.requested[:, col] / view.alloc[:, col]
+        share = np.maximum(share, np.where(np.isfinite(frac), frac, 0.0))
+    return share
+
+
+def needed_nodes(agent: SafeAgent, state: ClusterState, below: float, marked: Iterable[str] = ()) -> set[str]:
+    """The nodes needed now (the rule in the module's docstring), among those under ``below`` or in ``marked``."""
+    names = state.node_names()
+    marked = set(marked)
+    share = requested_share(state.view(names))
+    needed = set()
+    for i, name in enumerate(names):
+        if not (share[i] < below or name in marked):
+            continue
+        pods = [p for p in state.pods_on(name) if moved_by_drain(p)]
+        if not pods:
+            continue
+        others = state.view([n for n in names if n != name])
+        if any(refused_on_every_other(agent, others, pod) for pod in pods):
+            needed.add(name)
+    return needed
+
+
+@dataclass
+class KeepDecision:
+    """Which nodes carry the mark: every node needed within the last ``hold_s`` that still exists."""
+
+    hold_s: float = 3600.0
+    needed_at: dict[str, float] = field(default_factory=dict)  # node -> the last time it was needed
+
+    def step(self, now: float, needed: Iterable[str], existing: Iterable[str]) -> set[str]:
+        existing = set(existing)
+        for node in needed:
+            self.needed_at[node] = now
+        for node in [n for n in self.needed_at if n not in existing]:
+            del self.needed_at[node]  # a deleted Node's annotations are gone with it
+        return {node for node, at in self.needed_at.items() if now - at <= self.hold_s}
+
+
 class CapacityMetrics:
     """The signal on kso's /metrics: what it asks for now, and what it wrote."""
 
@@ -193,6 +276,8 @@ class CapacityMetrics:
               registry=registry).set_function(lambda: float(len(signal.wanted)))
         Gauge("kso_capacity_hot_nodes", "Nodes hot for at least one refused pod (hysteresis included)",
               registry=registry).set_function(lambda: float(len(signal.decision.hot_nodes())))
+        Gauge("kso_capacity_kept_nodes", "Nodes kso wants marked scale-down-disabled (KSO_CAPACITY_KEEP_NODES)",
+              registry=registry).set_function(lambda: float(len(signal.kept)))
         self.writes = Counter("kso_capacity_placeholder_writes_total",
                               "Placeholder pods written, by action: created, deleted, failed, reaped (another kso's, "
                               "its Lease expired)", ["action"], registry=registry)
@@ -223,6 +308,9 @@ class CapacitySignal:
         self.decision = CapacityDecision(eps=safe.eps, exit_ratio=settings.exit_ratio, min_hot_s=settings.min_hot_s,
                                          max_placeholders=settings.max_placeholders)
         self.wanted: list[PlaceholderSpec] = []
+        self.keep = KeepDecision(settings.keep_hold_s) if settings.keep_nodes else None
+        self.marker = NodeMarker(reconciler.core.api_client, reconciler.owner.identity) if settings.keep_nodes else None
+        self.kept: set[str] = set()  # the nodes marked scale-down-disabled, as decided at the last round
         self.refused = 0  # refused pods still pending, at the last round
         self.metrics = CapacityMetrics(engine.metrics.registry if registry is None else registry, self)
         self._stop = threading.Event()
@@ -241,9 +329,15 @@ class CapacitySignal:
         self.refused = len(refusals)
         # Gone instances' placeholders first: one of the same refused pod and nodes has the name this kso's would
         # have (it is "kept", not created, while it exists), so deleting it after would leave no signal for a round.
-        reaped = self.reconciler.reap()
+        live = self.reconciler.live_holders()
+        reaped = self.reconciler.reap(live)
         result = self.reconciler.apply(self.wanted)
         self.metrics.count(result, reaped)
+        if self.keep is not None and self.marker is not None:
+            needed = needed_nodes(self.agent, self.state, self.settings.keep_below, self.marker.marked)
+            self.kept = self.keep.step(self.clock(), needed, self.state.node_names())
+            self.marker.reap(live)
+            self.marker.apply(self.kept)
         return self.wanted
 
     def start(self) -> CapacitySignal:
@@ -263,6 +357,8 @@ class CapacitySignal:
 
     def clean_start(self) -> None:
         cleared = self.reconciler.clear()
+        if self.marker is not None:
+            self.marker.clear()
         reaped = self.reconciler.reap()
         log.info("capacity signal on: placeholders in %s as %s (left from before: %d deleted, of gone instances: %d)",
                  self.settings.namespace, self.reconciler.owner.identity, len(cleared), len(reaped))
@@ -293,6 +389,14 @@ class CapacitySignal:
             except Exception as exc:
                 log.warning("capacity: clean-up on stop failed (another kso deletes them once the Lease expires): "
                             "%s", exc)
+            if self.marker is not None and self.keep is not None:
+                self.kept = set()
+                self.keep.needed_at.clear()  # the next term judges afresh
+                try:
+                    log.info("capacity: scale-down-disabled marks taken off %d nodes", len(self.marker.clear()))
+                except Exception as exc:
+                    log.warning("capacity: taking the node marks off on stop failed (another kso takes them off once "
+                                "the Lease expires): %s", exc)
 
 
 def capacity_signal(engine: Any, state: ClusterState, api_client: Any, settings: CapacitySettings,

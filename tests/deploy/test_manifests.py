@@ -37,7 +37,7 @@ DEPLOY = ROOT / "deploy"
 # the default kube-scheduler image (v1.36.x, the version the captured requests come from).
 K8S_SCHEMA_VERSION = "1.36"
 # Applied by hand, not listed in kustomization.yaml (README.md says why).
-OPTIONAL = {"optional/servicemonitor.yaml", "optional/networkpolicy.yaml"}
+OPTIONAL = {"optional/servicemonitor.yaml", "optional/networkpolicy.yaml", "optional/capacity-node-marks.yaml"}
 # Kinds kubernetes-validate has no schema for (CRDs); checked structurally below instead.
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 # Roles the manifests bind to that Kubernetes itself creates.

@@ -211,3 +211,43 @@ def test_the_risks_are_the_safe_agents_on_the_nodes_kube_scheduler_could_still_o
     risks = node_risks(SafeAgent(SafeParams()), state, Refusal(pod, ("hot", "full", "tainted", "cool", "gone"), 0.0))
     assert set(risks) == {"hot", "cool"}
     assert risks["hot"] > 0.3 >= risks["cool"]
+
+
+def test_a_node_is_needed_while_a_pod_the_autoscaler_would_move_is_refused_on_every_other_node() -> None:
+    """needed_nodes: 'keep' (1.5 of 4 cores requested: under the autoscaler's 50%) holds P, refused on 'hot' and on
+    'warm' and 'busy' (55% used + P > U*): needed. 'warm' holds a DaemonSet pod and a placeholder only (the drain
+    moves neither): not needed. 'busy' is 60% requested (the autoscaler never removes it): not judged, unless kso
+    marked it. With a 'cool' node (P and 'b' fit there safely) nothing is needed."""
+    from kso.decisions.capacity import moved_by_drain, needed_nodes
+
+    warm = {**HOT, "mean-free-cpu": "1800", "forcasted-free-cpu": "1800"}
+    ds = make_pod("ds", cpu="200m", node="warm")
+    ds["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "d",
+                                          "controller": True}]
+    ph = make_pod("ph", cpu="200m", node="warm")
+    ph["metadata"]["annotations"] = {PLACEHOLDER_FOR: "default/x"}
+    nodes = [make_node("keep", annotations=warm), make_node("hot", annotations=HOT), make_node("warm", annotations=warm),
+             make_node("busy", annotations=warm)]
+    pods = [make_pod("p", cpu="1500m", node="keep"), ds, ph, make_pod("b", cpu="2400m", node="busy")]
+    agent = SafeAgent(SafeParams())
+    state = make_state(nodes, pods)
+    assert not moved_by_drain(pod_from_k8s(ds)) and not moved_by_drain(pod_from_k8s(ph))
+    assert needed_nodes(agent, state, below=0.5) == {"keep"}
+    # a node kso marked, or one under a higher threshold, is judged: 'b' is refused on every other node too
+    assert needed_nodes(agent, state, below=0.5, marked={"busy"}) == {"keep", "busy"}
+    assert needed_nodes(agent, state, below=0.7) == {"keep", "busy"}
+    cooled = make_state([*nodes, make_node("cool", annotations={**HOT, "mean-free-cpu": "3900",
+                                                                  "forcasted-free-cpu": "3900"})], pods)
+    assert needed_nodes(agent, cooled, below=0.5) == set()
+
+
+def test_a_mark_stays_hold_s_after_the_node_was_last_needed_and_goes_with_the_node() -> None:
+    from kso.decisions.capacity import KeepDecision
+
+    d = KeepDecision(hold_s=60.0)
+    assert d.step(0.0, {"a"}, {"a", "b"}) == {"a"}
+    assert d.step(30.0, set(), {"a", "b"}) == {"a"}
+    assert d.step(60.0, set(), {"a", "b"}) == {"a"}
+    assert d.step(61.0, {"b"}, {"a", "b"}) == {"b"}
+    assert d.step(62.0, set(), {"a"}) == set(), "a deleted node is forgotten"
+    assert KeepDecision(hold_s=0.0).step(5.0, {"a"}, {"a"}) == {"a"}

@@ -45,6 +45,17 @@ most ``max_placeholders``), requesting that pod's requests, avoiding the nodes k
 nodes; a new node is none of them). "taint": the capacity taint on the nodes whose load alone the safe agent
 judges over U* (risk > eps for a pod of no size), kept until that risk has fallen to ``exit_ratio`` x eps
 (hysteresis). "both": the two.
+
+``mark``: which nodes kso annotates ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"``
+(``Policy.scale_down_disabled``), so the autoscaler does not take away a node whose pods kso would have nowhere to
+put. "none" (the default): no node. "refused": every step, each ready node whose requested cpu or memory is below
+``mark_below`` of allocatable (the autoscaler's scale-down-utilization-threshold: only such a node can be taken
+away) or that carries the mark is judged: it needs the mark when one of its pods, at the size kso judges it
+(``judge``), is refused by the safe agent (risk > eps) on every other ready node kube-scheduler could offer it
+(requests fit, a pod slot, no NoSchedule taint). Other nodes able to take it by requests but all refusing it is the
+loop the mark stops: drained, that pod is pending, refused, and orders a node back. A pod no other node could take
+by requests is left to the autoscaler's own drain check. The mark stays ``mark_hold`` steps after the rule last held
+(0: it goes the step the rule stops holding), so the cluster shrinks again once kso would place the pods elsewhere.
 """
 
 from __future__ import annotations
@@ -85,6 +96,11 @@ CAPACITY_MODES = {
     "taint": "the capacity taint on nodes whose load alone is over U* (hysteresis)",
     "both": "placeholders and the capacity taint",
 }
+MARK_MODES = {
+    "none": "no node marked scale-down-disabled",
+    "refused": "nodes holding a pod the safe agent refuses on every other node marked scale-down-disabled",
+}
+MARK_BELOW = 0.5  # mark="refused": the cluster-autoscaler's default scale-down-utilization-threshold
 EXIT_RATIO = 0.8  # capacity="taint": a tainted node is released when its risk falls to this fraction of eps
 MAX_PLACEHOLDERS = 200  # capacity="placeholder": at most this many at once (the oldest refused pods first)
 TREND_STEPS = 12  # stats="trend": the last hour of the node's current pods' usage
@@ -241,18 +257,26 @@ class KsoExtenderPolicy(Policy):
     def __init__(self, seed: int = 0, sample: bool = True, stats: str = "forecast", forecaster: str = "",
                  env: dict[str, str] | None = None, extender_weight: int = EXTENDER_WEIGHT, judge: str = "request",
                  capacity: str = "none", exit_ratio: float = EXIT_RATIO,
-                 max_placeholders: float = MAX_PLACEHOLDERS) -> None:
+                 max_placeholders: float = MAX_PLACEHOLDERS, mark: str = "none", mark_hold: float = 0,
+                 mark_below: float = MARK_BELOW) -> None:
         super().__init__(seed)
         self.framework = Framework(seed, sample)
         for what, value, known in (("stats", stats, STATS_MODES), ("judge", judge, JUDGE_MODES),
-                                   ("capacity", capacity, CAPACITY_MODES)):
+                                   ("capacity", capacity, CAPACITY_MODES), ("mark", mark, MARK_MODES)):
             if value not in known:
                 raise ValueError(f"{self.name}: {what} must be one of {', '.join(known)}, not {value!r}")
         if not 0.0 <= exit_ratio <= 1.0 or max_placeholders < 0:
             raise ValueError(f"{self.name}: exit_ratio must be in [0, 1] and max_placeholders at least 0")
+        if mark_hold < 0 or mark_hold != int(mark_hold) or not 0.0 < mark_below <= 1.0:
+            raise ValueError(f"{self.name}: mark_hold must be a whole number of steps >= 0 and mark_below in (0, 1], "
+                             f"not {mark_hold!r} and {mark_below!r}")
+        self.mark, self.mark_hold, self.mark_below = mark, int(mark_hold), float(mark_below)
+        self._keep: Any = None  # mark="refused": kso.decisions.capacity.KeepDecision (when each node was last needed)
         self.stats, self.judge, self.capacity = stats, judge, capacity
         self.exit_ratio, self.max_placeholders = float(exit_ratio), int(max_placeholders)
         self.mode = f"{self.mode}; {STATS_MODES[stats]}; {JUDGE_MODES[judge]}; {CAPACITY_MODES[capacity]}"
+        if mark != "none":
+            self.mode = f"{self.mode}; {MARK_MODES[mark]}"
         self._owner_ratio: dict[str, np.ndarray] = {}  # judge="usage": Deployment -> measured usage / request
         self._sizes: dict[int, np.ndarray] = {}  # pod index -> the size kso judged (and bound) it at
         self._refused: dict[int, tuple[int, np.ndarray]] = {}  # pod index -> (step, nodes kso's filter refused it on)
@@ -439,6 +463,52 @@ class KsoExtenderPolicy(Policy):
         eps = self.safe.eps
         self._tainted_nodes = sim.active & ((risk > eps) | (self._tainted_nodes & (risk > self.exit_ratio * eps)))
         return self._tainted_nodes.copy()
+
+    def scale_down_disabled(self, sim: SimView) -> np.ndarray | None:
+        """mark="refused": the nodes to annotate scale-down-disabled now (the rule in the module's docstring: the
+        product's, kso.decisions.capacity's ``refused_on_every_other`` and ``KeepDecision``)."""
+        if self.mark == "none" or self.safe is None:
+            return None
+        from kso.decisions.capacity import KeepDecision
+
+        t0 = time.perf_counter()
+        if self._keep is None:
+            self._keep = KeepDecision(hold_s=self.mark_hold * sim.step_s)
+        share = (sim.requested / sim.alloc).max(axis=1)
+        judge = sim.active & (sim.pod_count > 0) & ((share < self.mark_below) | sim.scale_down_disabled)
+        needed = []
+        if judge.any():
+            on: dict[int, list[SimPod]] = {}
+            for p in sim.running.values():
+                if judge[p.node]:
+                    on.setdefault(p.node, []).append(p)
+            needed = [sim.node_names[n] for n in np.flatnonzero(judge).tolist()
+                      if self._pods_refused_elsewhere(on.get(n, []), n, sim)]
+        kept = self._keep.step(sim.now, needed, [sim.node_names[i] for i in np.flatnonzero(sim.active).tolist()])
+        marked = np.zeros(len(sim.node_names), dtype=bool)
+        marked[[sim.node_index[n] for n in kept]] = True
+        self.extra["mark_s"] = self.extra.get("mark_s", 0.0) + time.perf_counter() - t0
+        return marked
+
+    def _pods_refused_elsewhere(self, pods: list[SimPod], node: int, sim: SimView) -> bool:
+        """Some pod of ``pods`` (bound on ``node``), at the size kso judges it, is refused by the safe agent on every
+        other ready node kube-scheduler could offer it by its requests, and at least one such node exists."""
+        from kso.core.objects import pod_from_k8s
+        from kso.decisions.capacity import refused_on_every_other
+
+        others = np.flatnonzero(sim.active & ~sim.no_schedule)
+        others = others[others != node]
+        if not len(others) or not pods:
+            return False
+        free = sim.alloc[others] - sim.requested[others]
+        slots = sim.pod_count[others] < sim.max_pods[others]
+        view = self.state.view([sim.node_names[i] for i in others.tolist()])
+        for p in pods:
+            can = slots & (free[:, 0] >= p.cpu) & (free[:, 1] >= p.memory)
+            probe = pod_from_k8s(pod_object(SimPod(-1, "kso-mark-probe", "kso-mark-probe", *self.size(p), 0, 0)))
+            if can.any() and refused_on_every_other(self.safe, view, probe, can):
+                return True
+        return False
 
     # ---- scheduling ----
     def place(self, pod: SimPod, sim: SimView) -> str | None:

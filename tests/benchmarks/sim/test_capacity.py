@@ -143,3 +143,58 @@ def test_a_placeholder_request_names_the_nodes_each_placeholder_avoids_or_one_ma
     assert per.avoid_rows(3)[1].tolist() == [False, True, False]
     with pytest.raises(ValueError, match=r"shape \(2, 2\), not \(3,\) or \(2, 3\)"):
         CapacityRequest(np.array([[100.0, GIB], [200.0, GIB]]), np.zeros((2, 2), dtype=bool)).avoid_rows(3)
+
+
+
+class MarksNodes(DefaultScheduler):
+    """Pod i on node i; ``marked[k]``: the nodes annotated scale-down-disabled at step k."""
+
+    def __init__(self, marked: dict[int, list[int]]) -> None:
+        super().__init__(0)
+        self.marked = marked
+
+    def place(self, pod, sim):  # type: ignore[no-untyped-def]
+        return sim.node_names[pod.index] if not pod.ever_bound else super().place(pod, sim)
+
+    def scale_down_disabled(self, sim):  # type: ignore[no-untyped-def]
+        if sim.step not in self.marked:
+            return None
+        mask = np.zeros(len(sim.node_names), dtype=bool)
+        mask[self.marked[sim.step]] = True
+        return mask
+
+
+def test_a_node_annotated_scale_down_disabled_is_never_unneeded_and_its_unneeded_time_restarts_when_unmarked() -> None:
+    # two 1-core nodes, 600m on node 0 (60%: not underused), 300m on node 1 (30%), which fits node 0 by requests:
+    # without the annotation node 1 is drained at the end of step 1 (two steps below 50%)
+    pods = [(600, GIB, 0, 9, [0.5] * 6, [0.5] * 6), (300, GIB, 0, 9, [0.5] * 6, [0.5] * 6)]
+    s = scenario([1000, 1000], pods, 6)
+    res = run(s, MarksNodes({}), autoscaler=Autoscaler())
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True, True, False, False, False, False]
+    assert "scale_down_disabled_node_steps" not in res.capacity  # no policy mark, no count
+    # annotated at steps 0-2: never unneeded meanwhile (the eligibility check skips it); unmarked from step 3, it is
+    # unneeded at steps 3 and 4 and drained at the end of step 4, not at once
+    res = run(s, MarksNodes({0: [1], 1: [1], 2: [1]}), autoscaler=Autoscaler())
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * 5 + [False]
+    assert res.capacity["scale_down_disabled_node_steps"] == 3 and res.capacity["scale_down_disabled_marks"] == 1
+    # annotated all along: never removed
+    res = run(s, MarksNodes({k: [1] for k in range(6)}), autoscaler=Autoscaler())
+    assert res.scale_downs == 0 and res.provisioned[1].all()
+
+
+def test_a_node_annotated_scale_down_disabled_still_takes_the_pods_of_a_node_the_autoscaler_drains() -> None:
+    # three 1-core nodes: 300m on node 0 (30%), 100m on node 1 (10%), 600m on node 2. Without marks node 1 (the
+    # least requested) is drained onto node 0 at the end of step 1, then node 0 (now 40%) onto node 2 at step 2.
+    # With node 0 annotated, node 1 is still drained onto it (a destination), and node 0 stays.
+    pods = [(300, GIB, 0, 9, [0.5] * 6, [0.5] * 6), (100, GIB, 0, 9, [0.5] * 6, [0.5] * 6),
+            (600, GIB, 0, 9, [0.5] * 6, [0.5] * 6)]
+    s = scenario([1000, 1000, 1000], pods, 6)
+    res = run(s, MarksNodes({}), autoscaler=Autoscaler())
+    assert res.scale_downs == 2 and res.provisioned[:, -1].tolist() == [False, False, True]
+    res = run(s, MarksNodes({k: [0] for k in range(6)}), autoscaler=Autoscaler())
+    assert res.scale_downs == 1 and res.provisioned[:, -1].tolist() == [True, False, True]
+    assert res.pods[1].node == 0  # node 1's pod went to the annotated node
+    # a mark on a node that is not ready is dropped (an annotation needs a Node object); pods 1 and 2 fit node 0 by
+    # requests, so no node is added
+    res = run(s, MarksNodes({k: [0, 1] for k in range(6)}), autoscaler=Autoscaler(initial_nodes=1))
+    assert res.capacity["scale_down_disabled_node_steps"] == 6

@@ -221,3 +221,58 @@ def test_on_a_sampled_cluster_the_placeholder_avoids_every_node_kso_refuses_not_
     assert avoid[0, :200].all() and not avoid[0, 200]
     assert res.scale_ups == 1 and res.capacity["placeholder_scale_ups"] == 1
     assert (res.pods[200].node, res.pods[200].bound_step) == (200, 4)
+
+
+def marking_pool(steps: int = 14) -> Scenario:
+    """Two 10-core nodes: R (6 cores requested: 60%, not underused) on 'hot', using 9.5 cores until step 6 and 1 core
+    after; S (1 core: 10%, underused; uses 0.5) on 'small'. S fits 'hot' by requests (7 of 10), where kso refuses it
+    while R's 9.5 cores are in the statistics (9.5 + 1 > U*)."""
+    usage = np.zeros((2, steps, 2), dtype=np.float32)
+    usage[0, :6, 0], usage[0, 6:, 0], usage[1, :, 0] = 9.5 / 6, 1 / 6, 0.5
+    usage[:, :, 1] = 0.5
+    return Scenario("kso-mark", 300.0, steps, ["hot", "small"], np.array([10000.0, 10000.0]),
+                    np.array([16 * GIB] * 2), ["r", "s"], np.array([6000.0, 1000.0]), np.array([GIB, GIB]),
+                    np.array([0, 0]), np.array([99, 99]), usage)
+
+
+class PinnedMarks(KsoInprocPolicy):
+    """R on 'hot', S on 'small' at step 0 (kso decides later placements); records the marks of every step."""
+
+    def __init__(self, **kw) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(seed=0, stats="window", env={"KSO_SAFE_MAX_HOLD_S": "inf"}, **kw)
+        self.marks: list[list[bool]] = []
+
+    def place(self, pod, sim):  # type: ignore[no-untyped-def]
+        return sim.node_names[pod.index] if sim.step == 0 else super().place(pod, sim)
+
+    def scale_down_disabled(self, sim):  # type: ignore[no-untyped-def]
+        marked = super().scale_down_disabled(sim)
+        self.marks.append([] if marked is None else marked.tolist())
+        return marked
+
+
+def test_kso_marks_the_node_whose_pod_it_would_refuse_everywhere_else_and_unmarks_it_when_that_ends() -> None:
+    # without the mark the autoscaler drains 'small' at the end of step 1 (10% requested for two steps; S fits 'hot'
+    # by requests), and S, refused on 'hot', waits until R's load has left the window
+    res = run(marking_pool(), PinnedMarks(), autoscaler=Autoscaler())
+    assert res.scale_downs == 1 and res.provisioned[1, 2:].sum() == 0
+    assert res.pods[1].queued_step == 2 and res.pods[1].bound_step > 6 and res.pods[1].waits[1] > 4
+    # with it: no statistics at step 0 (nothing is judged); from step 1 kso refuses S on 'hot': 'small' is marked and
+    # stays. R's use falls at step 6; once the window shows it, kso would place S on 'hot': the mark goes and
+    # the autoscaler drains 'small' two steps later (S moves to 'hot'). 'hot' is never marked (not underused).
+    policy = PinnedMarks(mark="refused")
+    res = run(marking_pool(), policy, autoscaler=Autoscaler())
+    small = [m[1] for m in policy.marks]
+    assert small[0] is False and all(small[1:7]) and small[-1] is False
+    last = max(k for k, m in enumerate(small) if m)
+    assert not any(m[0] for m in policy.marks)
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * (last + 3) + [False] * (13 - last - 2)
+    assert res.pods[1].node == 0 and res.capacity["scale_down_disabled_marks"] == 1
+    # mark_hold keeps the mark that many steps after the rule last held
+    held = PinnedMarks(mark="refused", mark_hold=2)
+    run(marking_pool(), held, autoscaler=Autoscaler())
+    assert [m[1] for m in held.marks][: last + 3] == [False] + [True] * (last + 2)
+    with pytest.raises(ValueError, match="mark must be one of none, refused"):
+        make_policy("kso", mark="always")
+    with pytest.raises(ValueError, match="mark_hold must be a whole number"):
+        make_policy("kso", mark="refused", mark_hold=-1)
