@@ -88,7 +88,8 @@ class CapacitySettings:
                                        "cutoff, below every pod without a class)")
     image: str = setting("KSO_CAPACITY_IMAGE", "registry.k8s.io/pause:3.10", help="the placeholders' container image")
     scheduler_name: str = setting("KSO_CAPACITY_SCHEDULER_NAME", "default-scheduler",
-                                  help="scheduler of the placeholders (one that sets PodScheduled=False for them)")
+                                  help="scheduler of the placeholders: one judging them by kube-scheduler's rules alone, as the "
+                                       "autoscaler simulates them (not kso), that marks them PodScheduled=False")
     interval_s: float = setting("KSO_CAPACITY_INTERVAL_S", 10.0, lo=0.5, hi=600,
                                 help="how often the signal is re-judged and written, seconds")
     lease_s: float = setting("KSO_CAPACITY_LEASE_S", 60.0, lo=5, hi=3600,
