@@ -36,7 +36,10 @@ class RecordingReconciler:
         self.applied.set()
         return ApplyResult(created=[s.name() for s in specs])
 
-    def reap(self) -> list[str]:
+    def live_holders(self) -> set[str]:
+        return {self.owner.identity}
+
+    def reap(self, live: set[str] | None = None) -> list[str]:
         self.calls.append(("reap", None))
         return []
 
