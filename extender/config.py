@@ -69,16 +69,17 @@ class ExtenderSettings:
     # kube-scheduler place the pod without kso (32 let pods onto nodes kso rejects, end to end).
     max_connections: int = setting("KSO_MAX_CONNECTIONS", 512, lo=1,
                                    help="connections and requests served at once; beyond it uvicorn answers 503")
-    # Binds in flight to the API server at once (the others wait for a slot, in arrival order). The name is
+    # Binds in flight to the API server at once, at most (the others wait for a slot, in arrival order). The name is
     # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), so a
-    # bind in flight costs a connection, not a thread, and the value bounds how many Bindings kso keeps waiting at
-    # the API server. More does not bind faster where the API server is the bottleneck: end to end on a loaded
-    # 2-core control plane, 64 slots bound no more pods per second than 16 and doubled the Binding's round trip
-    # (kube-scheduler binds what kso refuses; benchmarks/e2e.py measures it). Raise it for an API
-    # server with room (at least kube-scheduler's peak binds per second x a bind's round trip).
-    bind_threads: int = setting("KSO_BIND_THREADS", 16, lo=1, hi=256,
-                                help="binds in flight to the API server at once (the rest wait in arrival order); a bind in "
-                                     "flight is a connection, not a thread")
+    # bind in flight costs a connection, not a thread. Within this cap the number in flight follows the API server
+    # (extender.bind_queue.BindQueue): as many as keep a Binding's round trip at half of what a bind granted at the
+    # end of its KSO_BIND_MAX_WAIT_S has left of KSO_HTTP_TIMEOUT_S. kube-scheduler binds each pod in its own
+    # goroutine, so at its peak hundreds of binds arrive within a round trip; a cap of 16 made kso refuse most of them
+    # on a 2-core control plane with room to bind them (benchmarks/e2e.py measures it). Keep it at most a quarter
+    # of KSO_MAX_CONNECTIONS: the binds waiting for a slot take up to half of it, filter and prioritize need the rest.
+    bind_threads: int = setting("KSO_BIND_THREADS", 128, lo=1, hi=256,
+                                help="binds in flight to the API server at once, at most (fewer while the API server is "
+                                     "slow; the rest wait in arrival order); a bind in flight is a connection, not a thread")
     # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
     # kube-scheduler stops waiting at its extender httpTimeout (deploy/scheduler-config.yaml: 2 s) and, the
     # extender being ignorable, binds the pod itself; a Binding kso posted after that only races its binder. 1.5 s
@@ -89,10 +90,11 @@ class ExtenderSettings:
                                      help="a bind still waiting for a bind slot this long is answered with an error, not posted"
                                           " (kube-scheduler then binds the pod itself); keep it under the extender's "
                                           "httpTimeout, seconds")
-    # kube-scheduler's extender httpTimeout (its configuration's extenders[].httpTimeout; 30 s unless set there): a
-    # bind's API calls end by this long after the bind arrived, so that kso never binds after kube-scheduler has
-    # stopped waiting and bound the pod itself. Set it to the scheduler configuration's value.
-    http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 30.0, lo=0.1,
+    # kube-scheduler's extender httpTimeout (its configuration's extenders[].httpTimeout; 5 s unless set there,
+    # kube-scheduler's DefaultExtenderTimeout): a bind's API calls end by this long after the bind arrived, so that kso
+    # never binds after kube-scheduler has stopped waiting and bound the pod itself. Set it to the scheduler
+    # configuration's value (deploy/: 2 s).
+    http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 5.0, lo=0.1,
                                     help="kube-scheduler's extender httpTimeout: a bind's API calls end within it, seconds")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list",
