@@ -141,12 +141,10 @@ class VerbHandlers:
         self.max_body = extender.settings.max_body_bytes
         self.offload_over = extender.settings.offload_body_bytes
         self.offloaded = asyncio.Semaphore(OFFLOADED_AT_ONCE)
-        # The bind verb's binds in flight on the event loop, at most KSO_BIND_THREADS at once, as many as keep a
-        # Binding's round trip at half of what a bind granted at the end of its wait has left before kube-scheduler
-        # stops waiting. Half the connection cap may wait for a slot; the other half stays for filter and prioritize.
+        # The bind verb's binds in flight on the event loop, KSO_BIND_THREADS at once. Half the connection cap may
+        # wait for a slot; the other half stays for filter and prioritize.
         s = extender.settings
-        self.bind_queue = BindQueue(s.bind_threads, s.bind_max_wait_s, max(1, s.max_connections // 2),
-                                    target_s=max(0.05, (s.http_timeout_s - s.bind_max_wait_s) / 2))
+        self.bind_queue = BindQueue(s.bind_threads, s.bind_max_wait_s, max(1, s.max_connections // 2))
         self.http_timeout_s = s.http_timeout_s  # kube-scheduler's wait for an answer
         self.bind_refusals = RateLimitedLog(log)
 
@@ -213,8 +211,7 @@ class VerbHandlers:
         else:
             why = (f"not bound by kso: {len(q.waiting)} binds already wait for a bind slot (binds take "
                    f"{1000 * q.took:.0f} ms; at most {q.max_waiting} wait, for at most KSO_BIND_MAX_WAIT_S {q.max_wait_s:g} s)")
-        self.bind_refusals.warning("bind %s %s (%d binds in flight, %d allowed now, KSO_BIND_THREADS %d)", what, why,
-                                   q.in_flight, q.slots, q.most)
+        self.bind_refusals.warning("bind %s %s (KSO_BIND_THREADS: %d binds in flight)", what, why, q.slots)
         return dumps({"Error": f"binding {what}: {why}"}), 200
 
     # ---- each verb's work on a body ----

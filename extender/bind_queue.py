@@ -11,51 +11,28 @@ from typing import Any
 
 
 class BindQueue:
-    """The binds in flight (at most ``slots``) and those waiting for a slot, in arrival order, on the event loop.
-    A bind still waiting ``max_wait_s`` after it arrived leaves the queue unposted (``enter`` returns "expired"),
-    at that moment rather than when a slot frees: kube-scheduler has stopped waiting at its httpTimeout, and a
-    Binding posted after that only races its own binder. A bind that would not get a slot in time, by the binds
-    ahead of it and the recent binds' duration (``took``, a moving average), is refused at once ("full"), as is
-    one beyond ``max_waiting``: kube-scheduler then binds it itself at once instead of after the wait, and a
-    stalled API server cannot fill the connection cap that filter and prioritize share (a 503 there makes
-    kube-scheduler place pods without kso).
+    """The binds in flight (at most ``slots``: KSO_BIND_THREADS) and those waiting for a slot, in arrival order, on
+    the event loop. A bind still waiting ``max_wait_s`` after it arrived leaves the queue unposted (``enter``
+    returns "expired"), at that moment rather than when a slot frees: kube-scheduler has stopped waiting at its
+    httpTimeout, and a Binding posted after that only races its own binder. A bind that would not get a slot in
+    time, by the binds ahead of it and the recent binds' duration (``took``, a moving average), is refused at
+    once ("full"), as is one beyond ``max_waiting``: kube-scheduler then binds it itself at once instead of
+    after the wait, and a stalled API server cannot fill the connection cap that filter and prioritize share (a
+    503 there makes kube-scheduler place pods without kso)."""
 
-    With ``target_s``, the number of slots follows the API server (between ``least`` and ``most``, the
-    KSO_BIND_THREADS cap): each bind's duration moves it by the ratio of ``target_s`` to that duration, so that
-    the binds in flight are about what the API server completes in ``target_s`` (Little's law). A fixed number
-    is wrong both ways: too few and binds queue here while the API server has room (kube-scheduler binds each
-    pod in its own goroutine, so its binds come in bursts of hundreds), too many and every Binding waits
-    behind the others at a saturated API server until its round trip outgrows kube-scheduler's httpTimeout and
-    the bind fails after the whole wait, where a refusal at once would have let kube-scheduler bind the pod."""
-
-    def __init__(self, slots: int, max_wait_s: float, max_waiting: int, target_s: float | None = None,
-                 least: int = 4) -> None:
-        self.most = slots
-        self.least = min(least, slots)
-        self.target_s = target_s
-        # binds allowed in flight now; with target_s it starts at a quarter of the cap (a burst's first binds at a
-        # saturated API server would otherwise all outlive the httpTimeout) and grows within a few dozen fast binds
-        self.limit = float(slots if target_s is None else max(self.least, slots // 4))
-        self.in_flight = 0
+    def __init__(self, slots: int, max_wait_s: float, max_waiting: int) -> None:
+        self.free = slots
         self.max_wait_s = max_wait_s
         self.max_waiting = max_waiting
         self.waiting: deque[asyncio.Future[bool]] = deque()
+        self.slots = slots
         self.took = 0.0  # seconds a posted bind held its slot, moving average (0 until one has been posted)
-
-    @property
-    def slots(self) -> int:
-        """Binds allowed in flight now."""
-        return max(1, int(self.limit))
-
-    @property
-    def free(self) -> int:
-        return max(0, self.slots - self.in_flight)
 
     async def enter(self, arrived: float) -> str:
         """"ok" (a slot is held: call ``leave`` after the bind), "expired" or "full". ``arrived``: the
         request's time.perf_counter() on arrival."""
-        if self.in_flight < self.slots and not self.waiting:
-            self.in_flight += 1
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
             return "ok"
         left = self.max_wait_s - (time.perf_counter() - arrived)
         if left <= 0:
@@ -86,17 +63,12 @@ class BindQueue:
         """Give the slot to the longest-waiting bind, or back; ``took``: seconds the bind held it."""
         if took is not None:
             self.took = took if self.took == 0.0 else 0.9 * self.took + 0.1 * took
-            if self.target_s is not None:
-                # a tenth of the way to what the API server completed in target_s, each step at most halving
-                # or doubling: a burst of slow answers shrinks the slots within a few dozen binds, not at once
-                ratio = min(2.0, max(0.5, self.target_s / max(took, 1e-3)))
-                self.limit = min(float(self.most), max(float(self.least), self.limit * (0.9 + 0.1 * ratio)))
-        self.in_flight -= 1
-        while self.waiting and self.in_flight < self.slots:
+        while self.waiting:
             granted = self.waiting.popleft()
             if not granted.done():
-                self.in_flight += 1
                 granted.set_result(True)
+                return
+        self.free += 1
 
 
 class RateLimitedLog:

@@ -69,17 +69,17 @@ class ExtenderSettings:
     # kube-scheduler place the pod without kso (32 let pods onto nodes kso rejects, end to end).
     max_connections: int = setting("KSO_MAX_CONNECTIONS", 512, lo=1,
                                    help="connections and requests served at once; beyond it uvicorn answers 503")
-    # Binds in flight to the API server at once, at most (the others wait for a slot, in arrival order). The name is
+    # Binds in flight to the API server at once (the others wait for a slot, in arrival order). The name is
     # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), so a
-    # bind in flight costs a connection, not a thread. Within this cap the number in flight follows the API server
-    # (extender.bind_queue.BindQueue): as many as keep a Binding's round trip at half of what a bind granted at the
-    # end of its KSO_BIND_MAX_WAIT_S has left of KSO_HTTP_TIMEOUT_S. kube-scheduler binds each pod in its own
-    # goroutine, so at its peak hundreds of binds arrive within a round trip; a cap of 16 made kso refuse most of them
-    # on a 2-core control plane with room to bind them (benchmarks/e2e.py measures it). Keep it at most a quarter
-    # of KSO_MAX_CONNECTIONS: the binds waiting for a slot take up to half of it, filter and prioritize need the rest.
-    bind_threads: int = setting("KSO_BIND_THREADS", 128, lo=1, hi=256,
-                                help="binds in flight to the API server at once, at most (fewer while the API server is "
-                                     "slow; the rest wait in arrival order); a bind in flight is a connection, not a thread")
+    # bind in flight costs a connection, not a thread. kube-scheduler binds each pod in its own goroutine, so at its
+    # peak hundreds of binds arrive within one Binding's round trip: end to end on a 2-core control plane, 16 slots
+    # made kso refuse most binds that the API server had room for, 64 and 256 refused none; at a saturated API server
+    # more slots turn refusals (kube-scheduler binds at once) into Bindings that outlive the httpTimeout (kube-scheduler
+    # binds after the whole wait; benchmarks/e2e.py and benchmarks/figures/e2e-100n-1000p-bind-*.txt). Keep it at
+    # most a quarter of KSO_MAX_CONNECTIONS: the binds waiting for a slot take up to half of it.
+    bind_threads: int = setting("KSO_BIND_THREADS", 64, lo=1, hi=256,
+                                help="binds in flight to the API server at once (the rest wait in arrival order); a bind in "
+                                     "flight is a connection, not a thread")
     # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
     # kube-scheduler stops waiting at its extender httpTimeout (deploy/scheduler-config.yaml: 2 s) and, the
     # extender being ignorable, binds the pod itself; a Binding kso posted after that only races its binder. 1.5 s
