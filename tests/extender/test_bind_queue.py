@@ -316,16 +316,16 @@ class SlowApiBinder(ApiBinder):
 
 def test_a_burst_of_binds_at_a_slow_api_server_is_bound_not_refused(control_plane: Any, kube_namespace: str,
                                                                     node: str) -> None:
-    """kube-scheduler binds each pod in its own goroutine: 200 binds arrive at once, and each Binding takes 0.2 s
+    """kube-scheduler binds each pod in its own goroutine: 200 binds arrive at once, and each Binding takes 0.15 s
     (an API server at load). With the default settings and deploy/'s httpTimeout (2 s), kso binds them all within
-    KSO_BIND_MAX_WAIT_S instead of refusing those that find the slots taken (16 fixed slots bound 16 binds per
-    0.2 s and refused the rest after their 1.5 s wait)."""
+    KSO_BIND_MAX_WAIT_S instead of refusing those that find the slots taken (16 slots bound 16 binds per
+    0.15 s and refused the rest after their 1.5 s wait)."""
     api = control_plane.api_client()
     core = client.CoreV1Api(api)
     ns = kube_namespace
     names = [f"b{i:03d}" for i in range(200)]
     create_pods(api, ns, [pod_manifest(n, scheduler="none") for n in names])
-    binder = SlowApiBinder(api, 0.2)
+    binder = SlowApiBinder(api, 0.15)
     with extender_with(binder, {"KSO_HTTP_TIMEOUT_S": "2"}) as ext, ThreadPoolExecutor(len(names)) as pool:
         port = ext.port  # type: ignore[attr-defined]
         answers = list(pool.map(lambda n: bind(port, ns, n)[1], names))
