@@ -2,11 +2,12 @@
 (offline: recorded only), behind the ``Binder`` protocol, both on the caller's event loop; ``SyncBinder`` wraps
 either for synchronous callers (kso scheduler's bind workers), running its calls on an event loop of its own.
 
-``ApiBinder`` posts the Binding through the official client's asyncio layer (``kubernetes.aio``: aiohttp) and its own
-request layer (``ApiClient.call_api``: its TLS settings, timeouts and error mapping, with the headers and auth
-``param_serialize`` would add), not through the generated ``create_namespaced_pod_binding``: that method's pydantic
-argument validation, ``V1Binding`` models and their ``sanitize_for_serialization`` cost more CPU than the rest of a
-bind, and kube-scheduler sends one bind per pod. The request is the same: the same path, headers and JSON body. The
+``ApiBinder`` posts the Binding on the official client's asyncio layer (``kubernetes.aio``: the aiohttp session its
+REST layer makes, with that layer's TLS context and proxy, the headers and auth ``param_serialize`` would add, and
+its error mapping), not through the generated ``create_namespaced_pod_binding`` nor ``ApiClient.call_api``: the
+method's pydantic argument validation, ``V1Binding`` models and their ``sanitize_for_serialization``, and the REST
+layer's stdlib JSON encoding and response wrapper cost more CPU than the rest of a bind, and kube-scheduler sends
+one bind per pod. The request is the same: the same path and headers, the same JSON document (orjson's bytes). The
 answer is read raw: the API answers a binding with a ``Status``, which the client fails to deserialise as a
 V1Binding ("target" is required; kubernetes-client/python issues #547 and #825), so letting the client parse the
 response would turn every successful bind into an exception. It is configured from the synchronous client kso
