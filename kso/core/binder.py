@@ -2,12 +2,11 @@
 (offline: recorded only), behind the ``Binder`` protocol, both on the caller's event loop; ``SyncBinder`` wraps
 either for synchronous callers (kso scheduler's bind workers), running its calls on an event loop of its own.
 
-``ApiBinder`` posts the Binding on the official client's asyncio layer (``kubernetes.aio``: the aiohttp session its
-REST layer makes, with that layer's TLS context and proxy, the headers and auth ``param_serialize`` would add, and
-its error mapping), not through the generated ``create_namespaced_pod_binding`` nor ``ApiClient.call_api``: the
-method's pydantic argument validation, ``V1Binding`` models and their ``sanitize_for_serialization``, and the REST
-layer's stdlib JSON encoding and response wrapper cost more CPU than the rest of a bind, and kube-scheduler sends
-one bind per pod. The request is the same: the same path and headers, the same JSON document (orjson's bytes). The
+``ApiBinder`` posts the Binding through the official client's asyncio layer (``kubernetes.aio``: aiohttp) and its own
+request layer (``ApiClient.call_api``: its TLS settings, timeouts and error mapping, with the headers and auth
+``param_serialize`` would add), not through the generated ``create_namespaced_pod_binding``: that method's pydantic
+argument validation, ``V1Binding`` models and their ``sanitize_for_serialization`` cost more CPU than the rest of a
+bind, and kube-scheduler sends one bind per pod. The request is the same: the same path, headers and JSON body. The
 answer is read raw: the API answers a binding with a ``Status``, which the client fails to deserialise as a
 V1Binding ("target" is required; kubernetes-client/python issues #547 and #825), so letting the client parse the
 response would turn every successful bind into an exception. It is configured from the synchronous client kso
@@ -28,7 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -202,15 +201,6 @@ def aio_configuration(sync: client.Configuration, pool_size: int) -> aio_client.
     return cfg
 
 
-class _Answer(NamedTuple):
-    """An API answer, read whole: what ApiException takes from a response (status, reason, data, headers)."""
-
-    status: int
-    reason: str | None
-    data: bytes
-    headers: Any
-
-
 class ApiBinder:
     """Binds pods through the API server (a Binding to pods/<name>/binding, as kube-scheduler's DefaultBinder does)
     on the caller's event loop, through ``kubernetes.aio``. Its aiohttp session is opened on the loop of the first
@@ -253,48 +243,24 @@ class ApiBinder:
         if connector is not None:  # not the session's to close: a connector it was given
             await connector.close()
 
-    async def _authorization(self, api: aio_client.ApiClient) -> str | None:
-        """The Authorization header the generated methods send (their "BearerToken" auth setting), after the
-        token refresh hook has run."""
-        cfg = api.configuration
-        if "BearerToken" not in cfg.api_key and "authorization" not in cfg.api_key:
-            return None
-        return await cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-
-    async def _call(self, method: str, path: str, body: bytes | None, timeout_s: float) -> _Answer:
-        """``method`` ``path`` with the JSON ``body`` (bytes, sent as they are), as a generated method sends it,
-        the whole answer read (its connection back in the pool) within ``timeout_s``; a non-2xx answer raises
-        the ApiException the generated method raises. Sent on the aio client's own aiohttp session (its TLS
-        context, connection pool and proxy) but not through its request layer, which serialises the body
-        with the stdlib and wraps the response in objects the bind never reads."""
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
+        """``method`` ``path`` as a generated method sends it, the whole answer read (its connection back in
+        the pool) within ``timeout_s``; a non-2xx answer raises the ApiException the generated method raises."""
         api = self._client()
-        rest = api.rest_client
-        if rest.pool_manager is None:
-            rest.pool_manager = rest._create_pool_manager()  # noqa: SLF001 - the client's own session factory
         headers = _request_headers(api)
-        headers["Content-Type"] = "application/json"
-        if (auth := await self._authorization(api)) is not None:
-            headers["authorization"] = auth
-        cfg = api.configuration
-        extra: dict[str, Any] = {}
-        if cfg.tls_server_name:
-            extra["server_hostname"] = cfg.tls_server_name
-        if rest.proxy:
-            extra["proxy"] = rest.proxy
-        if rest.proxy_headers:
-            extra["proxy_headers"] = rest.proxy_headers
-        async with rest.pool_manager.request(method, cfg.host + path, data=body, headers=headers,
-                                             timeout=aiohttp.ClientTimeout(total=timeout_s), **extra) as resp:
-            answer = _Answer(resp.status, resp.reason, await resp.read(), resp.headers)
-        if not 200 <= answer.status <= 299:  # noqa: PLR2004 - HTTP's success class
-            raise aio_client.ApiException.from_response(http_resp=answer, body=None, data=None)
-        return answer
+        await api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        resp = await api.call_api(method, api.configuration.host + path, header_params=headers, body=body,
+                                  _request_timeout=timeout_s)
+        await resp.read()
+        if not 200 <= resp.status <= 299:  # noqa: PLR2004 - HTTP's success class
+            raise aio_client.ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
         what = f"binding pod {namespace}/{name} to node {node}"
         path, body = binding_request(namespace, name, uid, node, self.configuration.safe_chars_for_path_param)
         try:
-            await self._call("POST", path, orjson.dumps(body), time_left(deadline, self.timeout_s, what))
+            await self._call("POST", path, body, time_left(deadline, self.timeout_s, what))
         except aio_client.ApiException as exc:
             if (error := refusal(namespace, name, node, exc)) is not None:
                 raise error from exc
