@@ -74,12 +74,13 @@ class ExtenderSettings(ForecastSourceSettings):
                                    help="connections and requests served at once; beyond it uvicorn answers 503")
     # Binds in flight to the API server at once (the others wait for a slot, in arrival order). The name is
     # historical: binds were posted from this many threads; they now run on the event loop (kubernetes.aio), so a
-    # bind in flight costs a connection, not a thread, and the value bounds how many Bindings kso keeps waiting at
-    # the API server. More does not bind faster where the API server is the bottleneck: end to end on a loaded
-    # 2-core control plane, 64 slots bound no more pods per second than 16 and doubled the Binding's round trip
-    # (kube-scheduler binds what kso refuses; benchmarks/e2e.py measures it). Raise it for an API
-    # server with room (at least kube-scheduler's peak binds per second x a bind's round trip).
-    bind_threads: int = setting("KSO_BIND_THREADS", 16, lo=1, hi=256,
+    # bind in flight costs a connection, not a thread. kube-scheduler binds each pod in its own goroutine, so at its
+    # peak hundreds of binds arrive within one Binding's round trip: end to end on a 2-core control plane, 16 slots
+    # made kso refuse most binds that the API server had room for, 64 and 256 refused none; at a saturated API server
+    # more slots turn refusals (kube-scheduler binds at once) into Bindings that outlive the httpTimeout (kube-scheduler
+    # binds after the whole wait; benchmarks/e2e.py and benchmarks/figures/e2e-100n-1000p-bind-*.txt). Keep it at
+    # most a quarter of KSO_MAX_CONNECTIONS: the binds waiting for a slot take up to half of it.
+    bind_threads: int = setting("KSO_BIND_THREADS", 64, lo=1, hi=256,
                                 help="binds in flight to the API server at once (the rest wait in arrival order); a bind in "
                                      "flight is a connection, not a thread")
     # A bind still waiting for a bind slot this long after it arrived is not posted but answered with an error:
@@ -92,10 +93,11 @@ class ExtenderSettings(ForecastSourceSettings):
                                      help="a bind still waiting for a bind slot this long is answered with an error, not posted"
                                           " (kube-scheduler then binds the pod itself); keep it under the extender's "
                                           "httpTimeout, seconds")
-    # kube-scheduler's extender httpTimeout (its configuration's extenders[].httpTimeout; 30 s unless set there): a
-    # bind's API calls end by this long after the bind arrived, so that kso never binds after kube-scheduler has
-    # stopped waiting and bound the pod itself. Set it to the scheduler configuration's value.
-    http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 30.0, lo=0.1,
+    # kube-scheduler's extender httpTimeout (its configuration's extenders[].httpTimeout; 5 s unless set there,
+    # kube-scheduler's DefaultExtenderTimeout): a bind's API calls end by this long after the bind arrived, so that kso
+    # never binds after kube-scheduler has stopped waiting and bound the pod itself. Set it to the scheduler
+    # configuration's value (deploy/: 2 s).
+    http_timeout_s: float = setting("KSO_HTTP_TIMEOUT_S", 5.0, lo=0.1,
                                     help="kube-scheduler's extender httpTimeout: a bind's API calls end within it, seconds")
     url_prefix: str = setting("KSO_URL_PREFIX", "", help="prefix of /filter, /prioritize, /bind, /preempt")
     agents: list[str] = setting("KSO_AGENTS", ["safe", "pigeon", "congestion", "image"], kind="list",

@@ -44,6 +44,10 @@ T = TypeVar("T")
 # Connections kept for binds: at least the binds in flight (the extender's KSO_BIND_THREADS, `kso scheduler`'s
 # binding threads); kube-scheduler binds each pod in its own goroutine, so all of them can be busy.
 BIND_POOL_SIZE = 40
+# Seconds an idle bind connection is kept open: under the 90 s that client-go (Go's http.DefaultTransport) keeps
+# idle connections to the API server, which servers and proxies in front of it are set to allow, so kso does not
+# post on a connection the other end is about to close.
+KEEPALIVE_S = 60.0
 
 
 class BindError(RuntimeError):
@@ -211,6 +215,7 @@ class ApiBinder:
         self.default_headers = dict(api_client.default_headers)  # the given client's User-Agent etc.
         self.timeout_s = timeout_s  # a request's longest wait (a deadline may shorten it)
         self._api: aio_client.ApiClient | None = None
+        self._connector: aiohttp.TCPConnector | None = None
 
     def _client(self) -> aio_client.ApiClient:
         if self._api is None:
@@ -219,14 +224,24 @@ class ApiBinder:
             # variables on worker threads for every request: two thread hand-overs per bind, a large share of its
             # CPU (benchmarks/latency/bind.py measures it). The jar is made here, on the loop the session is for.
             self.configuration.client_session_kwargs = {"trust_env": False, "cookie_jar": aiohttp.DummyCookieJar()}
-            self._api = aio_client.ApiClient(configuration=self.configuration, cookie=self.cookie)
-            self._api.default_headers.update(self.default_headers)
+            api = aio_client.ApiClient(configuration=self.configuration, cookie=self.cookie)
+            api.default_headers.update(self.default_headers)
+            # The client's own connector (its TLS context, the pool's size) but keeping idle connections for
+            # KEEPALIVE_S, not aiohttp's 15 s: a bind on a new connection costs a TLS handshake, several times the
+            # CPU of the bind itself, and kube-scheduler's binds come in bursts, often more than 15 s apart.
+            self._connector = aiohttp.TCPConnector(limit=api.rest_client.maxsize, ssl=api.rest_client.ssl_context,
+                                                   keepalive_timeout=KEEPALIVE_S)
+            self.configuration.client_session_kwargs["connector"] = self._connector
+            self._api = api
         return self._api
 
     async def aclose(self) -> None:
         api, self._api = self._api, None
+        connector, self._connector = self._connector, None
         if api is not None:
             await api.close()
+        if connector is not None:  # not the session's to close: a connector it was given
+            await connector.close()
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
         """``method`` ``path`` as a generated method sends it, the whole answer read (its connection back in

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes import client
 
@@ -121,3 +122,33 @@ def test_plain_client_binding_response_is_not_a_binding(control_plane: Any, kube
     with pytest.raises(Exception, match="target"):
         core.create_namespaced_binding(kube_namespace, body)
     assert core.read_namespaced_pod("p", kube_namespace).spec.node_name == "k-n1"
+
+
+def test_idle_bind_connections_outlive_a_pause_between_bursts(control_plane: Any, kube_namespace: str,
+                                                              nodes: list[str]) -> None:
+    """kube-scheduler's binds come in bursts; a bind on a new connection pays a TLS handshake, several times the CPU
+    of the bind. A burst after a pause longer than aiohttp's default keep-alive (15 s) still finds its connections
+    open: connections are made once (counted by aiohttp's tracing), not once per burst."""
+    ns = kube_namespace
+    api = control_plane.api_client()
+    create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(8)])
+    binder = ApiBinder(api, timeout_s=30.0, pool_size=4)
+    made: list[str] = []
+
+    async def connection_made(*_: Any) -> None:
+        made.append("tls")
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(connection_made)
+    binder.configuration.trace_configs = [trace]
+
+    async def scenario() -> None:
+        await asyncio.gather(*(binder.bind(ns, f"p{i}", "", "k-n1") for i in range(4)))
+        first = len(made)
+        await asyncio.sleep(16)
+        await asyncio.gather(*(binder.bind(ns, f"p{i}", "", "k-n1") for i in range(4, 8)))
+        assert 1 <= first <= 4 and len(made) == first, (first, len(made))
+        await binder.aclose()
+
+    asyncio.run(scenario())
+    assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
