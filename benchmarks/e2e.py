@@ -294,9 +294,18 @@ def variant_configs(label: str, env: dict[str, str]) -> list[str]:
     return [f"{c}{label[len('kso'):]}" for c in names]
 
 
+def scheduler_http_timeout_s() -> str:
+    """deploy/'s extender httpTimeout in seconds ("2s" -> "2"): what kso's KSO_HTTP_TIMEOUT_S must say (deploy/settings
+    does), so that its Bindings end while kube-scheduler still waits."""
+    text = str(deploy_scheduler_config()["extenders"][0].get("httpTimeout", "5s"))
+    return str(float(text[:-1]) if text.endswith("s") and not text.endswith("ms") else float(text[:-2]) / 1e3)
+
+
 def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
-    """``kso extender --port P`` as README says: a kubeconfig and nothing else (KSO_CLUSTER_SOURCE unset).
-    Bound to 127.0.0.1 so a test never opens a port beyond the machine."""
+    """``kso extender --port P`` as README says: a kubeconfig and, as deploy/settings.yaml, the scheduler's httpTimeout
+    (KSO_HTTP_TIMEOUT_S, unless the variant sets it); KSO_CLUSTER_SOURCE unset. Bound to 127.0.0.1 so a test never
+    opens a port beyond the machine."""
+    env.setdefault("KSO_HTTP_TIMEOUT_S", scheduler_http_timeout_s())
     # KSO_BENCH_TREE=DIR (a --kso-env variant): run the kso of another checkout, e.g. the commit before a change;
     # DIR relative to the working directory (the variant's label names files, so it cannot hold a "/").
     tree = Path(env.pop("KSO_BENCH_TREE", str(REPO))).resolve()
@@ -367,6 +376,7 @@ class RunResult:
     # binds kso answered with an error without posting them (waited past KSO_BIND_MAX_WAIT_S, or the queue was
     # full): kube-scheduler's own binder bound those pods (ignorable extender)
     binds_refused: float = 0.0
+    bind_errors: float = 0.0  # binds kso posted that failed (a deadline passed, the API server refused): kube-scheduler retries
     # CPU kube-scheduler's process used per pod from its first bind to its last, ms (its start-up and informer
     # sync not counted): what the extender protocol costs the scheduler itself
     scheduler_cpu_ms: float = math.nan
@@ -436,10 +446,12 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
         refused = sum(metric_sum(after, "kso_extender_bindings_total", result=res)
                       - metric_sum(before, "kso_extender_bindings_total", result=res)
                       for res in ("expired", "full")) if kso else 0.0
+        bind_errors = (metric_sum(after, "kso_extender_bindings_total", result="error")
+                       - metric_sum(before, "kso_extender_bindings_total", result="error")) if kso else 0.0
         return RunResult(config_name, rnd, (len(times) - 1) / max(times[-1] - times[0], 1e-9), times[-1] - t0,
                          mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered,
                          extender_cpu_ms=cpu_ms, extender_system_ms=(system1 - system0) * 1e3 / pods,
-                         binds_refused=refused,
+                         binds_refused=refused, bind_errors=bind_errors,
                          scheduler_cpu_ms=sched_cpu * 1e3 / max(1, pods - bound0))
     finally:
         delete_namespace_pods(api, ns)
@@ -488,7 +500,7 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
                     f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  extender CPU "
                     f"{res.extender_cpu_ms:.2f} ms/pod (system {res.extender_system_ms:.2f})  kube-scheduler CPU "
                     f"{res.scheduler_cpu_ms:.2f} ms/pod  binds refused "
-                    f"{res.binds_refused:.0f}  load {res.load1:.1f}")
+                    f"{res.binds_refused:.0f}  bind errors {res.bind_errors:.0f}  load {res.load1:.1f}")
                 results.append(res)
         finally:
             for ext in extenders.values():
@@ -511,7 +523,7 @@ def table(results: list[RunResult]) -> str:
     names = list(dict.fromkeys(r.config for r in results))
     lines = ["| configuration | pods/s | ratio to alone | pods/node max / p95 | filter mean / p99 ms | "
              "prioritize mean / p99 ms | bind mean / p50 / p99 ms | bind API mean / p99 ms | API server Binding mean / "
-             "p50 / p99 ms | binds refused | extender CPU ms/pod (system) | kube-scheduler CPU ms/pod | load avg |",
+             "p50 / p99 ms | binds refused / failed | extender CPU ms/pod (system) | kube-scheduler CPU ms/pod | load avg |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         rs = [r for r in results if r.config == name]
@@ -526,7 +538,7 @@ def table(results: list[RunResult]) -> str:
             f"{verb('filter', ('mean_ms', 'p99_ms'))} | {verb('prioritize', ('mean_ms', 'p99_ms'))} | "
             f"{verb('bind', ('mean_ms', 'p50_ms', 'p99_ms'))} | {verb('bind-api', ('mean_ms', 'p99_ms'))} | "
             f"{verb('api-binding', ('mean_ms', 'p50_ms', 'p99_ms'))} | "
-            f"{_med([r.binds_refused for r in rs]):.0f} | "
+            f"{_med([r.binds_refused for r in rs]):.0f} / {_med([r.bind_errors for r in rs]):.0f} | "
             f"{_med([r.extender_cpu_ms for r in rs]):.2f} ({_med([r.extender_system_ms for r in rs]):.2f}) | "
             f"{_med([r.scheduler_cpu_ms for r in rs]):.2f} | "
             f"{_med([r.load1 for r in rs]):.1f} |")
