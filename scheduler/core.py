@@ -49,6 +49,9 @@ log = logging.getLogger("kso.scheduler")
 # Condition patches waiting for the status writer at most; past that a pod's patch is dropped (and counted), and
 # its next failed attempt asks again (it is not marked as written).
 STATUS_BACKLOG = 1000
+# After a 403 on a pod's status, no condition is written for this long: without the RBAC rule every pending pod's
+# every failed attempt would otherwise be one more refused request.
+STATUS_REFUSED_PAUSE_S = 300.0
 
 
 @dataclass
@@ -168,6 +171,7 @@ class Scheduler:
         self._marked: dict[str, str] = {}
         self._queued: dict[str, str] = {}
         self._status_errors: set[int] = set()  # HTTP statuses already logged at warning level
+        self._status_refused_until = -math.inf  # self.now() until which no condition is written (after a 403)
         self.status_patches = Counter("kso_scheduler_pod_condition_patches_total",
                                       "PodScheduled=False/Unschedulable patches of pods/status by result (patched, "
                                       "error, dropped: the writer's backlog was full)", ["result"],
@@ -355,8 +359,12 @@ class Scheduler:
                 if self._queued.get(pod.uid) != message:
                     return  # a newer message for this pod is queued behind this one
                 transition = pod.uid not in self._marked
-            if self.state.pending_pod(pod.uid) is None:
+            current = self.state.pending_pod(pod.uid)  # (ClusterState's pending_pod also finds a bound or assumed pod)
+            if current is None or current.node_name:
                 return  # bound (or assumed for a bind) or gone since: the Binding sets PodScheduled=True itself
+            if self.now() < self._status_refused_until:
+                self.status_patches.labels("dropped").inc()
+                return  # refused lately (403): not one request per pod and attempt until the RBAC is fixed
             self.status.unschedulable(pod, message, transition)
         except Exception as exc:  # noqa: BLE001 - the condition is for the autoscaler; scheduling goes on
             self.status_patches.labels("error").inc()
@@ -364,6 +372,8 @@ class Scheduler:
             hint = " (kso scheduler needs patch on pods/status: deploy/scheduler-standalone/rbac.yaml)" if code == 403 else ""
             first = code not in self._status_errors
             self._status_errors.add(code)
+            if code == 403:
+                self._status_refused_until = self.now() + STATUS_REFUSED_PAUSE_S
             log.log(logging.WARNING if first else logging.DEBUG, "PodScheduled=False not written on %s%s: %s",
                     pod.key, hint, exc)
         else:

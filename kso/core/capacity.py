@@ -391,23 +391,39 @@ class NodeMarker:
     marks off the others (``apply``); never touches a mark it did not set. Every write is a JSON merge patch
     conditioned on the node's resourceVersion as listed (a node changed meanwhile: a 409, tried again next round)."""
 
+    # Each call's longest wait, seconds: a hung connection must not hold the signal's round (and so its stop, which
+    # takes the marks off) for ever.
+    REQUEST_TIMEOUT_S = 10.0
+
     def __init__(self, api_client: Any, identity: str) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.identity = identity
         self.marked: set[str] = set()  # this kso's marks, as of the last apply / clear
+        self._warned: set[int] = set()  # HTTP statuses of refused patches already logged at warning level
+
+    def nodes(self) -> list[Any]:
+        """Every Node, from the API server's cache (resourceVersion 0: no quorum read), for one round's reap and
+        apply."""
+        return list(self.core.list_node(resource_version="0", _request_timeout=self.REQUEST_TIMEOUT_S).items)
 
     def _patch(self, node: Any, annotations: dict[str, str | None]) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         body = {"metadata": {"resourceVersion": node.metadata.resource_version, "annotations": annotations}}
         try:
-            self.core.patch_node(node.metadata.name, body, _content_type="application/merge-patch+json")
+            self.core.patch_node(node.metadata.name, body, _content_type="application/merge-patch+json",
+                                 _request_timeout=self.REQUEST_TIMEOUT_S)
             return True
         except ApiException as exc:
             if exc.status not in (404, 409):  # gone, or changed since listed: the next round looks again
-                log.warning("capacity: cannot patch node %s: %s %s", node.metadata.name, exc.status, _message(exc))
+                first = exc.status not in self._warned
+                self._warned.add(exc.status)
+                hint = (" (marks need patch on nodes: deploy/optional/capacity-node-marks.yaml)"
+                        if exc.status == 403 else "")
+                log.log(logging.WARNING if first else logging.DEBUG, "capacity: cannot patch node %s%s: %s %s",
+                        node.metadata.name, hint, exc.status, _message(exc))
             return False
 
     def _unmark(self, node: Any) -> bool:
@@ -416,10 +432,11 @@ class NodeMarker:
         return self._patch(node, {MARKED_BY: None, **({SCALE_DOWN_DISABLED: None}
                                                        if ann.get(SCALE_DOWN_DISABLED) == "true" else {})})
 
-    def apply(self, wanted: Iterable[str]) -> MarkResult:
+    def apply(self, wanted: Iterable[str], nodes: list[Any] | None = None) -> MarkResult:
+        """Mark the ``wanted`` nodes and unmark this kso's others, among ``nodes`` (default: listed now)."""
         wanted = set(wanted)
         result = MarkResult()
-        for node in self.core.list_node().items:
+        for node in self.nodes() if nodes is None else nodes:
             name = node.metadata.name
             ann = node.metadata.annotations or {}
             ours = ann.get(MARKED_BY) == self.identity
@@ -440,9 +457,9 @@ class NodeMarker:
                      len(result.unmarked), len(result.kept))
         return result
 
-    def _unmark_where(self, gone: Any) -> list[str]:
+    def _unmark_where(self, gone: Any, nodes: list[Any] | None = None) -> list[str]:
         done = []
-        for node in self.core.list_node().items:
+        for node in self.nodes() if nodes is None else nodes:
             by = (node.metadata.annotations or {}).get(MARKED_BY)
             if by is not None and gone(by) and self._unmark(node):
                 done.append(node.metadata.name)
@@ -454,9 +471,10 @@ class NodeMarker:
         self.marked.clear()
         return done
 
-    def reap(self, live: set[str]) -> list[str]:
-        """Take off the marks of every kso whose identity is not in ``live`` (gone: its Lease expired)."""
-        done = self._unmark_where(lambda by: by not in live)
+    def reap(self, live: set[str], nodes: list[Any] | None = None) -> list[str]:
+        """Take off the marks of every kso whose identity is not in ``live`` (gone: its Lease expired), among
+        ``nodes`` (default: listed now)."""
+        done = self._unmark_where(lambda by: by not in live, nodes)
         if done:
             log.info("capacity: took the scale-down-disabled marks of gone kso instances off %d nodes", len(done))
         return done

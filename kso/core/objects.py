@@ -8,6 +8,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from hashlib import blake2b
 from typing import Any
 
 import orjson
@@ -230,20 +231,22 @@ class PodMemo:
     annotations and creationTimestamp, the spec less spec.nodeName, status.phase) encode to the same JSON bytes:
     pod_from_k8s is a function of those and spec.nodeName alone, so a hit is the PodInfo a parse would build (with
     the object's node name), and a changed or malformed pod is parsed (and refused) afresh. The encoding is
-    type-exact (true is not 1), and several times cheaper than a parse. A pod without a uid (a hand-written body)
-    is parsed every time. Bounded: least recently used first out. The PodInfo objects handed out are shared, so
-    nothing may change them in place."""
+    type-exact (true is not 1), and several times cheaper than a parse; an entry keeps its 16-byte digest. A pod
+    without a uid (a hand-written body) is parsed every time. Bounded: least recently used first out, at ``size``
+    entries, which the watch raises to the cluster's pods (``reserve``) so that a large cluster's events do not
+    push each other out. The PodInfo objects handed out are shared, so nothing may change them in place."""
 
     def __init__(self, size: int = 4096, shared_size: int = 512) -> None:
         self.size, self.shared_size = size, shared_size
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, tuple[bytes, PodInfo]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[bytes, PodInfo]] = OrderedDict()  # uid -> (digest of fields, PodInfo)
         self._shared: dict[int, tuple[Any, PodInfo]] = {}  # id(pod) -> (pod, its PodInfo), for shared objects
 
     @staticmethod
     def key(pod: Any) -> tuple[str, bytes, str] | None:
-        """(uid, the parsed fields' JSON less spec.nodeName, spec.nodeName or "") of a Pod object, or None when it
-        lacks a uid, its nodeName is not a string (pod_from_k8s's to refuse) or its fields do not encode."""
+        """(uid, the digest of the parsed fields' JSON less spec.nodeName, spec.nodeName or "") of a Pod object, or
+        None when it lacks a uid, its nodeName is not a string (pod_from_k8s's to refuse) or its fields do not
+        encode."""
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         if not isinstance(meta, dict):
             return None
@@ -258,7 +261,7 @@ class PodMemo:
                 return None
             spec = {k: v for k, v in spec.items() if k != "nodeName"}
         fields = pod_fields(pod, meta, spec)
-        return None if fields is None else (uid, fields, node or "")
+        return None if fields is None else (uid, blake2b(fields, digest_size=16).digest(), node or "")
 
     def parse(self, pod: Any, shared: bool = False) -> PodInfo:
         """pod_from_k8s(pod), from the memo when this uid was parsed from the same fields (on any node).
@@ -296,6 +299,11 @@ class PodMemo:
             self._items.move_to_end(key[0])
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+
+    def reserve(self, pods: int) -> None:
+        """Room for at least ``pods`` entries (never less than the size given)."""
+        with self._lock:
+            self.size = max(self.size, pods)
 
     def discard(self, uid: str) -> None:
         """Forget a pod (deleted, or terminal): its entry would only wait to be evicted."""

@@ -315,6 +315,7 @@ class ClusterWatcher:
                     self.state.remove_node(name)
 
     def _replace_pods(self, items: list[Any], relist: bool) -> None:
+        self.pod_memo.reserve(len(items) + len(items) // 4)  # every listed pod, and room for those to come
         parsed: list[PodInfo] = []
         listed: set[str] = set()
         for item in items:
@@ -411,6 +412,8 @@ class ClusterWatcher:
                     if pod.uid:
                         # observed_binding: a pod seen bound for the first time counts as recent.
                         self._apply_pod(pod, observed_binding=True)
+                        if len(self._known_pods) > self.pod_memo.size * 4 // 5:  # the cluster grew past the list
+                            self.pod_memo.reserve(len(self._known_pods) * 5 // 4)
             except ObjectError as exc:
                 self._skip(res.kind[:-1], obj, exc)
         elif type_ == "DELETED":

@@ -206,10 +206,15 @@ def moved_by_drain(pod: PodInfo) -> bool:
     return not (is_placeholder(pod.annotations) or pod.owner_kind == "DaemonSet" or MIRROR_POD in pod.annotations)
 
 
-def refused_on_every_other(agent: SafeAgent, view: NodeView, pod: PodInfo, offerable: np.ndarray | None = None) -> bool:
+def refused_on_every_other(agent: SafeAgent, view: NodeView, pod: PodInfo, offerable: np.ndarray | None = None,
+                           but: int | None = None) -> bool:
     """The safe agent refuses ``pod`` (risk > eps) on every node of ``view`` kube-scheduler could offer it
-    (``offerable``, default ``feasible``), and there is at least one such node."""
+    (``offerable``, default ``feasible``) but row ``but`` (the node it runs on), and there is at least one such node.
+    The agent judges each node on its own row, so leaving a row out is the same as a view without it."""
     ok = feasible(pod, view) if offerable is None else offerable
+    if but is not None:
+        ok = ok.copy()
+        ok[but] = False
     if not ok.any():
         return False
     failed, _ = agent.inputs(Call(pod, view)).over(agent.eps)
@@ -234,16 +239,13 @@ def needed_nodes(agent: SafeAgent, state: ClusterState, below: float, marked: It
     """The nodes needed now (the rule in the module's docstring), among those under ``below`` or in ``marked``."""
     names = state.node_names()
     marked = set(marked)
-    share = requested_share(state.view(names))
+    view = state.view(names)  # one view of every node: each pod judged on the others by leaving its own row out
+    share = requested_share(view)
     needed = set()
     for i, name in enumerate(names):
         if not (share[i] < below or name in marked):
             continue
-        pods = [p for p in state.pods_on(name) if moved_by_drain(p)]
-        if not pods:
-            continue
-        others = state.view([n for n in names if n != name])
-        if any(refused_on_every_other(agent, others, pod) for pod in pods):
+        if any(refused_on_every_other(agent, view, pod, but=i) for pod in state.pods_on(name) if moved_by_drain(pod)):
             needed.add(name)
     return needed
 
@@ -336,8 +338,9 @@ class CapacitySignal:
         if self.keep is not None and self.marker is not None:
             needed = needed_nodes(self.agent, self.state, self.settings.keep_below, self.marker.marked)
             self.kept = self.keep.step(self.clock(), needed, self.state.node_names())
-            self.marker.reap(live)
-            self.marker.apply(self.kept)
+            nodes = self.marker.nodes()  # one listing for both (a mark reap takes off still shows in it: next round)
+            self.marker.reap(live, nodes)
+            self.marker.apply(self.kept, nodes)
         return self.wanted
 
     def start(self) -> CapacitySignal:

@@ -251,3 +251,47 @@ def test_a_mark_stays_hold_s_after_the_node_was_last_needed_and_goes_with_the_no
     assert d.step(61.0, {"b"}, {"a", "b"}) == {"b"}
     assert d.step(62.0, set(), {"a"}) == set(), "a deleted node is forgotten"
     assert KeepDecision(hold_s=0.0).step(5.0, {"a"}, {"a"}) == {"a"}
+
+
+def test_needed_nodes_judges_each_pod_on_the_other_nodes_as_a_view_without_its_own_would() -> None:
+    """needed_nodes leaves the pod's own row out of one view of every node instead of building a view of the others
+    per node: the same answer (the safe agent judges each node on its own row) in one pass, on random clusters."""
+    import random
+    from typing import Any
+
+    from kso.decisions.agents.base import Call
+    from kso.decisions.capacity import feasible, moved_by_drain, needed_nodes, requested_share
+
+    def per_node_views(agent: SafeAgent, state: Any, below: float) -> set[str]:
+        names = state.node_names()
+        share = requested_share(state.view(names))
+        out = set()
+        for i, name in enumerate(names):
+            if share[i] >= below:
+                continue
+            others = state.view([n for n in names if n != name])
+            for pod in (p for p in state.pods_on(name) if moved_by_drain(p)):
+                ok = feasible(pod, others)
+                if ok.any():
+                    failed, _ = agent.inputs(Call(pod, others)).over(agent.eps)
+                    if failed.any(axis=1)[ok].all():
+                        out.add(name)
+                        break
+        return out
+
+    rng = random.Random(7)
+    agent = SafeAgent(SafeParams())
+    seen = set()
+    for _ in range(25):
+        nodes = [make_node(f"n{i}", cpu=str(rng.choice([2, 4, 8])),
+                           annotations={**HOT, "mean-free-cpu": str(rng.randint(100, 3900)),
+                                        "forcasted-free-cpu": str(rng.randint(100, 3900))})
+                 for i in range(rng.randint(2, 9))]
+        pods = [make_pod(f"p{j}", cpu=f"{rng.randint(1, 30) * 100}m", node=f"n{rng.randrange(len(nodes))}")
+                for j in range(rng.randint(1, 12))]
+        state = make_state(nodes, pods)
+        for below in (0.5, 0.9):
+            want = per_node_views(agent, state, below)
+            assert needed_nodes(agent, state, below) == want
+            seen.add(bool(want))
+    assert seen == {True, False}  # both answers occurred

@@ -117,3 +117,13 @@ def test_bounded_least_recently_used_first_out() -> None:
     memo.parse(pods[2])  # evicts p1
     assert len(memo) == 2
     assert memo.parse(pods[0]) is a
+
+
+def test_reserve_makes_room_and_never_shrinks() -> None:
+    memo = PodMemo(size=2)
+    memo.reserve(1)
+    assert memo.size == 2
+    memo.reserve(3)
+    pods = [make_pod(f"p{i}", uid=f"u{i}") for i in range(3)]
+    first = [memo.parse(p) for p in pods]
+    assert len(memo) == 3 and all(memo.parse(p) is f for p, f in zip(pods, first, strict=True))

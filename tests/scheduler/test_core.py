@@ -109,3 +109,48 @@ def test_condition_writer_sends_each_pods_latest_new_message_once_in_order(monke
     finally:
         status.release.set()
         sched.close()
+
+
+class RefusingStatus:
+    """A status sink answering every patch as an API server without the pods/status rule would (403)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def unschedulable(self, pod: PodInfo, message: str, transition: bool) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        self.calls.append(pod.name)
+        raise ApiException(status=403, reason="Forbidden")
+
+
+def test_condition_writer_skips_an_assumed_pod_and_pauses_after_a_403() -> None:
+    """A pod assumed for its bind since the patch was queued gets none (the Binding sets PodScheduled=True); after a
+    403 the writer sends nothing for STATUS_REFUSED_PAUSE_S (dropped, counted) instead of a refused request per pod
+    and attempt."""
+    from scheduler.core import STATUS_REFUSED_PAUSE_S
+
+    pending = [kso_pod(n, "100m", "c", "0.9") for n in ("a", "b", "c")]
+    state = make_state([make_node("n0", cpu="1")], pending)
+    status = RefusingStatus()
+    clock = [1000.0]
+    sched = Scheduler(["kso"], SchedulerSettings(), state, StaticClocks(), RecordingBinder(), Recorded(), None,
+                      status=status, clock=lambda: clock[0])
+    a, b, c = (state.pending_pod(p["metadata"]["uid"]) for p in pending)
+    try:
+        state.assume(a, "n0")
+        sched._mark_unschedulable(a, "m")
+        assert sched.drain(10) and status.calls == []
+        sched._mark_unschedulable(b, "m")
+        assert sched.drain(10) and status.calls == ["b"]
+        sched._mark_unschedulable(c, "m")
+        sched._mark_unschedulable(b, "m2")
+        assert sched.drain(10) and status.calls == ["b"]
+        clock[0] += STATUS_REFUSED_PAUSE_S + 1
+        sched._mark_unschedulable(c, "m")
+        assert sched.drain(10) and status.calls == ["b", "c"]
+        registry = sched.metrics.registry
+        assert [registry.get_sample_value("kso_scheduler_pod_condition_patches_total", {"result": r})
+                for r in ("error", "dropped")] == [2, 2]
+    finally:
+        sched.close()
