@@ -27,6 +27,7 @@ from prometheus_client import Counter
 
 from kso.core.binder import Binder, SyncBinder
 from kso.core.cluster import ClusterState
+from kso.core.logs import FirstWarnings
 from kso.core.node_costs import CostKeySettings
 from kso.core.objects import PodInfo
 from kso.core.settings import setting
@@ -170,7 +171,7 @@ class Scheduler:
         self._status_pool = ThreadPoolExecutor(1, thread_name_prefix="kso-status")
         self._marked: dict[str, str] = {}
         self._queued: dict[str, str] = {}
-        self._status_errors: set[int] = set()  # HTTP statuses already logged at warning level
+        self._status_errors = FirstWarnings(log)  # a condition patch that failed, by HTTP status
         self._status_refused_until = -math.inf  # self.now() until which no condition is written (after a 403)
         self.status_patches = Counter("kso_scheduler_pod_condition_patches_total",
                                       "PodScheduled=False/Unschedulable patches of pods/status by result (patched, "
@@ -370,12 +371,9 @@ class Scheduler:
             self.status_patches.labels("error").inc()
             code = exc.status if isinstance(exc, ApiException) else 0
             hint = " (kso scheduler needs patch on pods/status: deploy/scheduler-standalone/rbac.yaml)" if code == 403 else ""
-            first = code not in self._status_errors
-            self._status_errors.add(code)
             if code == 403:
                 self._status_refused_until = self.now() + STATUS_REFUSED_PAUSE_S
-            log.log(logging.WARNING if first else logging.DEBUG, "PodScheduled=False not written on %s%s: %s",
-                    pod.key, hint, exc)
+            self._status_errors.log(code, "PodScheduled=False not written on %s%s: %s", pod.key, hint, exc)
         else:
             self.status_patches.labels("patched").inc()
             with self._lock:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kso.core.logs import FirstWarnings
 from kso.core.resources import CPU, PODS
 from kso.core.settings import setting
 
@@ -401,7 +402,7 @@ class NodeMarker:
         self.core = client.CoreV1Api(api_client)
         self.identity = identity
         self.marked: set[str] = set()  # this kso's marks, as of the last apply / clear
-        self._warned: set[int] = set()  # HTTP statuses of refused patches already logged at warning level
+        self._refused = FirstWarnings(log)  # a refused patch, by HTTP status
 
     def nodes(self) -> list[Any]:
         """Every Node, from the API server's cache (resourceVersion 0: no quorum read), for one round's reap and
@@ -418,12 +419,10 @@ class NodeMarker:
             return True
         except ApiException as exc:
             if exc.status not in (404, 409):  # gone, or changed since listed: the next round looks again
-                first = exc.status not in self._warned
-                self._warned.add(exc.status)
                 hint = (" (marks need patch on nodes: deploy/optional/capacity-node-marks.yaml)"
                         if exc.status == 403 else "")
-                log.log(logging.WARNING if first else logging.DEBUG, "capacity: cannot patch node %s%s: %s %s",
-                        node.metadata.name, hint, exc.status, _message(exc))
+                self._refused.log(exc.status, "capacity: cannot patch node %s%s: %s %s", node.metadata.name, hint,
+                                  exc.status, _message(exc))
             return False
 
     def _unmark(self, node: Any) -> bool:

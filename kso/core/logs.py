@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,3 +108,19 @@ def uvicorn_level(level: int) -> str:
         if level <= limit:
             return name
     return "critical"
+
+
+class FirstWarnings:
+    """A failure that repeats (every round, every pod) logged at WARNING the first time each of its kinds occurs (an
+    HTTP status, say) and at DEBUG after, so the log says what is wrong once instead of once per attempt."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self._seen: set[Any] = set()
+        self._lock = threading.Lock()
+
+    def log(self, kind: Any, msg: str, *args: Any) -> None:
+        with self._lock:
+            first = kind not in self._seen
+            self._seen.add(kind)
+        self.logger.log(logging.WARNING if first else logging.DEBUG, msg, *args)

@@ -97,3 +97,16 @@ def test_a_command_run_in_a_test_leaves_no_handler_on_a_closed_stream(tmp_path: 
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Logging error" not in proc.stderr and "closed file" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_first_warnings_warn_once_per_kind_then_debug(caplog: pytest.LogCaptureFixture) -> None:
+    from kso.core.logs import FirstWarnings
+
+    logger = logging.getLogger("kso.test.first")
+    warnings = FirstWarnings(logger)
+    with caplog.at_level(logging.DEBUG, logger="kso.test.first"):
+        for kind in (403, 403, 500, 403, 500):
+            warnings.log(kind, "refused %s", kind)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "refused 403"), (logging.DEBUG, "refused 403"), (logging.WARNING, "refused 500"),
+        (logging.DEBUG, "refused 403"), (logging.DEBUG, "refused 500")]
