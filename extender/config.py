@@ -107,6 +107,11 @@ class ExtenderSettings(ForecastSourceSettings):
     # Predicates used by the combined /filter; empty = every predicate of the enabled agents.
     filters: list[str] = setting("KSO_FILTERS", [], kind="list",
                                  help="predicates of the combined /filter; empty = every predicate of the enabled agents")
+    # See before you pack (kso/decisions/sight.py): kso's packing priorities and the plan pull pods only onto nodes whose
+    # load is measured, and not past this share of allocatable bound there since the statistics last saw the node.
+    pack_unseen_max: int = setting("KSO_PACK_UNSEEN_MAX", 25, kind="percent",
+                                   help="packing (pigeon-holing, the plan) pulls pods only onto nodes with load statistics "
+                                        "and at most this percent of allocatable bound there but not yet in the statistics")
     # Bounds on one request, checked before any work: a request past one is a 400 naming the setting.
     # 1 MiB holds KSO_MAX_NODES node names (nodeCacheCapable: true, ~130 KiB) with room, or 300-1,000 full
     # Node objects (nodeCacheCapable: false). Parsing a body holds the interpreter in one piece (orjson), and

@@ -20,12 +20,13 @@ from kso.core.cluster import ClusterState
 from kso.core.logs import fields
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
-from kso.core.stats import NodeStatsSource
+from kso.core.stats import AnnotationStats, NodeStatsSource
 from kso.core.views import LastKept, NodeView
 from kso.decisions.agents import AGENTS
 from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call, Predicate, PredicateResult, Priority
 from kso.decisions.agents.safe import SafeAgent
 from kso.decisions.metrics import DecisionMetrics
+from kso.decisions.sight import seen_nodes
 
 log = logging.getLogger("kso.extender")
 
@@ -167,6 +168,11 @@ class DecisionEngine:
             log.warning("KSO_FILTERS names predicates no enabled agent has: %s (ignored)", ", ".join(unknown))
         self.filters = [p for p in wanted if p in self.predicates]
         self.weights = {p: w for p, w in self.settings.weights.items() if p in self.priorities and w > 0}
+        # see before you pack (kso/decisions/sight.py): the weighted priorities that pack, and how far past what the
+        # statistics saw they may still pull
+        self.packing = frozenset(p for a in self.agents.values() for p in a.packing if p in self.weights)
+        self.max_unseen = getattr(self.settings, "pack_unseen_max", 25) / 100.0
+        self.stats: NodeStatsSource = stats or AnnotationStats()
         self.metrics = DecisionMetrics(state.age_seconds, lambda: float(len(state)))
         if isinstance(safe := self.agents.get("safe"), SafeAgent):  # held pods released, counted
             safe.released_total = self.metrics.safe_released
@@ -337,6 +343,32 @@ class DecisionEngine:
         v = self.verdicts(call, predicates, verb)
         return v.failed_lists(), v.unresolvable, _merge(v.notes)
 
+    # ---- see before you pack ---------------------------------------------------------------------
+    def measured(self, call: Call) -> np.ndarray:
+        """Per node of the call: load statistics exist for cpu and memory (the safe agent's own inputs when it is
+        enabled: the same statistics its filter judges by)."""
+        safe = self.agents.get("safe")
+        if isinstance(safe, SafeAgent):
+            valid = safe.inputs(call).valid
+        else:
+            valid = ~np.isnan(self.stats.free_stats(call.view).mean_free) & (call.view.stat_capacity() > 0)
+        return np.logical_and.reduce(valid, axis=1) if valid.size else np.zeros(len(call.view), dtype=bool)
+
+    def seen(self, call: Call) -> np.ndarray:
+        """Per node of the call: measured, and not past KSO_PACK_UNSEEN_MAX of allocatable bound since (sight.py)."""
+        seen = call.memo.get("seen")
+        if seen is None:
+            seen = call.memo["seen"] = seen_nodes(self.measured(call), call.view, self.max_unseen)
+        return seen
+
+    def withhold_packing(self, call: Call, name: str, scores: Any) -> Any:
+        """A packing priority's scores with no pull (0) on the nodes kso cannot see yet."""
+        seen = self.seen(call)
+        if bool(np.logical_and.reduce(seen)):
+            return scores
+        self.metrics.packing_withheld.inc(len(seen) - int(np.count_nonzero(seen)))
+        return np.where(seen, np.asarray(scores), 0)
+
     # ---- prioritize --------------------------------------------------------------------------
     def scores(self, call: Call, verb: str, per_agent: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The weighted mean of the priorities, rounded half up, 0 for a node the cache does not know; with
@@ -346,6 +378,8 @@ class DecisionEngine:
         for name, w in self.weights.items():
             s = run_guarded(f"priority {name}", self.priorities[name], call, self.metrics, verb)
             if s is not None:
+                if name in self.packing:
+                    s = self.withhold_packing(call, name, s)
                 got.append((w, name, s))
         per: dict[str, np.ndarray] = {}
         if not per_agent and got and all(isinstance(s, np.ndarray) and s.dtype.kind == "i" and s.shape == (n,)
@@ -393,6 +427,7 @@ class DecisionEngine:
             return None
         free = {n for n, k in slots.items() if k > 0}
         hit = np.fromiter(map(free.__contains__, call.view.names), dtype=bool, count=len(call.view))
+        hit &= self.measured(call)  # the plan pulls only onto nodes whose load is measured (sight.py)
         some = bool(np.logical_or.reduce(hit))
         self.metrics.child(self.metrics.plan_decisions, "hit" if some else "miss").inc()
         return hit if some else None
@@ -466,7 +501,9 @@ class DecisionEngine:
         failed, unresolvable, notes = self.judge(call, self.filters, "explain")
         combined, per = self.scores(call, "explain")
         slots = self.plan.slots_for(pod) if self.plan is not None else None
-        hit = np.array([bool(slots and slots.get(n, 0) > 0) for n in view.names], dtype=bool)
+        measured = self.measured(call)
+        seen = self.seen(call) if self.packing else measured
+        hit = np.array([bool(slots and slots.get(n, 0) > 0) for n in view.names], dtype=bool) & measured
         combined = self.apply_plan(combined, hit if hit.any() else None)
         weight_sum = sum(self.weights[p] for p in per) or 1
         details: dict[str, dict[str, Any]] = {}  # agent -> per-node values
@@ -487,7 +524,10 @@ class DecisionEngine:
                 "known": bool(view.known[i]),
                 "passed": i not in failed and i not in unresolvable,
                 "reasons": failed.get(i, []) + ([unresolvable[i]] if i in unresolvable else []),
-                "notes": notes.get(i, []) + ([] if view.known[i] else ["not in the node cache: passed unjudged, score 0"]),
+                "notes": notes.get(i, []) + ([] if view.known[i] else ["not in the node cache: passed unjudged, score 0"])
+                         + ([] if seen[i] or not self.packing or not view.known[i] else
+                            [f"load not {'seen past recent binds' if measured[i] else 'measured'}: "
+                             f"{', '.join(sorted(self.packing))} withheld (see before you pack)"]),
                 "scores": {p: int(s[i]) for p, s in per.items()},
                 "weighted_mean": round(weighted, 4),
                 "score": int(combined[i]),

@@ -56,6 +56,10 @@ class DecisionMetrics:
                                       "Prioritize calls by plan use: hit (plan nodes ranked first), miss (the pod's "
                                       "class has no free slot among the call's nodes), none (no usable plan)",
                                       ["result"], registry=r)
+        self.packing_withheld = Counter("kso_packing_withheld_nodes_total",
+                                        "Nodes a packing priority was withheld on in a prioritize call because kso "
+                                        "cannot see their load yet (no statistics, or KSO_PACK_UNSEEN_MAX of allocatable "
+                                        "bound since the statistics last saw them)", registry=r)
         self.plan_events = Counter("kso_plan_events_total", "Plans installed, and plans rejected by reason "
                                    "(corrupt, stale, unreadable)", ["event"], registry=r)
         self.plan_solves = Counter("kso_plan_solves_total", "Background plan solves, by result", ["result"], registry=r)

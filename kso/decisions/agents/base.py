@@ -64,6 +64,9 @@ class Agent:
         self.params = params
         self.predicates: dict[str, Predicate] = {}
         self.priorities: dict[str, Priority] = {}
+        # The priorities that pull pods together (pack): the engine withholds them on nodes whose load kso cannot
+        # see yet (kso/decisions/sight.py).
+        self.packing: frozenset[str] = frozenset()
 
     def explain(self, call: Call) -> dict[str, Any]:
         """Intermediate values for /debug/explain: name -> list per node for the keys in explain_per_node,

@@ -376,6 +376,8 @@ class PigeonAgent(Agent):
         self._view_usage = LastKept()  # the UsageTerms of the last read-only requested and cap
         self._last_gamma: tuple[bytes, DemandStats, CallCapacity, float] | None = None
         self.priorities = {"pigeon-holing": self.score}
+        # A_BINPACK and CONSOLIDATE pull pods together by requests; LOAD_BALANCE spreads them
+        self.packing = frozenset() if self.policy == LOAD_BALANCE else frozenset(self.priorities)
 
     def demand(self, call: Call) -> np.ndarray:
         """The pod's demand over the used resources, canonical units (the objectives use ratios, so
