@@ -33,6 +33,7 @@ from kso.core.objects import PodInfo
 from kso.core.settings import setting
 from kso.decisions.agents.base import MAX_PRIORITY, Call
 from kso.decisions.engine import DecisionEngine
+from kso.decisions.sight import least_requested
 from scheduler.feasibility import (
     failed_message,
     hightower_choice,
@@ -53,6 +54,9 @@ STATUS_BACKLOG = 1000
 # After a 403 on a pod's status, no condition is written for this long: without the RBAC rule every pending pod's
 # every failed attempt would otherwise be one more refused request.
 STATUS_REFUSED_PAUSE_S = 300.0
+# Weight of the least-requested tie-break where packing is withheld: the weighted means of integer scores differ by
+# at least 1 / (sum of weights), far above this.
+SPREAD_TIE = 1e-3
 
 
 @dataclass
@@ -309,6 +313,11 @@ class Scheduler:
         _, per = ext.scores(call, "prioritize")
         weight = sum(ext.weights[p] for p in per)
         mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(ok))
+        if ext.packing and not bool(np.logical_and.reduce(ext.seen(call))):
+            # see before you pack (kso/decisions/sight.py): packing was withheld where kso cannot see, and where
+            # kube-scheduler would then spread by its own LeastAllocated score, this front end breaks equal scores
+            # toward the least requested node (SPREAD_TIE is below any difference of the weighted means)
+            mean = mean + SPREAD_TIE * least_requested(call.view)
         hit = ext.plan_nodes(call)
         if hit is not None:
             mean = np.where(hit, mean + MAX_PRIORITY + 1, mean)

@@ -39,3 +39,14 @@ def seen_nodes(measured: np.ndarray, view: NodeView, max_unseen: float) -> np.nd
     if not measured.any():
         return measured
     return measured & (unseen_share(view) <= max_unseen)
+
+
+def least_requested(view: NodeView) -> np.ndarray:
+    """Per node, 1 - the larger of requested cpu and memory over allocatable (0 where unknown): what kube-scheduler's
+    default profile spreads by (NodeResourcesFit LeastAllocated), for a front end that has no such score of its own
+    (``kso scheduler``) to fall back on where packing is withheld."""
+    cols = [view.columns["cpu"], view.columns["memory"]]
+    alloc, req = view.alloc[:, cols], view.requested[:, cols]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(alloc > 0, req / np.where(alloc > 0, alloc, 1.0), 1.0)
+    return np.clip(1.0 - np.nan_to_num(share, nan=1.0).max(axis=1), 0.0, 1.0)

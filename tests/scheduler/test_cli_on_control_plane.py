@@ -393,3 +393,33 @@ def test_seed_compatible_prices_nodes_by_kso_plan_cost_key(control_plane: Any, k
         assert core.read_namespaced_pod("p", ns).spec.node_name == f"key-{tag}-1"  # cheapest by the key, dearest by Hightower's
     finally:
         sched.close()
+
+
+def test_a_burst_into_unmeasured_nodes_is_spread_not_piled(control_plane: Any, kube_namespace: str,
+                                                           nodes: Any) -> None:
+    """See before you pack (kso/decisions/sight.py) in kso scheduler, default agents: 8 equal nodes with no load
+    statistics, 32 pods of mixed shapes at once. Packing is withheld on every node, and kso scheduler, which has no
+    kube-scheduler score to fall back on, breaks the equal scores toward the least requested node: each node ends
+    near its fair share (1,450m) instead of the first node in name order (or pigeon-holing's choice) taking most."""
+    core = client.CoreV1Api(control_plane.api_client())
+    ns, tag = kube_namespace, os.urandom(3).hex()
+    name, sel = f"kso-burst-{tag}", {"kso-test": tag}
+    nodes([_node(f"b-{tag}-{i}", "4", None, sel) for i in range(8)])
+    shapes = ("100m", "1", "300m", "50m")
+    sched = _scheduler(control_plane, name, env={"KSO_AGENTS": "safe,pigeon,congestion,image"})
+    try:
+        for i in range(32):
+            core.create_namespaced_pod(ns, _pod(f"job-{i:02d}", ns, name, shapes[i % 4], selector=sel))
+
+        def bound() -> dict[str, str]:
+            return {p.metadata.name: p.spec.node_name for p in core.list_namespaced_pod(ns).items if p.spec.node_name}
+
+        until(lambda: len(bound()) == 32, 60, "32 pods bound")
+        milli = {f"job-{i:02d}": int(shapes[i % 4][:-1]) if shapes[i % 4].endswith("m") else 1000 * int(shapes[i % 4])
+                 for i in range(32)}
+        per_node: dict[str, int] = {}
+        for pod, node in bound().items():
+            per_node[node] = per_node.get(node, 0) + milli[pod]
+        assert len(per_node) == 8 and 900 <= min(per_node.values()) <= max(per_node.values()) <= 2100, per_node
+    finally:
+        sched.close()
