@@ -13,21 +13,49 @@ from benchmarks.sim.view import SCALE_DOWN_DISABLED_KEY, CapacityRequest, SimPod
 
 @dataclass(frozen=True)
 class Autoscaler:
-    """The cluster-autoscaler model (defaults after CA's: scale-down-utilization-threshold 0.5,
-    scale-down-unneeded-time 10 min; a node takes a few minutes to boot: one 5-minute step)."""
+    """The cluster-autoscaler model (defaults: CA's ``--scale-down-utilization-threshold`` 0.5,
+    ``--scale-down-unneeded-time`` 10 min, ``--scale-down-delay-after-add`` 10 min; a node takes a few minutes to
+    boot: one 5-minute step).
+
+    The model evaluates once per step (at the step's end), CA every ``--scan-interval`` (10 s). CA records the time
+    it first finds a node unneeded and removes it once ``now - since >= scale-down-unneeded-time``; the model
+    counts the consecutive evaluations a node is unneeded and removes it at the first evaluation at least
+    ``scale_down_unneeded_s`` after the first one (rounded up to whole steps: at 5-minute steps, the 3rd
+    evaluation, 10 minutes after the first). After a scale-up CA removes nothing while
+    ``lastScaleUpTime + scale-down-delay-after-add`` is after now (``isScaleDownInCooldown``; it still updates
+    the unneeded times meanwhile): the model removes nothing at an evaluation less than
+    ``scale_down_delay_after_add_s`` after the last one that ordered a node (at 5-minute steps, neither in that
+    step nor the next), and keeps counting unneeded evaluations. ``scale_down_unneeded_steps``, when set, overrides
+    the evaluations a node must be unneeded in a row (the tests' "never")."""
 
     provision_steps: int = 1
     scale_down_threshold: float = 0.5
-    scale_down_unneeded_steps: int = 2
+    scale_down_unneeded_s: float = 600.0  # --scale-down-unneeded-time
+    scale_down_delay_after_add_s: float = 600.0  # --scale-down-delay-after-add
+    scale_down_unneeded_steps: int | None = None  # evaluations unneeded in a row before removal; None: from the time
     min_nodes: int = 1
     max_nonempty_per_step: int = 1
     initial_nodes: int | None = None  # nodes ready at step 0, the first of the pool; None: all
+
+    def unneeded_evaluations(self, step_s: float) -> int:
+        """Consecutive evaluations (one per step) a node must be unneeded for before it is removed: the first one
+        plus the steps that cover ``scale_down_unneeded_s`` (rounded up)."""
+        if self.scale_down_unneeded_steps is not None:
+            return self.scale_down_unneeded_steps
+        return 1 + max(0, int(np.ceil(self.scale_down_unneeded_s / step_s - 1e-9)))
+
+    def in_cooldown(self, step: int, last_scale_up: int, step_s: float) -> bool:
+        """No scale-down at evaluation ``step``: less than ``scale_down_delay_after_add_s`` after the evaluation
+        ``last_scale_up`` that ordered a node (CA: ``lastScaleUpTime.Add(delay).After(now)``)."""
+        return last_scale_up >= 0 and (step - last_scale_up) * step_s < self.scale_down_delay_after_add_s - 1e-9
 
     def describe(self) -> str:
         return (f"cluster-autoscaler model: scale up when pods are pending (nodes of the pool in order, first-fit by "
                 f"requests, ready after {self.provision_steps} step(s)); scale down a node (not annotated "
                 f"{SCALE_DOWN_DISABLED_KEY}=true) below "
-                f"{self.scale_down_threshold:.0%} requested cpu and memory for {self.scale_down_unneeded_steps} steps "
+                f"{self.scale_down_threshold:.0%} requested cpu and memory for {self.scale_down_unneeded_s:.0f} s "
+                f"(--scale-down-unneeded-time; evaluated once a step, rounded up to whole steps), none within "
+                f"{self.scale_down_delay_after_add_s:.0f} s of a scale-up (--scale-down-delay-after-add) "
                 f"(empty ones at once, at most {self.max_nonempty_per_step} non-empty per step, only if its pods fit "
                 f"elsewhere by requests; its pods re-queued); min {self.min_nodes} node(s); provisioned node-steps billed")
 
@@ -54,6 +82,7 @@ class AutoscalerSteps:
     pods: list[SimPod]
     ready_at: np.ndarray
     unneeded: np.ndarray
+    last_scale_up: int
     capacity: CapacityRequest | None
     held: np.ndarray
     held_count: np.ndarray
@@ -112,6 +141,8 @@ class AutoscalerSteps:
         for node in opened:
             self.ready_at[node] = k + ca.provision_steps
             self.unneeded[node] = 0
+        if opened:
+            self.last_scale_up = k
         self.scale_ups += len(opened)
 
     def _scale_down(self, k: int, ca: Autoscaler) -> None:
@@ -120,7 +151,9 @@ class AutoscalerSteps:
         # a node with the scale-down-disabled annotation is not eligible: never unneeded while it carries it
         low = view.active & (share < ca.scale_down_threshold) & ~view.scale_down_disabled
         self.unneeded = np.where(low, self.unneeded + 1, 0)
-        candidates = np.flatnonzero(self.unneeded >= ca.scale_down_unneeded_steps)
+        if ca.in_cooldown(k, self.last_scale_up, view.step_s):  # the unneeded times go on counting meanwhile
+            return
+        candidates = np.flatnonzero(self.unneeded >= ca.unneeded_evaluations(view.step_s))
         n_up = int(view.active.sum() + (self.ready_at >= 0).sum())
         removed: list[int] = []
         for node in candidates[view.pod_count[candidates] + self.held_count[candidates] == 0].tolist():

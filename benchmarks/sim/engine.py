@@ -40,9 +40,11 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    simulates; a placeholder that fits holds that room) starts the provisioning of the next nodes of the pool,
    ready ``provision_steps`` later; a ready node without the scale-down-disabled annotation whose requested cpu
    and memory (the placeholders' room included) have both been below ``scale_down_threshold`` of allocatable for
-   ``scale_down_unneeded_steps`` is removed if empty, or (at most ``max_nonempty_per_step`` per step) if its
-   pods and placeholders fit elsewhere by requests (untainted nodes); its pods are evicted and re-queued for step
-   k+1. Every step a node is provisioning or ready is billed (node-hours).
+   ``scale_down_unneeded_s`` (10 min: 3 evaluations in a row at 5-minute steps) is removed, unless a node was
+   ordered less than ``scale_down_delay_after_add_s`` ago (10 min: not in the scale-up's step nor the next), if
+   empty, or (at most ``max_nonempty_per_step`` per step) if its pods and placeholders fit elsewhere by requests
+   (untainted nodes); its pods are evicted and re-queued for step k+1. Every step a node is provisioning or ready
+   is billed (node-hours).
 
 Cold start and warm-up: at step 0 no policy has any usage history (the pods alive at the replay's start arrive
 then and are placed by requests, which the scenarios derive from each job's history third); the metrics score
@@ -176,7 +178,8 @@ class _Replay(AutoscalerSteps):
         self.queue: list[tuple[int, int]] = []  # (step queued, index)
         N, T = scenario.n_nodes, scenario.n_steps
         self.ready_at = np.full(N, -1, dtype=np.int64)  # provisioning: the step the node becomes ready
-        self.unneeded = np.zeros(N, dtype=np.int64)
+        self.unneeded = np.zeros(N, dtype=np.int64)  # consecutive evaluations each node was unneeded
+        self.last_scale_up = -1  # the last step whose evaluation ordered a node (scale-down-delay-after-add)
         if autoscaler is not None and autoscaler.initial_nodes is not None:
             view.active[:] = False
             view.active[: autoscaler.initial_nodes] = True
