@@ -96,10 +96,26 @@ class EngineRules:
     demand exceeded its allocatable keeps the MemoryPressure condition, hence the
     ``node.kubernetes.io/memory-pressure:NoSchedule`` taint, until the pressure has been gone that long.
     ``warmup_s``: scoring starts after this much replay time (the metrics ignore earlier steps), capped at a
-    quarter of the replay; every policy places and measures from step 0 with no usage history."""
+    quarter of the replay; every policy places and measures from step 0 with no usage history.
+    ``retry_s``: partial-step starts. kube-scheduler retries a pending pod within seconds, not once per 5-minute
+    step: after the step's first scheduling round the pods still queued get another round every ``retry_s``
+    (default 60 s: 5 rounds a step; ``view.now`` is the round's time, so a policy's hold that expires within
+    the step releases the pod then) when the policy's answers can change within a step
+    (``Policy.retries_within_step``; for the others a retry would give the same answer). A pod bound in round r
+    of step k started ``r * retry_s`` into the step: its start latency counts those seconds and the step's first
+    ``r * retry_s`` are not served pod-time (its usage is counted in full in that step: the 5-minute bin's mean,
+    on the side of more harm). 0: one round a step."""
 
     pressure_transition_s: float = 300.0
     warmup_s: float = 3600.0
+    retry_s: float = 60.0
+
+    def retry_rounds(self, step_s: float) -> int:
+        """Scheduling rounds per step: the first at the step's start, then one every ``retry_s`` (partial-step
+        starts); 1 when ``retry_s`` is 0 or not below the step."""
+        if self.retry_s <= 0 or self.retry_s >= step_s:
+            return 1
+        return max(1, int(np.ceil(step_s / self.retry_s - 1e-9)))
 
     def transition_steps(self, step_s: float) -> int:
         return int(np.ceil(self.pressure_transition_s / step_s - 1e-9))
@@ -135,6 +151,11 @@ class RunResult:
     scale_downs: int = 0  # nodes removed by the autoscaler
     pending_per_step: np.ndarray | None = None  # (T,) pods in the queue after scheduling
     waits_steps: list[int] = field(default_factory=list)  # per queue entry: steps until bound (or until it ended)
+    # per queue entry that ended bound: (the step it started in, seconds from entering the queue to starting)
+    start_latency_s: list[tuple[int, float]] = field(default_factory=list)
+    # per pod started after the start of a step: (pod, step, fraction of the step before it started)
+    partial_starts: list[tuple[int, int, float]] = field(default_factory=list)
+    start: str = "cold"  # "warm": the default policy placed the warm-up's pods (RunResult.warmup_steps)
     autoscaler: str = "none (fixed pool)"
     ran: np.ndarray | None = None  # (P, T) bool: the pod ran through step k (a pod killed in step k did not)
     memory_pressure: np.ndarray | None = None  # (N, T) bool: the node had the MemoryPressure condition during step k
@@ -161,6 +182,7 @@ class _Replay(AutoscalerSteps):
                  rules: EngineRules | None = None) -> None:
         self.s, self.policy, self.ca = scenario, policy, autoscaler
         self.rules = rules or EngineRules()
+        self.start = "cold"
         self.transition_steps = self.rules.transition_steps(scenario.step_s)
         self.view = view = SimView(scenario)
         lim_c = scenario.pod_cpu_limit if scenario.pod_cpu_limit is not None else np.zeros(scenario.n_pods)
@@ -195,6 +217,10 @@ class _Replay(AutoscalerSteps):
         self.last_pressure = np.full(N, -(10**9), dtype=np.int64)  # the last step whose memory demand exceeded allocatable
         self.oom: list[tuple[int, int, int]] = []
         self.waits: list[int] = []
+        self.latency_s: list[tuple[int, float]] = []
+        self.partial: list[tuple[int, int, float]] = []
+        self.rounds = self.rules.retry_rounds(scenario.step_s)
+        self.retry_s = self.rules.retry_s if self.rounds > 1 else 0.0
         self.capacity: CapacityRequest | None = None  # this step's placeholders (Policy.capacity_requests)
         self.held = np.zeros((N, 2))  # room the placeholders hold on each node in the autoscaler's simulation
         self.held_count = np.zeros(N, dtype=np.int64)
@@ -204,6 +230,16 @@ class _Replay(AutoscalerSteps):
         self.placeholder_steps = self.placeholder_scale_ups = self.capacity_tainted_steps = 0
         self.scale_down_disabled_steps = self.scale_down_disabled_marks = 0
         self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
+
+    def hand_over(self, policy: Policy, k: int) -> None:
+        """The warm start's switch at step ``k``: ``policy`` schedules from now on and learns the running pods."""
+        self.policy.close()
+        self.policy = policy
+        view = self.view
+        view.step = k
+        policy.setup(view)
+        for pod in sorted(view.running.values(), key=lambda p: (p.bound_step, p.index)):
+            policy.bound(pod, view.node_names[pod.node], view)
 
     # ---- pods ----
     def enqueue(self, i: int, step: int) -> None:
@@ -231,6 +267,10 @@ class _Replay(AutoscalerSteps):
         pod.node, pod.bound_step, pod.ever_bound = node, k, True
         pod.waits.append(k - pod.queued_step)
         self.waits.append(k - pod.queued_step)
+        offset = view.offset_s
+        self.latency_s.append((k, (k - pod.queued_step) * view.step_s + offset))
+        if offset > 0:
+            self.partial.append((i, k, offset / view.step_s))
         view.requested[node] += (pod.cpu, pod.memory)
         view.limited[node] += np.maximum(pod.limits, pod.requests)
         view.pod_count[node] += 1
@@ -270,9 +310,29 @@ class _Replay(AutoscalerSteps):
         self.capacity_tainted_steps += int(view.capacity_taint.sum())
 
     def schedule(self, k: int) -> list[int]:
-        view, still, unplaced = self.view, [], []
+        view = self.view
         # tainted nodes count as full for the shortcut below (the trace's pods tolerate no taint; _fits decides)
         free = np.where((view.active & ~view.no_schedule)[:, None], view.alloc - view.requested, -1.0)
+        unplaced = self._round(k, free)
+        rounds = self.rounds if self.policy.retries_within_step else 1
+        for r in range(1, rounds):  # the retries within the step (partial-step starts)
+            if not self.queue:
+                break
+            view.offset_s = r * self.retry_s
+            unplaced = self._round(k, free)
+        view.offset_s = 0.0
+        view.pending = [self.pods[i] for _, i in self.queue]  # what is still pending after this step's scheduling
+        self.capacity = self.policy.capacity_requests(view)
+        marks = self.policy.scale_down_disabled(view)
+        marked = np.zeros_like(view.active) if marks is None else np.asarray(marks, dtype=bool) & view.active
+        self.scale_down_disabled_marks += int((marked & ~view.scale_down_disabled).sum())  # annotations written
+        view.scale_down_disabled[:] = marked
+        self.scale_down_disabled_steps += int(marked.sum())
+        return unplaced
+
+    def _round(self, k: int, free: np.ndarray) -> list[int]:
+        """One scheduling attempt for every queued pod, in order; returns the pods left unplaced."""
+        view, still, unplaced = self.view, [], []
         for a, i in self.queue:
             pod = self.pods[i]
             pod.attempts += 1
@@ -293,13 +353,7 @@ class _Replay(AutoscalerSteps):
             free[node] -= (pod.cpu, pod.memory)
             self.policy.bound(pod, name, view)  # type: ignore[arg-type]
         self.queue = still
-        view.pending = [self.pods[i] for _, i in still]  # what is still pending after this step's scheduling
-        self.capacity = self.policy.capacity_requests(view)
-        marks = self.policy.scale_down_disabled(view)
-        marked = np.zeros_like(view.active) if marks is None else np.asarray(marks, dtype=bool) & view.active
-        self.scale_down_disabled_marks += int((marked & ~view.scale_down_disabled).sum())  # annotations written
-        view.scale_down_disabled[:] = marked
-        self.scale_down_disabled_steps += int(marked.sum())
+        view.pending = [self.pods[i] for _, i in still]
         return unplaced
 
     def truth(self, k: int) -> None:
@@ -370,6 +424,7 @@ class _Replay(AutoscalerSteps):
                          provisioned=self.provisioned, unmet_cpu_core_min=self.unmet, oom_kills=self.oom,
                          ca_evictions=self.ca_evictions, moves=self.moves, scale_ups=self.scale_ups,
                          scale_downs=self.scale_downs, pending_per_step=self.pending_t, waits_steps=self.waits,
+                         start_latency_s=self.latency_s, partial_starts=self.partial, start=self.start,
                          autoscaler=self.ca.describe() if self.ca else "none (fixed pool)", ran=self.ran,
                          memory_pressure=self.pressure_t, served=self.served,
                          capacity=capacity,
@@ -377,14 +432,25 @@ class _Replay(AutoscalerSteps):
 
 
 def run(scenario: Scenario, policy: Policy, progress: Callable[[int, int], None] | None = None,
-        autoscaler: Autoscaler | None = None, rules: EngineRules | None = None) -> RunResult:
+        autoscaler: Autoscaler | None = None, rules: EngineRules | None = None,
+        warm_start: Policy | None = None) -> RunResult:
     """Replay ``scenario`` with ``policy`` (and the autoscaler, if given) under ``rules`` (default: Kubernetes'
-    defaults); returns the truth and the accounting."""
+    defaults); returns the truth and the accounting.
+
+    ``warm_start``: the policy (``kso bench --start warm``: ``default``, kube-scheduler's LeastAllocated) that
+    schedules the warm-up steps (``RunResult.warmup_steps``, which the metrics do not score); ``policy`` takes over
+    at the first scored step with the cluster as it is then, as when kso is installed into a running cluster: it
+    is set up then and told of every running pod (``Policy.bound``, in the order they were bound; each keeps its
+    real bind step and the usage history stays). None: a cold start, ``policy`` from step 0."""
     t_start = time.perf_counter()
-    replay = _Replay(scenario, policy, autoscaler, rules)
-    policy.setup(replay.view)
+    replay = _Replay(scenario, warm_start or policy, autoscaler, rules)
+    replay.start = "warm" if warm_start is not None else "cold"
+    replay.policy.setup(replay.view)
     T = scenario.n_steps
+    handover = replay.rules.warmup_steps(scenario.step_s, T) if warm_start is not None else -1
     for k in range(T):
+        if k == handover:
+            replay.hand_over(policy, k)
         replay.begin(k)
         replay.schedule(k)
         replay.truth(k)

@@ -94,6 +94,7 @@ class SimView:
         # usage_history[:, j] = true usage (cpu milli, memory bytes) of step j; only j < step is visible
         self._usage = np.zeros((len(self.node_names), scenario.n_steps, 2))
         self.step = 0
+        self.offset_s = 0.0  # seconds into the step of the current scheduling round (0: the step's first)
         self.recent: list[Binding] = []  # bound during this step: no metric shows them yet
         self.pending: list[SimPod] = []  # the queue at observe time, in scheduling order (after scheduling: what is left)
         self.running: dict[int, SimPod] = {}  # pod index -> bound pod
@@ -124,8 +125,9 @@ class SimView:
     # ---- time ----
     @property
     def now(self) -> float:
-        """Seconds since the replay start."""
-        return self.step * self.step_s
+        """Seconds since the replay start: the step's start, plus the retry round's offset during the step's later
+        scheduling rounds (``EngineRules.retry_s``)."""
+        return self.step * self.step_s + self.offset_s
 
     # ---- metrics as monitoring would have them ----
     @property
@@ -232,10 +234,15 @@ class Policy:
     - ``scale_down_disabled(sim)``: after ``capacity_requests``, the nodes carrying the cluster-autoscaler's
       ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation from now on, (N,) bool, or None (none: the default). The
       autoscaler model never counts such a node unneeded (its unneeded time starts again when the mark goes).
-    ``latencies`` (verb -> seconds per call) and ``mode`` are reported when a policy calls an extender."""
+    ``latencies`` (verb -> seconds per call) and ``mode`` are reported when a policy calls an extender.
+    ``retries_within_step``: the policy's answer for a pod it refused may change later in the same step (it reads
+    ``sim.now``, e.g. a hold that expires): the engine then asks again about its still-queued pods at every retry
+    round of the step (``EngineRules.retry_s``; partial-step starts). False (the default): nothing a policy reads
+    changes within a step except this step's own bindings, which only take room, so one round is the same."""
 
     name = "policy"
     mode = "in-process model"
+    retries_within_step = False
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
