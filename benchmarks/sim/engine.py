@@ -17,8 +17,10 @@ Step k (time ``k * step_s`` from the replay start), in this order:
 5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
    engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint, the
    capacity taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``;
-   unplaced pods stay queued; then ``policy.capacity_requests(view)`` may name placeholder pods
-   (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
+   unplaced pods stay queued and, for a policy whose answers can change within a step
+   (``Policy.retries_within_step``), get another attempt every ``EngineRules.retry_s`` of the step (partial-step
+   starts: ``view.now`` is the round's time, the pod's start latency counts it); then
+   ``policy.capacity_requests(view)`` may name placeholder pods (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
    policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
    carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation (``view.scale_down_disabled``)
    until the policy's next answer;
@@ -52,7 +54,10 @@ the steps after ``EngineRules.warmup_s`` (one hour, at most a quarter of the rep
 by when every policy has the statistics it reads (load-watcher's 15-minute window, kso's hour of per-pod usage).
 The warm-up's placements stay the policy's own and what they cause later is scored. History fed before step 0
 was not chosen: node-level history needs a placement before step 0, which is either each policy's own (a
-warm-up under another name) or a common one (then the cluster at step 0 is not the policy's doing).
+warm-up under another name) or a common one (then the cluster at step 0 is not the policy's doing). The warm
+start (``run(..., warm_start=policy)``, ``kso bench --start warm``) is the common one, as a scenario beside the
+cold start: the given policy (kube-scheduler's default) schedules the warm-up, then each policy takes over the
+running cluster at the first scored step.
 
 The engine, the trace and the seed are the same for every policy; only ``place`` (and ``evictions``) differ.
 """
