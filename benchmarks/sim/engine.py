@@ -20,8 +20,8 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    unplaced pods stay queued and, for a policy whose answers can change within a step
    (``Policy.retries_within_step``), get another attempt every ``EngineRules.retry_s`` of the step (partial-step
    starts: ``view.now`` is the round's time, the pod's start latency counts it); then
-   ``policy.capacity_requests(view)`` may name placeholder pods (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
-   policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
+   ``policy.capacity_requests(view)`` may name placeholder pods (``CapacityRequest``: lowest non-expendable
+   priority, the refused demand, anti-affinity to the nodes the policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
    carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation (``view.scale_down_disabled``)
    until the policy's next answer;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
