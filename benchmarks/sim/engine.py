@@ -14,16 +14,16 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    *move*, counted); then ``policy.capacity_taints(view)`` may name the nodes carrying ``CAPACITY_TAINT``
    (NoSchedule, ``view.capacity_taint``) from this step's scheduling on: the policy's capacity signal to the
    autoscaler (a node no pod can be placed on);
-5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
-   engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint, the
-   capacity taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``;
-   unplaced pods stay queued and, for a policy whose answers can change within a step
-   (``Policy.retries_within_step``), get another attempt every ``EngineRules.retry_s`` of the step (partial-step
-   starts: ``view.now`` is the round's time, the pod's start latency counts it); then
-   ``policy.capacity_requests(view)`` may name placeholder pods (``CapacityRequest``: lowest non-expendable
-   priority, the refused demand, anti-affinity to the nodes the policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
-   carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation (``view.scale_down_disabled``)
-   until the policy's next answer;
+5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the engine
+   checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint, the capacity
+   taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``; unplaced
+   pods stay queued and, for a policy whose answers can change within a step (``Policy.retries_within_step``),
+   get another attempt every ``EngineRules.retry_s`` of the step (partial-step starts: ``view.now`` is the
+   round's time, the pod's start latency counts it); then ``policy.capacity_requests(view)`` may name placeholder
+   pods (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
+   policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
+   carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation
+   (``view.scale_down_disabled``) until the policy's next answer;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
    trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
    allocatable, the node is under memory pressure and the pod using the most memory above its request is
