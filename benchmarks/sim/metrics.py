@@ -57,7 +57,7 @@ class RunMetrics:
     scheduled: int  # placed at some point
     pending_end: int  # never placed, still waiting at the end of the replay
     failed: int  # never placed and left the trace (deleted while pending)
-    attempts: int  # scheduling attempts (each pod in the queue, each step)
+    attempts: int  # scheduling attempts (each pod in the queue, each step and each retry round of it)
     overload_events: int  # node-steps with cpu or memory demand above u_star of allocatable
     overload_events_100: int  # ... above 100 %
     overload_cpu: int  # node-steps above u_star in cpu
