@@ -31,11 +31,16 @@ class Column:
 
 
 BETTER_NOTE = "↓ lower is better, ↑ higher is better"
-HARM = (Column("overloaded_node_hours", "overloaded node-h", 1), Column("unmet_cpu_core_hours", "unmet cpu core-h", 1),
+HARM = (Column("overloaded_node_hours", "overloaded node-h", 1),
+        Column("overloaded_node_hours_80", "overloaded node-h at 80%", 1),
+        Column("overloaded_node_hours_100", "overloaded node-h at 100%", 1),
+        Column("memory_over_allocatable_node_hours", "node-h memory above allocatable", 1),
+        Column("unmet_cpu_core_hours", "unmet cpu core-h", 1),
         Column("memory_overcommit_tib_hours", "memory overcommit TiB-h", 2),
         Column("pods_oom_killed", "pods OOM-killed", 0), Column("oom_kills", "OOM kills (events)", 0),
         Column("pod_hours_lost_to_kills", "pod-h lost to kills", 1), Column("pending_pod_hours", "pending pod-h", 1),
         Column("pods_never_served", "pods never served", 0), Column("pod_time_served_pct", "pod-time served %", 2, "higher"),
+        Column("start_latency_p50_s", "p50 start latency s", 0), Column("start_latency_p99_s", "p99 start latency s", 0),
         Column("mem_pressure_node_hours", "memory-pressure node-h", 1),
         Column("overload_episodes", "overload episodes (secondary)", 0))
 COST = (Column("provisioned_node_hours", "node-h", 1), Column("provisioned_core_hours", "core-h", 0),
@@ -45,7 +50,8 @@ OTHER = (Column("overload_node_steps", "overload node-steps", 0), Column("unmet_
          Column("failed", "pods deleted while pending", 0), Column("pods_moved", "moves", 0),
          Column("ca_evictions", "CA evictions", 0), Column("scale_ups", "scale-ups", 0), Column("scale_downs", "scale-downs", 0))
 COST_KEY = "provisioned_node_hours"
-FRONTIER_HARMS = (("overloaded_node_hours", "overloaded node-hours"), ("pods_oom_killed", "pods OOM-killed"))
+FRONTIER_HARMS = (("overloaded_node_hours", "overloaded node-hours"), ("pods_oom_killed", "pods OOM-killed"),
+                  ("pods_never_served", "pods never served"), ("start_latency_p99_s", "p99 start latency (s)"))
 ORACLE_NOTE = ("the oracle is a labelled reference, not a scheduler anyone could run: it reads each pod's true usage over "
                "the next hour and packs best-fit-decreasing so that no node passes U* in that hour, showing the pods it "
                "refuses to the autoscaler as placeholders (benchmarks/sim/policies/oracle.py); it is left out of the "
@@ -163,24 +169,40 @@ def frontier_lines(agg: Agg, scenario: str, harm: str, harm_label: str) -> list[
     return out
 
 
-# Every axis at once, so that no single harm can be bought with another: cost, the two frontier harms, and pod-time
-# served (higher is better: negated). A policy that refuses pods looks cheap and safe on the two-axis frontiers;
-# here the pods it never served count against it.
+# Every axis at once, so that no single harm can be bought with another: cost, the frontier harms, pod-time served
+# (higher is better: negated), pods never served and the p99 start latency. A policy that refuses or holds pods looks
+# cheap and safe on the two-axis frontiers; here the pods it never served and the time they waited count against it.
 ALL_AXES = (("provisioned_node_hours", 1.0), ("overloaded_node_hours", 1.0), ("pods_oom_killed", 1.0),
-            ("pod_time_served_pct", -1.0))
-ALL_AXES_LABEL = "node-hours, overloaded node-hours, pods OOM-killed and pod-time served"
+            ("pod_time_served_pct", -1.0), ("pods_never_served", 1.0), ("start_latency_p99_s", 1.0))
+AXIS_LABELS = {"provisioned_node_hours": "node-hours", "overloaded_node_hours": "overloaded node-hours",
+               "pods_oom_killed": "pods OOM-killed", "pod_time_served_pct": "pod-time served",
+               "pods_never_served": "pods never served", "start_latency_p99_s": "p99 start latency"}
+ALL_AXES_LABEL = ", ".join(AXIS_LABELS[k] for k, _ in ALL_AXES[:-1]) + f" and {AXIS_LABELS[ALL_AXES[-1][0]]}"
+
+
+def axes_of(agg: Agg, scenario: str) -> tuple[tuple[str, float], ...]:
+    """``ALL_AXES`` less the ones no row of ``scenario`` has (cells written before the engine measured them)."""
+    rows = [a for (s, _), a in agg.items() if s == scenario]
+    return tuple((k, sign) for k, sign in ALL_AXES if any(math.isfinite(a.get(k, NAN3)[0]) for a in rows))
+
+
+def axes_label(axes: Sequence[tuple[str, float]]) -> str:
+    names = [AXIS_LABELS[k] for k, _ in axes]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def every_axis_lines(agg: Agg, scenario: str) -> list[str]:
     """Which runnable policies no other dominates on every axis at once, and for each peer point whether some kso
-    configuration has no more node-hours, overloaded node-hours and pods OOM-killed and at least its pod-time served."""
-    rows = [(p, [sign * a.get(key, NAN3)[0] for key, sign in ALL_AXES]) for (s, p), a in sorted(agg.items())
+    configuration is at least as good on every axis (no more node-hours, overloaded node-hours, pods OOM-killed,
+    pods never served and p99 start latency, at least its pod-time served)."""
+    axes = axes_of(agg, scenario)
+    rows = [(p, [sign * a.get(key, NAN3)[0] for key, sign in axes]) for (s, p), a in sorted(agg.items())
             if s == scenario and not is_oracle(p)]
     rows = [(p, v) for p, v in rows if all(math.isfinite(x) for x in v)]
     if not rows:
         return []
     front = undominated([v for _, v in rows])
-    out = [f"- **Every axis at once** ({ALL_AXES_LABEL}; means): not dominated: "
+    out = [f"- **Every axis at once** ({axes_label(axes)}; means): not dominated: "
            + ", ".join(f"`{p}`" for (p, _), f in zip(rows, front, strict=True) if f)]
     kso = [(p, v) for p, v in rows if is_kso(p)]
     if kso:
@@ -241,15 +263,18 @@ def aims_lines(rows: Sequence[dict[str, Any]], agg: Agg, scenario: str, peer: st
             out.append(f"  - `{p}`{' (in the band)' if p in near else ''}: {changes}")
     if (scenario, DEFAULT_KSO) in agg:
         a = agg[(scenario, DEFAULT_KSO)]
-        mine = [a.get(key, NAN3)[0] * sign for key, sign in ALL_AXES]
-        others = [(p, [agg[(scenario, p)].get(key, NAN3)[0] * sign for key, sign in ALL_AXES])
+        axes = axes_of(agg, scenario)
+        mine = [a.get(key, NAN3)[0] * sign for key, sign in axes]
+        others = [(p, [agg[(scenario, p)].get(key, NAN3)[0] * sign for key, sign in axes])
                   for (s, p) in agg if s == scenario and p != DEFAULT_KSO and not is_oracle(p)]
         by = [p for p, v in others if dominates_all(v, mine)]
-        served = a.get("pod_time_served_pct", NAN3)
+        served, never = a.get("pod_time_served_pct", NAN3), a.get("pods_never_served", NAN3)
+        late = a.get("start_latency_p99_s", NAN3)
         out.append(f"- **`{DEFAULT_KSO}`, kso's default configuration**: "
                    + (f"dominated on every axis by {', '.join(f'`{p}`' for p in sorted(by))}" if by else
                       "not dominated on every axis")
-                   + f"; pod-time served {fmt(served[0], served[1], 2)}%")
+                   + f"; pod-time served {fmt(served[0], served[1], 2)}%, pods never served {fmt(never[0], never[1], 0)}"
+                   + (f", p99 start latency {fmt(late[0], late[1], 0)} s" if math.isfinite(late[0]) else ""))
     for (s, o) in sorted(agg):
         if s != scenario or not is_oracle(o):
             continue
@@ -321,7 +346,10 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(FRONTIER_HARMS), figsize=(13, 6.2), layout="constrained")
+    cols = min(2, len(FRONTIER_HARMS))
+    rows_ = -(-len(FRONTIER_HARMS) // cols)
+    fig, grid = plt.subplots(rows_, cols, figsize=(13, 6.2 * rows_), layout="constrained", squeeze=False)
+    axes = list(grid.flat)
     handles: dict[str, Any] = {}
     markers: list[list[tuple[float, float]]] = []
     labels: list[list[tuple[float, float, str]]] = []
@@ -427,6 +455,19 @@ def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_ho
     plt.close(fig)
 
 
+START_NOTES = {
+    "cold": "cold (every policy places the trace from step 0 on an empty cluster)",
+    "warm": ("warm (the cluster already ran the trace under kube-scheduler's default, LeastAllocated, for the "
+             "warm-up, when each policy takes over: as when kso is installed into a running cluster)"),
+}
+
+
+def start_line(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows' start scenario (cells written before the option: cold)."""
+    starts = sorted({str(r.get("start", "cold")) for r in rows if "error" not in r}) or ["cold"]
+    return "; ".join(START_NOTES.get(s, s) for s in starts)
+
+
 def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, list[str]], sources: Sequence[str],
                        autoscaler: str, command: str, policies: Sequence[str], with_plots: bool = True,
                        bounds: dict[str, list[float]] | None = None, appendix: Sequence[str] = (),
@@ -437,7 +478,10 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
     scenarios = sorted({r["scenario"] for r in rows})
     parts = [f"# {title}", "", f"- machine: {machine_line()}", f"- command: `{command}`",
              f"- engine: {autoscaler}; overloaded node-hours = node-time whose cpu or memory demand exceeds U* = 90% of "
-             "allocatable; cost = provisioned (billed) node-hours, core-hours and memory TiB-hours",
+             "allocatable (also at 80% and 100%); start latency = seconds from entering the queue to starting, per "
+             "start (a pod that never started is in pods never served); cost = provisioned (billed) node-hours, "
+             "core-hours and memory TiB-hours",
+             f"- start: {start_line(rows)}",
              f"- columns: {BETTER_NOTE}", ""]
     warm = sorted({int(r["warmup_steps"]) for r in rows if isinstance(r.get("warmup_steps"), int | float)})
     if warm:

@@ -178,6 +178,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(with --scenario: per policy, kso-inproc:env=K=V&K=V)")
     p.add_argument("--no-sampling", action="store_true", help="single run: score every feasible node")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--start", choices=("cold", "warm"), default="cold",
+                   help="cold (default): every policy places the trace from step 0 on an empty cluster; warm: "
+                        "kube-scheduler's default (LeastAllocated, the 'default' policy) runs the warm-up (the first "
+                        "hour, at most a quarter of the replay, never scored), then each policy takes over the running "
+                        "cluster, as when kso is installed into one; the report names it")
 
 
 def _given(args: argparse.Namespace, *names: str) -> list[str]:
@@ -310,7 +315,8 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                 kwargs["env"] = dict(item.split("=", 1) for item in args.kso_env.split(";") if "=" in item)
         policy = make_policy(name, args.seed, **kwargs)
         policy.name = spec if ":" in spec else policy.name
-        result = run(scenario, policy, Progress(spec))
+        warm = make_policy("default", args.seed) if args.start == "warm" else None
+        result = run(scenario, policy, Progress(spec), warm_start=warm)
         results.append(compute(result, args.u_star))
     print(terminal_table(results, scenario))
     print(f"machine: {machine_line()}")
@@ -378,12 +384,15 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
             print(f"{kind}: its own {s.n_nodes} nodes and load (--nodes / --target-load are for the others)", file=sys.stderr)
     if getattr(args, "default_scenario", False):
         print(f"no --scenario or --trace: the default, --scenario {DEFAULT_SCENARIO}", file=sys.stderr)
-    cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p) for k in kinds for seed in seeds[k] for p in specs]
+    start = getattr(args, "start", "cold")
+    cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p, start)
+             for k in kinds for seed in seeds[k] for p in specs]
     where = "Ray tasks" if args.executor == "ray" else f"{args.jobs} process(es)"
     print(f"{len(cells)} replays ({' + '.join(f'{k}: {len(seeds[k])} seed(s)' for k in kinds)}, x {len(specs)} "
           f"policies) as {where}; rows written to {out / 'cells.jsonl'}", file=sys.stderr)
     if args.report_only:
-        rows = [r for r in read_rows(out) if r["scenario"] in kinds and r["policy"] in specs]
+        rows = [r for r in read_rows(out) if r["scenario"] in kinds and r["policy"] in specs
+                and r.get("start", "cold") == start]
         print(f"report only: {len(rows)} finished rows of {len(cells)} cells in {out / 'cells.jsonl'}", file=sys.stderr)
     else:
         rows = run_cells(cells, out, args.jobs, executor=args.executor)

@@ -14,14 +14,16 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    *move*, counted); then ``policy.capacity_taints(view)`` may name the nodes carrying ``CAPACITY_TAINT``
    (NoSchedule, ``view.capacity_taint``) from this step's scheduling on: the policy's capacity signal to the
    autoscaler (a node no pod can be placed on);
-5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the
-   engine checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint, the
-   capacity taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``;
-   unplaced pods stay queued; then ``policy.capacity_requests(view)`` may name placeholder pods
-   (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
+5. every queued pod, in order, gets one scheduling attempt: ``policy.place`` names a node or None; the engine
+   checks the node is ready, carries no taint the pod does not tolerate (the memory-pressure taint, the capacity
+   taint) and the requests fit (a policy cannot overcommit requests), binds, and calls ``policy.bound``; unplaced
+   pods stay queued and, for a policy whose answers can change within a step (``Policy.retries_within_step``),
+   get another attempt every ``EngineRules.retry_s`` of the step (partial-step starts: ``view.now`` is the
+   round's time, the pod's start latency counts it); then ``policy.capacity_requests(view)`` may name placeholder
+   pods (``CapacityRequest``: lowest non-expendable priority, the refused demand, anti-affinity to the nodes the
    policy judges hot), the other capacity signal; then ``policy.scale_down_disabled(view)`` may name the nodes
-   carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation (``view.scale_down_disabled``)
-   until the policy's next answer;
+   carrying the cluster-autoscaler's ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation
+   (``view.scale_down_disabled``) until the policy's next answer;
 6. the truth for step k. Each pod *demands* request x usage ratio (usage may exceed the request: the
    trace's pods are burstable). Memory is not compressible: while a node's memory demand exceeds its
    allocatable, the node is under memory pressure and the pod using the most memory above its request is
@@ -40,9 +42,11 @@ Step k (time ``k * step_s`` from the replay start), in this order:
    simulates; a placeholder that fits holds that room) starts the provisioning of the next nodes of the pool,
    ready ``provision_steps`` later; a ready node without the scale-down-disabled annotation whose requested cpu
    and memory (the placeholders' room included) have both been below ``scale_down_threshold`` of allocatable for
-   ``scale_down_unneeded_steps`` is removed if empty, or (at most ``max_nonempty_per_step`` per step) if its
-   pods and placeholders fit elsewhere by requests (untainted nodes); its pods are evicted and re-queued for step
-   k+1. Every step a node is provisioning or ready is billed (node-hours).
+   ``scale_down_unneeded_s`` (10 min: 3 evaluations in a row at 5-minute steps) is removed, unless a node was
+   ordered less than ``scale_down_delay_after_add_s`` ago (10 min: not in the scale-up's step nor the next), if
+   empty, or (at most ``max_nonempty_per_step`` per step) if its pods and placeholders fit elsewhere by requests
+   (untainted nodes); its pods are evicted and re-queued for step k+1. Every step a node is provisioning or ready
+   is billed (node-hours).
 
 Cold start and warm-up: at step 0 no policy has any usage history (the pods alive at the replay's start arrive
 then and are placed by requests, which the scenarios derive from each job's history third); the metrics score
@@ -50,7 +54,10 @@ the steps after ``EngineRules.warmup_s`` (one hour, at most a quarter of the rep
 by when every policy has the statistics it reads (load-watcher's 15-minute window, kso's hour of per-pod usage).
 The warm-up's placements stay the policy's own and what they cause later is scored. History fed before step 0
 was not chosen: node-level history needs a placement before step 0, which is either each policy's own (a
-warm-up under another name) or a common one (then the cluster at step 0 is not the policy's doing).
+warm-up under another name) or a common one (then the cluster at step 0 is not the policy's doing). The warm
+start (``run(..., warm_start=policy)``, ``kso bench --start warm``) is the common one, as a scenario beside the
+cold start: the given policy (kube-scheduler's default) schedules the warm-up, then each policy takes over the
+running cluster at the first scored step.
 
 The engine, the trace and the seed are the same for every policy; only ``place`` (and ``evictions``) differ.
 """
@@ -65,21 +72,25 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.sim.autoscaler import Autoscaler, AutoscalerSteps, first_fit
 from benchmarks.sim.trace import Scenario
+from benchmarks.sim.view import (
+    CAPACITY_TAINT,
+    MAX_PODS_PER_NODE,
+    MEMORY_PRESSURE_TAINT,
+    SCALE_DOWN_DISABLED_KEY,
+    Binding,
+    CapacityRequest,
+    Policy,
+    SimPod,
+    SimView,
+    tolerates,
+)
 
-MAX_PODS_PER_NODE = 110  # kubelet's default maxPods: the scenario's nodes' allocatable pods
-# TaintNodesByCondition's taint for the kubelet's MemoryPressure condition (key, value, effect)
-MEMORY_PRESSURE_TAINT = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
-# The taint a policy puts on the nodes it judges hot (Policy.capacity_taints): no new pod there, for any scheduler
-# and for the cluster-autoscaler's simulation alike. Its key is under the autoscaler's status-taint prefix: the
-# autoscaler leaves such taints out of the template it builds a new node from (another taint on the group's nodes
-# would be copied there and the new node would hold nothing either) and does not count the node unready.
-CAPACITY_TAINT = ("status-taint.cluster-autoscaler.kubernetes.io/kso-forecast-hot", "", "NoSchedule")
-# The node annotation the cluster-autoscaler reads as "never remove this node" (value exactly "true"). Its scale-down
-# eligibility check skips such a node before looking at its utilisation, so the node is never "unneeded" while it
-# carries it (the unneeded timer starts again once it is gone); the node still takes pods in the drain
-# simulation of other nodes, and scale-up ignores the annotation.
-SCALE_DOWN_DISABLED_KEY = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+# re-exported: policies and tests import these from the engine
+__all__ = ["CAPACITY_TAINT", "MAX_PODS_PER_NODE", "MEMORY_PRESSURE_TAINT", "SCALE_DOWN_DISABLED_KEY", "Autoscaler",
+           "Binding", "CapacityRequest", "EngineRules", "Policy", "RunResult", "SimPod", "SimView", "first_fit", "run",
+           "tolerates"]
 
 
 @dataclass(frozen=True)
@@ -90,311 +101,32 @@ class EngineRules:
     demand exceeded its allocatable keeps the MemoryPressure condition, hence the
     ``node.kubernetes.io/memory-pressure:NoSchedule`` taint, until the pressure has been gone that long.
     ``warmup_s``: scoring starts after this much replay time (the metrics ignore earlier steps), capped at a
-    quarter of the replay; every policy places and measures from step 0 with no usage history."""
+    quarter of the replay; every policy places and measures from step 0 with no usage history.
+    ``retry_s``: partial-step starts. kube-scheduler retries a pending pod within seconds, not once per 5-minute
+    step: after the step's first scheduling round the pods still queued get another round every ``retry_s``
+    (default 60 s: 5 rounds a step; ``view.now`` is the round's time, so a policy's hold that expires within
+    the step releases the pod then) when the policy's answers can change within a step
+    (``Policy.retries_within_step``; for the others a retry would give the same answer). A pod bound in round r
+    of step k started ``r * retry_s`` into the step: its start latency counts those seconds and the step's first
+    ``r * retry_s`` are not served pod-time (its usage is counted in full in that step: the 5-minute bin's mean,
+    on the side of more harm). 0: one round a step."""
 
     pressure_transition_s: float = 300.0
     warmup_s: float = 3600.0
+    retry_s: float = 60.0
+
+    def retry_rounds(self, step_s: float) -> int:
+        """Scheduling rounds per step: the first at the step's start, then one every ``retry_s`` (partial-step
+        starts); 1 when ``retry_s`` is 0 or not below the step."""
+        if self.retry_s <= 0 or self.retry_s >= step_s:
+            return 1
+        return max(1, int(np.ceil(step_s / self.retry_s - 1e-9)))
 
     def transition_steps(self, step_s: float) -> int:
         return int(np.ceil(self.pressure_transition_s / step_s - 1e-9))
 
     def warmup_steps(self, step_s: float, n_steps: int) -> int:
         return min(int(np.ceil(self.warmup_s / step_s - 1e-9)), n_steps // 4)
-
-
-@dataclass(slots=True)
-class SimPod:
-    """A pod as a scheduler sees it: requests and identity, no usage."""
-
-    index: int
-    name: str
-    uid: str
-    cpu: float  # request, millicores
-    memory: float  # request, bytes
-    arrival_step: int
-    departure_step: int
-    qos: str = ""
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[tuple[str, str], ...] = ()  # (key, effect); effect "" tolerates every effect of key
-    cpu_limit: float = 0.0  # 0: no limit
-    memory_limit: float = 0.0
-    owner: str = ""  # the Deployment (workload class) the pod belongs to; "" for a bare pod
-    node: int = -1  # index of its node while bound
-    bound_step: int = -1
-    attempts: int = 0
-    queued_step: int = -1  # the step it (re-)entered the queue
-    ever_bound: bool = False
-    waits: list[int] = field(default_factory=list)  # steps spent in the queue, per queue entry that ended bound
-
-    @property
-    def requests(self) -> np.ndarray:
-        return np.array([self.cpu, self.memory])
-
-    @property
-    def limits(self) -> np.ndarray:
-        return np.array([self.cpu_limit, self.memory_limit])
-
-
-@dataclass(slots=True)
-class Binding:
-    pod: SimPod
-    node: int
-    step: int
-
-
-class SimView:
-    """What a scheduler (and its monitoring) can know at the current step. Arrays are live: the engine
-    updates ``requested`` / ``pod_count`` on every bind and release."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self.scenario_name = scenario.name
-        self.step_s = scenario.step_s
-        self.n_steps = scenario.n_steps
-        self.node_names: list[str] = list(scenario.node_names)
-        self.node_index: dict[str, int] = {n: i for i, n in enumerate(self.node_names)}
-        self.alloc = np.stack([scenario.node_cpu, scenario.node_memory], axis=1).astype(float)  # (N, 2) milli, bytes
-        self.max_pods = np.full(len(self.node_names), MAX_PODS_PER_NODE)
-        self.labels: list[dict[str, str]] = scenario.node_labels
-        self.scenario_taints: list[list[tuple[str, str, str]]] = scenario.node_taints  # the nodes' own taints
-        # the kubelet's MemoryPressure condition as TaintNodesByCondition shows it: MEMORY_PRESSURE_TAINT on the node
-        self.memory_pressure = np.zeros(len(self.node_names), dtype=bool)
-        # CAPACITY_TAINT on the node (the policy's Policy.capacity_taints, for this step's scheduling on)
-        self.capacity_taint = np.zeros(len(self.node_names), dtype=bool)
-        # SCALE_DOWN_DISABLED_KEY="true" on the node (the policy's Policy.scale_down_disabled, until its next answer)
-        self.scale_down_disabled = np.zeros(len(self.node_names), dtype=bool)
-        self._taints: list[list[tuple[str, str, str]]] | None = None
-        self._taints_of: bytes = b""
-        self.unschedulable = np.zeros(len(self.node_names), dtype=bool)
-        self.requested = np.zeros((len(self.node_names), 2))  # sum of bound pods' requests
-        self.pod_count = np.zeros(len(self.node_names), dtype=np.int64)
-        self.limited = np.zeros((len(self.node_names), 2))  # sum of bound pods' max(limit, request)
-        # usage_history[:, j] = true usage (cpu milli, memory bytes) of step j; only j < step is visible
-        self._usage = np.zeros((len(self.node_names), scenario.n_steps, 2))
-        self.step = 0
-        self.recent: list[Binding] = []  # bound during this step: no metric shows them yet
-        self.pending: list[SimPod] = []  # the queue at observe time, in scheduling order (after scheduling: what is left)
-        self.running: dict[int, SimPod] = {}  # pod index -> bound pod
-        self.active = np.ones(len(self.node_names), dtype=bool)  # provisioned and ready (the autoscaler's pool)
-        self._scenario = scenario
-        self._forecasts: dict[tuple[int, str, float], dict[str, np.ndarray]] = {}
-
-    @property
-    def taints(self) -> list[list[tuple[str, str, str]]]:
-        """Every node's taints now, (key, value, effect): its own plus the memory-pressure taint while the
-        node carries it plus the capacity taint while the policy puts it there."""
-        if not (self.memory_pressure.any() or self.capacity_taint.any()):
-            return self.scenario_taints
-        key = self.memory_pressure.tobytes() + self.capacity_taint.tobytes()
-        if self._taints is None or key != self._taints_of:
-            self._taints = [[*t, *([MEMORY_PRESSURE_TAINT] if self.memory_pressure[i] else []),
-                             *([CAPACITY_TAINT] if self.capacity_taint[i] else [])]
-                            for i, t in enumerate(self.scenario_taints)]
-            self._taints_of = key
-        return self._taints
-
-    @property
-    def no_schedule(self) -> np.ndarray:
-        """(N,) bool: the node carries a NoSchedule taint the engine sets (memory pressure, the capacity taint); a
-        pod tolerating neither (every pod of the traces) is placed on none of them."""
-        return self.memory_pressure | self.capacity_taint
-
-    # ---- time ----
-    @property
-    def now(self) -> float:
-        """Seconds since the replay start."""
-        return self.step * self.step_s
-
-    # ---- metrics as monitoring would have them ----
-    @property
-    def usage_history(self) -> np.ndarray:
-        """(N, step, 2) absolute usage (cpu milli, memory bytes) of every finished step."""
-        return self._usage[:, : self.step]
-
-    def util_history(self, window_steps: int | None = None) -> np.ndarray:
-        """(N, w, 2) usage / allocatable of the last ``window_steps`` finished steps (all when None)."""
-        hist = self.usage_history if window_steps is None else self._usage[:, max(0, self.step - window_steps): self.step]
-        return hist / self.alloc[:, None, :]
-
-    def window_stats(self, window_steps: int = 3) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Mean and population std of absolute usage over the last ``window_steps`` steps (load-watcher's
-        15-minute window = 3 steps), (N, 2) each, and whether any metric exists yet."""
-        hist = self._usage[:, max(0, self.step - window_steps): self.step]
-        if hist.shape[1] == 0:
-            zeros = np.zeros_like(self.alloc)
-            return zeros, zeros.copy(), False
-        return hist.mean(axis=1), hist.std(axis=1), True
-
-    def last_usage(self) -> tuple[np.ndarray, bool]:
-        """Usage of the last finished step, (N, 2), and whether there is one."""
-        if self.step == 0:
-            return np.zeros_like(self.alloc), False
-        return self._usage[:, self.step - 1].copy(), True
-
-    def node_forecasts(self, model: str = "", horizon_s: float = 900.0) -> dict[str, np.ndarray] | None:
-        """kso forecaster's prediction of each node's utilisation over the next ``horizon_s``, from the
-        visible history: {"mean", "std", "p95"} each (N, 2) as ratios of allocatable; None before any
-        history. Cached per step, so several policies' observe calls pay once."""
-        if self.step == 0:
-            return None
-        from forecasting.models import DEFAULT_FORECASTER, get_forecaster
-        from forecasting.types import UtilisationSeries
-
-        model = model or DEFAULT_FORECASTER
-        key = (self.step, model, horizon_s)
-        if key not in self._forecasts:
-            util = self.util_history()
-            t = (np.arange(self.step) + 1) * self.step_s  # a step's value is known at its end
-            series = [UtilisationSeries(self.node_names[i], res, t, util[i, :, r])
-                      for i in range(len(self.node_names)) for r, res in enumerate(("cpu", "memory"))]
-            fcs = get_forecaster(model).forecast_many(series, horizon_s, now=float(t[-1]))
-            out = {k: np.array([getattr(f, k) for f in fcs]).reshape(-1, 2) for k in ("mean", "std", "p95")}
-            self._forecasts = {key: out}
-        return self._forecasts[key]
-
-    # ---- pods ----
-    def pod_usage(self, pod: SimPod, window_steps: int) -> np.ndarray:
-        """(w, 2) measured usage (cpu milli, memory bytes) of a bound pod over its last ``window_steps``
-        finished steps on its current node (what cAdvisor / the metrics pipeline would show)."""
-        lo = max(pod.bound_step, self.step - window_steps)
-        if pod.node < 0 or lo >= self.step:
-            return np.zeros((0, 2))
-        ratio = self._scenario.pod_usage[pod.index, lo: self.step, :].astype(float)
-        return ratio * np.array([pod.cpu, pod.memory])
-
-    def pod_usage_window(self, pods: np.ndarray, lo: int) -> np.ndarray:
-        """(P, step - lo, 2) usage / request of the given pods over steps lo..step-1 (finished steps only); the
-        caller masks the steps before each pod was bound."""
-        return self._scenario.pod_usage[pods, lo: self.step, :].astype(float)
-
-    def current_pods_usage(self, window_steps: int) -> np.ndarray:
-        """(N, w, 2) per node, the summed measured usage of the pods bound there *now* over the last
-        ``window_steps`` finished steps (the metrics pipeline's per-pod series summed by node): a pod bound
-        during the window stands at its first measured value before its binding, so a placement is not a
-        rise; a departed pod is not in it."""
-        lo = max(self.step - window_steps, 0)
-        w = self.step - lo
-        out = np.zeros((len(self.node_names), w, 2))
-        pods = [p for p in self.running.values() if p.node >= 0 and p.bound_step < self.step]
-        if not pods or w == 0:
-            return out
-        idx = np.fromiter((p.index for p in pods), dtype=np.int64, count=len(pods))
-        at = np.fromiter((max(p.bound_step, lo) - lo for p in pods), dtype=np.int64, count=len(pods))
-        node = np.fromiter((p.node for p in pods), dtype=np.int64, count=len(pods))
-        ratio = self._scenario.pod_usage[idx, lo: self.step, :].astype(float)  # (P, w, 2)
-        first = ratio[np.arange(len(pods)), at]  # (P, 2)
-        ratio = np.where((np.arange(w)[None, :] < at[:, None])[:, :, None], first[:, None, :], ratio)
-        use = np.nan_to_num(ratio) * np.array([(p.cpu, p.memory) for p in pods])[:, None, :]
-        np.add.at(out, node, use)
-        return out
-
-    def free(self) -> np.ndarray:
-        """(N, 2) allocatable minus requested."""
-        return self.alloc - self.requested
-
-
-class Policy:
-    """A scheduling policy. Subclasses implement ``place``; the hooks default to doing nothing.
-
-    - ``observe(sim)``: once per step, before that step's scheduling;
-    - ``place(pod, sim)``: a node name, or None (unschedulable now; retried next step);
-    - ``bound(pod, node, sim)``: after the engine bound the pod;
-    - ``released(pod, node, sim)``: after a bound pod left its node (departure, eviction, OOM kill);
-    - ``evictions(sim)``: after ``observe``, indices of bound pods to move (re-optimisation); default none;
-    - ``capacity_taints(sim)``: after ``evictions``, the nodes carrying ``CAPACITY_TAINT`` (NoSchedule) from this
-      step's scheduling on, (N,) bool, or None (no taint: the default). Every scheduler model, the engine's
-      placement check and the autoscaler's simulation honour it, as kube-scheduler and the cluster-autoscaler
-      honour a node's NoSchedule taint;
-    - ``capacity_requests(sim)``: after this step's scheduling, the placeholder pods the policy keeps pending
-      (``CapacityRequest``), or None (none: the default);
-    - ``scale_down_disabled(sim)``: after ``capacity_requests``, the nodes carrying the cluster-autoscaler's
-      ``SCALE_DOWN_DISABLED_KEY: "true"`` annotation from now on, (N,) bool, or None (none: the default). The
-      autoscaler model never counts such a node unneeded (its unneeded time starts again when the mark goes).
-    ``latencies`` (verb -> seconds per call) and ``mode`` are reported when a policy calls an extender."""
-
-    name = "policy"
-    mode = "in-process model"
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
-        self.latencies: dict[str, list[float]] = {}
-
-    def setup(self, sim: SimView) -> None: ...
-
-    def observe(self, sim: SimView) -> None: ...
-
-    def place(self, pod: SimPod, sim: SimView) -> str | None:
-        raise NotImplementedError
-
-    def bound(self, pod: SimPod, node: str, sim: SimView) -> None: ...
-
-    def released(self, pod: SimPod, node: str, sim: SimView) -> None: ...
-
-    def evictions(self, sim: SimView) -> list[int]:
-        return []
-
-    def capacity_taints(self, sim: SimView) -> np.ndarray | None:
-        return None
-
-    def capacity_requests(self, sim: SimView) -> CapacityRequest | None:
-        return None
-
-    def scale_down_disabled(self, sim: SimView) -> np.ndarray | None:
-        return None
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class CapacityRequest:
-    """Placeholder pods a policy keeps in the cluster to make the autoscaler add capacity it cannot see otherwise
-    (the cluster-autoscaler simulates scheduling without the scheduler's extenders). Each placeholder is a pod of
-    a priority below every real pod that the autoscaler still scales up for (at or above its
-    ``expendable-pods-priority-cutoff``, -10 by default: it ignores only pods below it), requesting ``demands[j]``
-    (cpu millicores, memory bytes), with a required node anti-affinity to the nodes ``avoid`` marks (the nodes
-    the policy judges hot: one mask for all, or one per placeholder). The autoscaler builds a new node from its
-    group's template, whose name no placeholder avoids.
-
-    How the engine models them: kube-scheduler preempts a placeholder for any real pod, so placeholders never
-    keep a real pod off a node (the real pods' scheduling ignores them). The autoscaler's simulation sees them
-    after the real pending pods, in order: one that fits (by requests, the pod slots, no NoSchedule taint, not an
-    ``avoid`` node) a ready or provisioning node holds that room (it would be bound there); one that fits no
-    such node makes it provision a node of the pool it fits (a new node is not hot). The room placeholders hold
-    counts in the scale-down rule as requests do, and a node holding placeholders is drained only if they fit
-    elsewhere."""
-
-    demands: np.ndarray  # (P, 2) cpu millicores, memory bytes
-    avoid: np.ndarray  # (N,) bool: the nodes every placeholder's anti-affinity excludes, or (P, N): each one's
-
-    def avoid_rows(self, n_nodes: int) -> np.ndarray:
-        """(P, N) bool: the nodes placeholder j avoids, row j."""
-        avoid = np.asarray(self.avoid, dtype=bool)
-        if avoid.ndim == 1:
-            avoid = np.broadcast_to(avoid, (len(self.demands), n_nodes))
-        if avoid.shape != (len(self.demands), n_nodes):
-            raise ValueError(f"CapacityRequest.avoid: shape {avoid.shape}, not ({n_nodes},) or "
-                             f"({len(self.demands)}, {n_nodes})")
-        return avoid.copy()
-
-
-@dataclass(frozen=True)
-class Autoscaler:
-    """The cluster-autoscaler model (defaults after CA's: scale-down-utilization-threshold 0.5,
-    scale-down-unneeded-time 10 min; a node takes a few minutes to boot: one 5-minute step)."""
-
-    provision_steps: int = 1
-    scale_down_threshold: float = 0.5
-    scale_down_unneeded_steps: int = 2
-    min_nodes: int = 1
-    max_nonempty_per_step: int = 1
-    initial_nodes: int | None = None  # nodes ready at step 0, the first of the pool; None: all
-
-    def describe(self) -> str:
-        return (f"cluster-autoscaler model: scale up when pods are pending (nodes of the pool in order, first-fit by "
-                f"requests, ready after {self.provision_steps} step(s)); scale down a node (not annotated "
-                f"{SCALE_DOWN_DISABLED_KEY}=true) below "
-                f"{self.scale_down_threshold:.0%} requested cpu and memory for {self.scale_down_unneeded_steps} steps "
-                f"(empty ones at once, at most {self.max_nonempty_per_step} non-empty per step, only if its pods fit "
-                f"elsewhere by requests; its pods re-queued); min {self.min_nodes} node(s); provisioned node-steps billed")
 
 
 @dataclass
@@ -424,6 +156,11 @@ class RunResult:
     scale_downs: int = 0  # nodes removed by the autoscaler
     pending_per_step: np.ndarray | None = None  # (T,) pods in the queue after scheduling
     waits_steps: list[int] = field(default_factory=list)  # per queue entry: steps until bound (or until it ended)
+    # per queue entry that ended bound: (the step it started in, seconds from entering the queue to starting)
+    start_latency_s: list[tuple[int, float]] = field(default_factory=list)
+    # per pod started after the start of a step: (pod, step, fraction of the step before it started)
+    partial_starts: list[tuple[int, int, float]] = field(default_factory=list)
+    start: str = "cold"  # "warm": the default policy placed the warm-up's pods (RunResult.warmup_steps)
     autoscaler: str = "none (fixed pool)"
     ran: np.ndarray | None = None  # (P, T) bool: the pod ran through step k (a pod killed in step k did not)
     memory_pressure: np.ndarray | None = None  # (N, T) bool: the node had the MemoryPressure condition during step k
@@ -443,33 +180,14 @@ def _fits(view: SimView, node: int, pod: SimPod) -> bool:
                 and view.pod_count[node] < view.max_pods[node])
 
 
-def tolerates(pod: SimPod, taint: tuple[str, str, str]) -> bool:
-    """The pod tolerates the taint (key, value, effect): a toleration (key, effect) with its key and its effect or
-    every effect (the trace's pods tolerate nothing)."""
-    return any(k == taint[0] and (e == "" or e == taint[2]) for k, e in pod.tolerations)
-
-
-# First-fit of requests (cpu, memory, one pod slot) into free capacity; returns the node chosen or -1 and
-# updates ``free`` / ``slots`` in place. The autoscaler's simulation uses it (CA runs the scheduler's
-# resource predicates, not the scoring).
-def first_fit(free: np.ndarray, slots: np.ndarray, req: tuple[float, float], candidates: np.ndarray) -> int:
-    ok = (free[candidates, 0] >= req[0]) & (free[candidates, 1] >= req[1]) & (slots[candidates] > 0)
-    hit = np.flatnonzero(ok)
-    if not len(hit):
-        return -1
-    node = int(candidates[hit[0]])
-    free[node] -= req
-    slots[node] -= 1
-    return node
-
-
-class _Replay:
+class _Replay(AutoscalerSteps):
     """One run's mutable state and the engine's rules; ``run`` drives it step by step."""
 
     def __init__(self, scenario: Scenario, policy: Policy, autoscaler: Autoscaler | None,
                  rules: EngineRules | None = None) -> None:
         self.s, self.policy, self.ca = scenario, policy, autoscaler
         self.rules = rules or EngineRules()
+        self.start = "cold"
         self.transition_steps = self.rules.transition_steps(scenario.step_s)
         self.view = view = SimView(scenario)
         lim_c = scenario.pod_cpu_limit if scenario.pod_cpu_limit is not None else np.zeros(scenario.n_pods)
@@ -487,7 +205,8 @@ class _Replay:
         self.queue: list[tuple[int, int]] = []  # (step queued, index)
         N, T = scenario.n_nodes, scenario.n_steps
         self.ready_at = np.full(N, -1, dtype=np.int64)  # provisioning: the step the node becomes ready
-        self.unneeded = np.zeros(N, dtype=np.int64)
+        self.unneeded = np.zeros(N, dtype=np.int64)  # consecutive evaluations each node was unneeded
+        self.last_scale_up = -1  # the last step whose evaluation ordered a node (scale-down-delay-after-add)
         if autoscaler is not None and autoscaler.initial_nodes is not None:
             view.active[:] = False
             view.active[: autoscaler.initial_nodes] = True
@@ -503,6 +222,10 @@ class _Replay:
         self.last_pressure = np.full(N, -(10**9), dtype=np.int64)  # the last step whose memory demand exceeded allocatable
         self.oom: list[tuple[int, int, int]] = []
         self.waits: list[int] = []
+        self.latency_s: list[tuple[int, float]] = []
+        self.partial: list[tuple[int, int, float]] = []
+        self.rounds = self.rules.retry_rounds(scenario.step_s)
+        self.retry_s = self.rules.retry_s if self.rounds > 1 else 0.0
         self.capacity: CapacityRequest | None = None  # this step's placeholders (Policy.capacity_requests)
         self.held = np.zeros((N, 2))  # room the placeholders hold on each node in the autoscaler's simulation
         self.held_count = np.zeros(N, dtype=np.int64)
@@ -512,6 +235,16 @@ class _Replay:
         self.placeholder_steps = self.placeholder_scale_ups = self.capacity_tainted_steps = 0
         self.scale_down_disabled_steps = self.scale_down_disabled_marks = 0
         self.attempts = self.rejected = self.ca_evictions = self.moves = self.scale_ups = self.scale_downs = 0
+
+    def hand_over(self, policy: Policy, k: int) -> None:
+        """The warm start's switch at step ``k``: ``policy`` schedules from now on and learns the running pods."""
+        self.policy.close()
+        self.policy = policy
+        view = self.view
+        view.step = k
+        policy.setup(view)
+        for pod in sorted(view.running.values(), key=lambda p: (p.bound_step, p.index)):
+            policy.bound(pod, view.node_names[pod.node], view)
 
     # ---- pods ----
     def enqueue(self, i: int, step: int) -> None:
@@ -539,6 +272,10 @@ class _Replay:
         pod.node, pod.bound_step, pod.ever_bound = node, k, True
         pod.waits.append(k - pod.queued_step)
         self.waits.append(k - pod.queued_step)
+        offset = view.offset_s
+        self.latency_s.append((k, (k - pod.queued_step) * view.step_s + offset))
+        if offset > 0:
+            self.partial.append((i, k, offset / view.step_s))
         view.requested[node] += (pod.cpu, pod.memory)
         view.limited[node] += np.maximum(pod.limits, pod.requests)
         view.pod_count[node] += 1
@@ -578,9 +315,29 @@ class _Replay:
         self.capacity_tainted_steps += int(view.capacity_taint.sum())
 
     def schedule(self, k: int) -> list[int]:
-        view, still, unplaced = self.view, [], []
+        view = self.view
         # tainted nodes count as full for the shortcut below (the trace's pods tolerate no taint; _fits decides)
         free = np.where((view.active & ~view.no_schedule)[:, None], view.alloc - view.requested, -1.0)
+        unplaced = self._round(k, free)
+        rounds = self.rounds if self.policy.retries_within_step else 1
+        for r in range(1, rounds):  # the retries within the step (partial-step starts)
+            if not self.queue:
+                break
+            view.offset_s = r * self.retry_s
+            unplaced = self._round(k, free)
+        view.offset_s = 0.0
+        view.pending = [self.pods[i] for _, i in self.queue]  # what is still pending after this step's scheduling
+        self.capacity = self.policy.capacity_requests(view)
+        marks = self.policy.scale_down_disabled(view)
+        marked = np.zeros_like(view.active) if marks is None else np.asarray(marks, dtype=bool) & view.active
+        self.scale_down_disabled_marks += int((marked & ~view.scale_down_disabled).sum())  # annotations written
+        view.scale_down_disabled[:] = marked
+        self.scale_down_disabled_steps += int(marked.sum())
+        return unplaced
+
+    def _round(self, k: int, free: np.ndarray) -> list[int]:
+        """One scheduling attempt for every queued pod, in order; returns the pods left unplaced."""
+        view, still, unplaced = self.view, [], []
         for a, i in self.queue:
             pod = self.pods[i]
             pod.attempts += 1
@@ -601,13 +358,7 @@ class _Replay:
             free[node] -= (pod.cpu, pod.memory)
             self.policy.bound(pod, name, view)  # type: ignore[arg-type]
         self.queue = still
-        view.pending = [self.pods[i] for _, i in still]  # what is still pending after this step's scheduling
-        self.capacity = self.policy.capacity_requests(view)
-        marks = self.policy.scale_down_disabled(view)
-        marked = np.zeros_like(view.active) if marks is None else np.asarray(marks, dtype=bool) & view.active
-        self.scale_down_disabled_marks += int((marked & ~view.scale_down_disabled).sum())  # annotations written
-        view.scale_down_disabled[:] = marked
-        self.scale_down_disabled_steps += int(marked.sum())
+        view.pending = [self.pods[i] for _, i in still]
         return unplaced
 
     def truth(self, k: int) -> None:
@@ -657,91 +408,6 @@ class _Replay:
             self._scale_up(k, [i for _, i in self.queue], ca)
             self._scale_down(k, ca)
 
-    def _scale_up(self, k: int, pending: list[int], ca: Autoscaler) -> None:
-        view = self.view
-        up = view.active | (self.ready_at >= 0)
-        spare = np.flatnonzero(~up)  # the pool's nodes not provisioned, in pool order
-        up &= ~view.no_schedule  # CA's simulation honours NoSchedule taints: a tainted node holds no pending pod
-        free = np.where(up[:, None], view.alloc - view.requested, 0.0)
-        slots = np.where(up, view.max_pods - view.pod_count, 0)
-        opened: list[int] = []
-        demands = [(self.pods[i].cpu, self.pods[i].memory) for i in pending]
-        n_real = len(demands)
-        ph = self.capacity
-        avoid = np.zeros((0, len(up)), dtype=bool)
-        if ph is not None and len(ph.demands):
-            demands += [(float(c), float(m)) for c, m in np.asarray(ph.demands, dtype=float).reshape(-1, 2)]
-            avoid = ph.avoid_rows(len(up))
-        self.held[:] = 0.0
-        self.held_count[:] = 0
-        self.held_pods = []
-        for j, req in enumerate(demands):
-            # a placeholder's required anti-affinity excludes the nodes it avoids (a new node is never one of them)
-            where = up if j < n_real else up & ~avoid[j - n_real]
-            node = first_fit(free, slots, req, np.flatnonzero(where))
-            if node < 0:
-                for cand in spare.tolist():
-                    if cand in opened or view.alloc[cand, 0] < req[0] or view.alloc[cand, 1] < req[1]:
-                        continue
-                    opened.append(cand)
-                    up[cand] = True
-                    avoid[:, cand] = False
-                    free[cand] = view.alloc[cand]
-                    slots[cand] = view.max_pods[cand]
-                    node = first_fit(free, slots, req, np.array([cand]))
-                    self.placeholder_scale_ups += j >= n_real
-                    break
-            if node >= 0 and j >= n_real:  # the room a placeholder holds (scale-down counts it)
-                self.held[node] += req
-                self.held_count[node] += 1
-                self.held_pods.append((node, req, j - n_real))
-        self.avoid = avoid
-        self.placeholder_steps += len(demands) - n_real
-        for node in opened:
-            self.ready_at[node] = k + ca.provision_steps
-            self.unneeded[node] = 0
-        self.scale_ups += len(opened)
-
-    def _scale_down(self, k: int, ca: Autoscaler) -> None:
-        view = self.view
-        share = ((view.requested + self.held) / view.alloc).max(axis=1)  # the placeholders' room counts as requests
-        # a node with the scale-down-disabled annotation is not eligible: never unneeded while it carries it
-        low = view.active & (share < ca.scale_down_threshold) & ~view.scale_down_disabled
-        self.unneeded = np.where(low, self.unneeded + 1, 0)
-        candidates = np.flatnonzero(self.unneeded >= ca.scale_down_unneeded_steps)
-        n_up = int(view.active.sum() + (self.ready_at >= 0).sum())
-        removed: list[int] = []
-        for node in candidates[view.pod_count[candidates] + self.held_count[candidates] == 0].tolist():
-            if n_up - len(removed) <= ca.min_nodes:
-                break
-            removed.append(node)
-        nonempty = candidates[view.pod_count[candidates] + self.held_count[candidates] > 0]
-        nonempty = nonempty[np.argsort(share[nonempty], kind="stable")]
-        drained = 0
-        for node in nonempty.tolist():
-            if drained >= ca.max_nonempty_per_step or n_up - len(removed) <= ca.min_nodes:
-                break
-            others = np.flatnonzero(view.active & ~view.no_schedule
-                                    & ~np.isin(np.arange(len(share)), [*removed, node]))
-            free = view.alloc - view.requested - self.held
-            slots = view.max_pods - view.pod_count - self.held_count
-            on = [(p.cpu, p.memory) for p in view.running.values() if p.node == node]
-            held = [(req, j) for n, req, j in self.held_pods if n == node]  # its placeholders must fit elsewhere too
-            if (all(first_fit(free, slots, req, others) >= 0 for req in on)
-                    and all(first_fit(free, slots, req, others[~self.avoid[j, others]]) >= 0 for req, j in held)):
-                removed.append(node)
-                drained += 1
-        for node in removed:
-            for p in [p for p in view.running.values() if p.node == node]:
-                self.ca_evictions += 1
-                self.evict(p.index, k + 1)
-            view.active[node] = False
-            view.memory_pressure[node] = False  # a node provisioned again later starts without the condition
-            view.scale_down_disabled[node] = False  # and without the annotations of the Node object deleted
-            self.last_pressure[node] = -(10**9)
-            self.unneeded[node] = 0
-        self.scale_downs += len(removed)
-
     def result(self, wall_s: float) -> RunResult:
         s, view = self.s, self.view
         T = s.n_steps
@@ -763,6 +429,7 @@ class _Replay:
                          provisioned=self.provisioned, unmet_cpu_core_min=self.unmet, oom_kills=self.oom,
                          ca_evictions=self.ca_evictions, moves=self.moves, scale_ups=self.scale_ups,
                          scale_downs=self.scale_downs, pending_per_step=self.pending_t, waits_steps=self.waits,
+                         start_latency_s=self.latency_s, partial_starts=self.partial, start=self.start,
                          autoscaler=self.ca.describe() if self.ca else "none (fixed pool)", ran=self.ran,
                          memory_pressure=self.pressure_t, served=self.served,
                          capacity=capacity,
@@ -770,14 +437,25 @@ class _Replay:
 
 
 def run(scenario: Scenario, policy: Policy, progress: Callable[[int, int], None] | None = None,
-        autoscaler: Autoscaler | None = None, rules: EngineRules | None = None) -> RunResult:
+        autoscaler: Autoscaler | None = None, rules: EngineRules | None = None,
+        warm_start: Policy | None = None) -> RunResult:
     """Replay ``scenario`` with ``policy`` (and the autoscaler, if given) under ``rules`` (default: Kubernetes'
-    defaults); returns the truth and the accounting."""
+    defaults); returns the truth and the accounting.
+
+    ``warm_start``: the policy (``kso bench --start warm``: ``default``, kube-scheduler's LeastAllocated) that
+    schedules the warm-up steps (``RunResult.warmup_steps``, which the metrics do not score); ``policy`` takes over
+    at the first scored step with the cluster as it is then, as when kso is installed into a running cluster: it
+    is set up then and told of every running pod (``Policy.bound``, in the order they were bound; each keeps its
+    real bind step and the usage history stays). None: a cold start, ``policy`` from step 0."""
     t_start = time.perf_counter()
-    replay = _Replay(scenario, policy, autoscaler, rules)
-    policy.setup(replay.view)
+    replay = _Replay(scenario, warm_start or policy, autoscaler, rules)
+    replay.start = "warm" if warm_start is not None else "cold"
+    replay.policy.setup(replay.view)
     T = scenario.n_steps
+    handover = replay.rules.warmup_steps(scenario.step_s, T) if warm_start is not None else -1
     for k in range(T):
+        if k == handover:
+            replay.hand_over(policy, k)
         replay.begin(k)
         replay.schedule(k)
         replay.truth(k)

@@ -8,6 +8,10 @@ a quarter of the replay). Every harm and cost figure below counts those steps on
 Harm (what users pay for; h = step length in hours, demand = what the node's pods asked for):
 
 - ``overloaded_node_hours``: node-steps whose cpu or memory demand exceeds U* of allocatable, x h;
+  ``overloaded_node_hours_80`` / ``_90`` / ``_100``: the same above 80%, 90% and 100% of allocatable, whatever U*
+  (``overloaded_node_hours`` is ``_90`` at the default U* = 90%);
+- ``memory_over_allocatable_node_hours``: node-steps whose memory demand exceeds allocatable (before the kills
+  it causes), x h;
 - ``unmet_cpu_core_hours``: sum over node-steps of (cpu demand - allocatable)+ in cores, x h (throttled cpu);
 - ``memory_overcommit_tib_hours``: sum over node-steps of (memory demand - allocatable)+ in TiB, x h;
 - ``oom_kills``: pods killed or evicted for memory (events); ``pods_oom_killed``: distinct pods among them;
@@ -16,10 +20,16 @@ Harm (what users pay for; h = step length in hours, demand = what the node's pod
   the victim in it, so the victim did not serve it; a pod killed again before it ran through a step is one
   stretch, counted once; a part of ``pending_pod_hours``);
 - ``pending_pod_hours``: pod-steps in which a pod was alive (arrived, not departed) and not running through the
-  step (in the queue, or killed in it), x h;
+  step (in the queue, or killed in it), plus the part of a step before a pod's partial-step start, x h;
+- ``start_latency_p50_s`` / ``start_latency_p99_s`` / ``start_latency_mean_s``: per queue entry that ended with the
+  pod started in a scored step (a pod's arrival, or its return after a kill, an eviction or a drain), the seconds
+  from entering the queue to starting, at the engine's retry rounds (``EngineRules.retry_s``: a pod held one
+  minute shows 60 s); ``pods_started``: how many. A pod that never started before its departure is not in them:
+  it is in ``pods_never_served``;
 - ``pods_never_served``: pods alive after the warm-up that were not running when their life ended (at their
   departure or the replay's end): never placed, or killed / evicted / drained and not placed again;
-- ``pod_time_served_pct``: 100 x pod-steps running / pod-steps alive (what the trace asked for);
+- ``pod_time_served_pct``: 100 x pod-time running / pod-time alive (what the trace asked for; a partial-step start
+  serves the rest of its step);
 - ``mem_pressure_node_hours``: node-steps with the kubelet's MemoryPressure condition (memory demand above
   allocatable in the step, or the taint carried over the transition period), x h;
 - ``overload_episodes`` (secondary): runs of consecutive overloaded node-steps, per node.
@@ -47,7 +57,7 @@ class RunMetrics:
     scheduled: int  # placed at some point
     pending_end: int  # never placed, still waiting at the end of the replay
     failed: int  # never placed and left the trace (deleted while pending)
-    attempts: int  # scheduling attempts (each pod in the queue, each step)
+    attempts: int  # scheduling attempts (each pod in the queue, each step and each retry round of it)
     overload_events: int  # node-steps with cpu or memory demand above u_star of allocatable
     overload_events_100: int  # ... above 100 %
     overload_cpu: int  # node-steps above u_star in cpu
@@ -82,6 +92,14 @@ class RunMetrics:
     pod_hours_lost_to_kills: float = 0.0
     pending_pod_hours: float = 0.0
     pods_never_served: int = 0
+    start_latency_p50_s: float = 0.0
+    start_latency_p99_s: float = 0.0
+    start_latency_mean_s: float = 0.0
+    pods_started: int = 0
+    overloaded_node_hours_80: float = 0.0
+    overloaded_node_hours_90: float = 0.0
+    overloaded_node_hours_100: float = 0.0
+    memory_over_allocatable_node_hours: float = 0.0
     pod_time_served_pct: float = 100.0
     provisioned_core_hours: float = 0.0
     provisioned_memory_tib_hours: float = 0.0
@@ -172,7 +190,12 @@ def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
     steps = np.arange(W, T)
     alive = (arrival[:, None] <= steps[None, :]) & (departure[:, None] > steps[None, :])  # (P, T - W)
     ran = result.ran[:, W:] if result.ran is not None else np.zeros((P, T - W), dtype=bool)
-    asked, running = int(alive.sum()), int((ran & alive).sum())
+    asked = int(alive.sum())
+    # the part of a step before a partial-step start (the pod ran through the step's rest)
+    idle = sum(frac for _, k, frac in result.partial_starts if k >= W)
+    running = int((ran & alive).sum()) - idle
+    started = np.array([s for k, s in result.start_latency_s if k >= W], dtype=float)
+    worst_w = demand_w.max(axis=2) if demand_w.size else np.zeros((0, 0))
     served = result.served if result.served is not None else np.zeros(P, dtype=bool)
     kills = [kill for kill in result.oom_kills if kill[0] >= W]
     overcommit = np.clip(absolute[:, W:, 1] - result.alloc[:, None, 1], 0.0, None)
@@ -203,4 +226,10 @@ def compute(result: RunResult, u_star: float = DEFAULT_U_STAR) -> RunMetrics:
         pod_time_served_pct=100.0 * running / asked if asked else 100.0,
         provisioned_core_hours=float((billed * result.alloc[:, None, 0]).sum() / 1000.0 * h),
         provisioned_memory_tib_hours=float((billed * result.alloc[:, None, 1]).sum() / TIB * h),
-        mem_pressure_node_hours=float(pressure.sum() * h), warmup_steps=W)
+        mem_pressure_node_hours=float(pressure.sum() * h), warmup_steps=W,
+        start_latency_p50_s=float(np.percentile(started, 50)) if len(started) else 0.0,
+        start_latency_p99_s=float(np.percentile(started, 99)) if len(started) else 0.0,
+        start_latency_mean_s=float(started.mean()) if len(started) else 0.0, pods_started=len(started),
+        overloaded_node_hours_80=float((worst_w > 0.8).sum() * h), overloaded_node_hours_90=float((worst_w > 0.9).sum() * h),
+        overloaded_node_hours_100=float((worst_w > 1.0).sum() * h),
+        memory_over_allocatable_node_hours=float((demand_w[:, :, 1] > 1.0).sum() * h) if demand_w.size else 0.0)

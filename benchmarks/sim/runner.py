@@ -29,7 +29,10 @@ SCALAR_METRICS = ("overload_episodes", "overload_node_steps", "unmet_cpu_core_mi
                   "pending_end", "scale_ups", "scale_downs", "mean_util_cpu", "wall_s", "overloaded_node_hours",
                   "unmet_cpu_core_hours", "memory_overcommit_tib_hours", "pods_oom_killed", "pod_hours_lost_to_kills",
                   "pending_pod_hours", "pods_never_served", "pod_time_served_pct", "provisioned_core_hours",
-                  "provisioned_memory_tib_hours", "mem_pressure_node_hours", "warmup_steps")
+                  "provisioned_memory_tib_hours", "mem_pressure_node_hours", "warmup_steps", "overloaded_node_hours_80",
+                  "overloaded_node_hours_90", "overloaded_node_hours_100", "memory_over_allocatable_node_hours",
+                  "start_latency_p50_s", "start_latency_p99_s", "start_latency_mean_s", "pods_started")
+STARTS = ("cold", "warm")  # Cell.start: an empty cluster at step 0, or the warm-up under the default policy
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Cell:
     seed: int
     target_load: float
     policy: str  # spec
+    start: str = "cold"  # "warm": the default policy (LeastAllocated) schedules the warm-up, then the spec takes over
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -113,9 +117,12 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     logging.getLogger("kso").setLevel(logging.ERROR)
     scenario = scenario_for(cell.scenario, cell.nodes, cell.hours, cell.seed, cell.target_load)
     policy = policy_for(cell.policy, cell.seed)
-    m = compute(run(scenario, policy, progress, autoscaler=Autoscaler()))
+    if cell.start not in STARTS:
+        raise ValueError(f"start must be one of {', '.join(STARTS)}, not {cell.start!r}")
+    warm = policy_for("default", cell.seed) if cell.start == "warm" else None
+    m = compute(run(scenario, policy, progress, autoscaler=Autoscaler(), warm_start=warm))
     row = {"scenario": cell.scenario, "nodes": scenario.n_nodes, "hours": scenario.n_steps * scenario.step_s / 3600,
-           "seed": cell.seed, "policy": cell.policy,
+           "seed": cell.seed, "policy": cell.policy, "start": cell.start,
            "mode": m.mode, "scenario_name": scenario.name, **{k: float(getattr(m, k)) for k in SCALAR_METRICS},
            "extra": {k: float(v) for k, v in m.extra.items() if isinstance(v, int | float)}}
     return row, m
@@ -204,7 +211,8 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(t.ppf(0.975, n - 1) * v.std(ddof=1) / math.sqrt(n)), n
 
 
-ROW_KEYS = frozenset({"scenario", "nodes", "hours", "seed", "policy", "mode", "scenario_name", "extra", "error"})
+ROW_KEYS = frozenset({"scenario", "nodes", "hours", "seed", "policy", "mode", "scenario_name", "extra", "error",
+                      "start"})
 
 
 def aggregate(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, tuple[float, float, int]]]:

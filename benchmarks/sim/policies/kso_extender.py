@@ -252,6 +252,7 @@ class KsoExtenderPolicy(Policy):
 
     name = "kso-http"
     mode = "HTTP: real kso extender (uvicorn on 127.0.0.1), NodeNames mode"
+    retries_within_step = True  # the safe agent's hold (KSO_SAFE_MAX_HOLD_S) can expire within a step
     http = True
 
     def __init__(self, seed: int = 0, sample: bool = True, stats: str = "forecast", forecaster: str = "",

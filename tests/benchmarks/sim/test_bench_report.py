@@ -197,6 +197,44 @@ def test_every_axis_statement_counts_the_pods_a_policy_did_not_serve() -> None:
     assert "koordinator:cpu_threshold=65" in lines[0] and "oracle" not in " ".join(lines)
 
 
+def test_every_axis_counts_pods_never_served_and_the_p99_start_latency_when_the_cells_have_them() -> None:
+    import matplotlib.pyplot as plt
+
+    rows = rows_for(seeds=(0,))
+    served = {"trimaran-tlp:target=40": 99.0, "kso-inproc:env=SAFEUTILIZATION=90": 99.5}
+    for r in rows:
+        r["pod_time_served_pct"] = served.get(r["policy"], 98.0)
+    old = every_axis_lines(aggregate(rows), "s")  # cells of the engine before: the axes they have
+    assert "pods never served" not in old[0] and "p99 start latency" not in old[0]
+    assert any(ln.startswith("  - `trimaran-tlp:target=40`: matched or beaten") for ln in old)
+    # tlp40 134/60/20/99%: kso90 110/40/8/99.5% but more pods never served (40 vs 10): no longer beaten
+    for r in rows:
+        r["pods_never_served"] = 40.0 if r["policy"] == "kso-inproc:env=SAFEUTILIZATION=90" else 10.0
+        r["start_latency_p99_s"] = 60.0
+    lines = every_axis_lines(aggregate(rows), "s")
+    assert "pods never served and p99 start latency" in lines[0]
+    by_peer = {ln.split("`")[1]: ln for ln in lines[1:]}
+    assert by_peer["trimaran-tlp:target=40"].endswith("no kso configuration is at least as good on every axis")
+    # as many never served but a longer p99 start latency: not beaten either; equal on both: beaten again
+    for r in rows:
+        r["pods_never_served"] = 10.0
+        r["start_latency_p99_s"] = 600.0 if r["policy"] == "kso-inproc:env=SAFEUTILIZATION=90" else 60.0
+    by_peer = {ln.split("`")[1]: ln for ln in every_axis_lines(aggregate(rows), "s")[1:]}
+    assert by_peer["trimaran-tlp:target=40"].endswith("no kso configuration is at least as good on every axis")
+    for r in rows:
+        r["start_latency_p99_s"] = 60.0
+    by_peer = {ln.split("`")[1]: ln for ln in every_axis_lines(aggregate(rows), "s")[1:]}
+    assert by_peer["trimaran-tlp:target=40"].endswith("beaten on every axis by `kso-inproc:env=SAFEUTILIZATION=90`")
+    # the figure: a panel for each (overloaded node-h, pods OOM-killed, pods never served, p99 start latency)
+    fig = frontier_figure(aggregate(rows), "s", "t")
+    try:
+        titles = [ax.get_title() for ax in fig.axes]
+        assert any(t.startswith("pods never served") for t in titles)
+        assert any(t.startswith("p99 start latency") for t in titles)
+    finally:
+        plt.close(fig)
+
+
 def test_up_to_twenty_curves_get_twenty_colours() -> None:
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex

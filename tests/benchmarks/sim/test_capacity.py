@@ -89,24 +89,25 @@ def test_a_placeholder_that_fits_a_node_it_does_not_avoid_orders_none_and_holds_
     assert res.scale_ups == 0 and res.scale_downs == 0
     assert res.provisioned[:, -1].tolist() == [True, True, False]
     assert res.capacity["placeholder_pod_steps"] == 6 and res.capacity["placeholder_scale_ups"] == 0
-    # the same without placeholders: node 1 (empty) is removed after two steps below the threshold
+    # the same without placeholders: node 1 (empty) is removed 10 minutes after it is first unneeded (3 evaluations)
     res = run(s, KeepsAsking(), autoscaler=Autoscaler(initial_nodes=2), rules=EngineRules(warmup_s=0))
-    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True, True, False, False, False, False]
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True, True, True, False, False, False]
 
 
 def test_the_capacity_taint_keeps_every_scheduler_off_the_node_and_the_autoscaler_adds_one() -> None:
     # node 0 tainted from step 0's scheduling: A and B both fit no untainted node; the autoscaler (which honours
     # NoSchedule taints) orders node 1, where both bind at step 1. The framework's filter refuses node 0 and the
-    # view shows the taint. Node 0, empty, is removed at the end of step 1 (two steps below 50%): a node out of the
+    # view shows the taint. Node 0, empty, is removed at the end of step 2 (10 minutes below 50%, and 10 minutes after
+    # the scale-up of step 0): a node out of the
     # cluster carries no taint (observe runs before capacity_taints is asked: it sees the last step's taints).
     pods = [(1000, GIB, 0, 99, [0.5] * 4, [0.5] * 4), (1000, GIB, 0, 99, [0.5] * 4, [0.5] * 4)]
     policy = RefusesNodeZero(signal="taint")
     res = run(scenario([4000, 4000], pods, 4), policy, autoscaler=Autoscaler(initial_nodes=1))
-    assert policy.seen_taint == [False, True, True, False]
-    assert res.provisioned[0].tolist() == [True, True, False, False]
+    assert policy.seen_taint == [False, True, True, True]
+    assert res.provisioned[0].tolist() == [True, True, True, False]
     assert policy.feasible0 and not any(policy.feasible0)  # asked at step 1 (at step 0 no untainted node was ready)
     assert res.scale_ups == 1 and sorted((p.node, p.bound_step) for p in res.pods) == [(1, 1), (1, 1)]
-    assert res.capacity["capacity_tainted_node_steps"] == 2  # node 0, steps 0 and 1
+    assert res.capacity["capacity_tainted_node_steps"] == 3  # node 0, steps 0 to 2
     # a policy naming the tainted node anyway is refused like a failed predicate
     class Insists(RefusesNodeZero):
         def place(self, pod, sim):  # type: ignore[no-untyped-def]
@@ -166,19 +167,19 @@ class MarksNodes(DefaultScheduler):
 
 def test_a_node_annotated_scale_down_disabled_is_never_unneeded_and_its_unneeded_time_restarts_when_unmarked() -> None:
     # two 1-core nodes, 600m on node 0 (60%: not underused), 300m on node 1 (30%), which fits node 0 by requests:
-    # without the annotation node 1 is drained at the end of step 1 (two steps below 50%)
-    pods = [(600, GIB, 0, 9, [0.5] * 6, [0.5] * 6), (300, GIB, 0, 9, [0.5] * 6, [0.5] * 6)]
-    s = scenario([1000, 1000], pods, 6)
+    # without the annotation node 1 is drained at the end of step 2 (10 minutes below 50%)
+    pods = [(600, GIB, 0, 9, [0.5] * 8, [0.5] * 8), (300, GIB, 0, 9, [0.5] * 8, [0.5] * 8)]
+    s = scenario([1000, 1000], pods, 8)
     res = run(s, MarksNodes({}), autoscaler=Autoscaler())
-    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True, True, False, False, False, False]
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * 3 + [False] * 5
     assert "scale_down_disabled_node_steps" not in res.capacity  # no policy mark, no count
     # annotated at steps 0-2: never unneeded meanwhile (the eligibility check skips it); unmarked from step 3, it is
-    # unneeded at steps 3 and 4 and drained at the end of step 4, not at once
+    # unneeded at steps 3, 4 and 5 and drained at the end of step 5, not at once
     res = run(s, MarksNodes({0: [1], 1: [1], 2: [1]}), autoscaler=Autoscaler())
-    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * 5 + [False]
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * 6 + [False] * 2
     assert res.capacity["scale_down_disabled_node_steps"] == 3 and res.capacity["scale_down_disabled_marks"] == 1
     # annotated all along: never removed
-    res = run(s, MarksNodes({k: [1] for k in range(6)}), autoscaler=Autoscaler())
+    res = run(s, MarksNodes({k: [1] for k in range(8)}), autoscaler=Autoscaler())
     assert res.scale_downs == 0 and res.provisioned[1].all()
 
 

@@ -93,6 +93,21 @@ def test_default_run_is_the_google_excerpt_and_shows_a_difference(tmp_path: Path
     assert "no --scenario or --trace: the default, --scenario google-embedded" in capsys.readouterr().err
 
 
+def test_start_warm_runs_the_warm_up_under_the_default_policy_and_the_report_names_it(tmp_path: Path) -> None:
+    rc = main(["--hours", "1", "--policies", "default-most", "--start", "warm", "--out", str(tmp_path), "--no-plots"])
+    assert rc == 0
+    (row,) = [json.loads(line) for line in (tmp_path / "cells.jsonl").read_text().splitlines()]
+    assert row["start"] == "warm" and row["policy"] == "default-most"
+    for key in ("overloaded_node_hours_80", "overloaded_node_hours_90", "overloaded_node_hours_100",
+                "memory_over_allocatable_node_hours", "start_latency_p50_s", "start_latency_p99_s", "pods_started"):
+        assert isinstance(row[key], float), key
+    report = (tmp_path / "report.md").read_text()
+    assert "- start: warm (the cluster already ran the trace under kube-scheduler's default" in report
+    # --report-only keeps to the rows of the start asked for: a cold report of warm rows has none of them
+    assert main(["--policies", "default-most", "--out", str(tmp_path), "--no-plots", "--report-only"]) == 0
+    assert "## google-embedded" not in (tmp_path / "report.md").read_text()
+
+
 def test_other_scenarios_keep_their_seeds_beside_google_embedded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["--scenario", "google-embedded,embedded", "--seeds", "2", "--hours", "0.5", "--policies", "default",
                "--out", str(tmp_path), "--no-plots"])

@@ -252,21 +252,21 @@ class PinnedMarks(KsoInprocPolicy):
 
 
 def test_kso_marks_the_node_whose_pod_it_would_refuse_everywhere_else_and_unmarks_it_when_that_ends() -> None:
-    # without the mark the autoscaler drains 'small' at the end of step 1 (10% requested for two steps; S fits 'hot'
-    # by requests), and S, refused on 'hot', waits until R's load has left the window
+    # without the mark the autoscaler drains 'small' at the end of step 2 (10% requested for 10 minutes; S fits
+    # 'hot' by requests), and S, refused on 'hot', waits until R's load has left the window
     res = run(marking_pool(), PinnedMarks(), autoscaler=Autoscaler())
-    assert res.scale_downs == 1 and res.provisioned[1, 2:].sum() == 0
-    assert res.pods[1].queued_step == 2 and res.pods[1].bound_step > 6 and res.pods[1].waits[1] > 4
+    assert res.scale_downs == 1 and res.provisioned[1, 3:].sum() == 0
+    assert res.pods[1].queued_step == 3 and res.pods[1].bound_step > 6 and res.pods[1].waits[1] > 4
     # with it: no statistics at step 0 (nothing is judged); from step 1 kso refuses S on 'hot': 'small' is marked and
     # stays. R's use falls at step 6; once the window shows it, kso would place S on 'hot': the mark goes and
-    # the autoscaler drains 'small' two steps later (S moves to 'hot'). 'hot' is never marked (not underused).
+    # the autoscaler drains 'small' three evaluations later (S moves to 'hot'). 'hot' is never marked (not underused).
     policy = PinnedMarks(mark="refused")
     res = run(marking_pool(), policy, autoscaler=Autoscaler())
     small = [m[1] for m in policy.marks]
     assert small[0] is False and all(small[1:7]) and small[-1] is False
     last = max(k for k, m in enumerate(small) if m)
     assert not any(m[0] for m in policy.marks)
-    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * (last + 3) + [False] * (13 - last - 2)
+    assert res.scale_downs == 1 and res.provisioned[1].tolist() == [True] * (last + 4) + [False] * (10 - last)
     assert res.pods[1].node == 0 and res.capacity["scale_down_disabled_marks"] == 1
     # mark_hold keeps the mark that many steps after the rule last held
     held = PinnedMarks(mark="refused", mark_hold=2)

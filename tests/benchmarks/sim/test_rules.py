@@ -126,29 +126,30 @@ def test_with_no_node_to_add_a_victim_returns_only_after_the_transition_period()
 
 def test_autoscaler_removes_empty_nodes_after_ten_minutes_and_bills_provisioned_steps() -> None:
     # three 1-core nodes, one 600m pod (60% requested: stays); the two empty nodes are below 50% at the end of
-    # steps 0 and 1 -> removed at the end of step 1 (billed for steps 0 and 1)
+    # steps 0, 1 and 2 -> removed at the end of step 2, 10 minutes after the first (billed for steps 0 to 2)
     s = scenario([1000, 1000, 1000], [(600, GIB, 0, 9, [0.5] * 4, [0.5] * 4)], 4)
     res = run(s, make_policy("default", 0), autoscaler=Autoscaler(), rules=EngineRules(warmup_s=0))
     m = compute(res)
-    assert res.provisioned.sum(axis=0).tolist() == [3, 3, 1, 1]
-    assert m.provisioned_node_hours == 8 * 5 / 60
+    assert res.provisioned.sum(axis=0).tolist() == [3, 3, 3, 1]
+    assert m.provisioned_node_hours == pytest.approx(10 * 5 / 60)
     # the default warm-up (an hour, at most a quarter of the replay: 1 step of 4) scores steps 1-3 only
     res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
-    assert res.warmup_steps == 1 and compute(res).provisioned_node_hours == pytest.approx(5 * 5 / 60)
+    assert res.warmup_steps == 1 and compute(res).provisioned_node_hours == pytest.approx(7 * 5 / 60)
     assert m.scale_downs == 2 and m.ca_evictions == 0 and m.scale_ups == 0
 
 
 def test_autoscaler_drains_an_underused_node_when_its_pods_fit_elsewhere() -> None:
-    # two 1-core nodes, a 300m pod on each (LeastAllocated spreads): both 30% requested; after two steps the
-    # first (lowest share, pool order on ties) is drained: its pod is re-queued for step 2 and lands on the other
+    # two 1-core nodes, a 300m pod on each (LeastAllocated spreads): both 30% requested; 10 minutes after they are
+    # first unneeded (end of step 2) the first (lowest share, pool order on ties) is drained: its pod is re-queued
+    # for step 3 and lands on the other
     pods = [(300, GIB, 0, 9, [0.5] * 4, [0.5] * 4), (300, GIB, 0, 9, [0.5] * 4, [0.5] * 4)]
     res = run(scenario([1000, 1000], pods, 4), make_policy("default", 0), autoscaler=Autoscaler())
     m = compute(res)
     assert m.scale_downs == 1 and m.ca_evictions == 1
-    assert res.provisioned.sum(axis=0).tolist() == [2, 2, 1, 1]
+    assert res.provisioned.sum(axis=0).tolist() == [2, 2, 2, 1]
     assert {p.node for p in res.pods} == {int(np.flatnonzero(res.provisioned[:, 3])[0])}
     moved = [p for p in res.pods if len(p.waits) == 2]
-    assert len(moved) == 1 and moved[0].bound_step == 2
+    assert len(moved) == 1 and moved[0].bound_step == 3
 
 
 def test_autoscaler_provisions_a_node_for_a_pending_pod_which_waits_one_step() -> None:
@@ -194,3 +195,39 @@ def test_bench_scenario_mode_writes_the_tradeoff_report(tmp_path, capsys) -> Non
     assert "The frontier: cost against harm" in report and "real join" in report
     assert (tmp_path / "frontier-google-embedded.png").stat().st_size > 1000
     assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == 3
+
+
+def test_an_unneeded_node_survives_five_minutes_and_goes_after_ten() -> None:
+    # two 1-core nodes, a 600m pod on one for the whole run; the other is empty (unneeded) from the first evaluation:
+    # at the end of step 0 (first seen), step 1 (5 minutes: stays) and step 2 (10 minutes: removed)
+    s = scenario([1000, 1000], [(600, GIB, 0, 99, [0.5] * 6, [0.5] * 6)], 6)
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler())
+    empty = 1 - res.pods[0].node
+    assert res.provisioned[empty].tolist() == [True, True, True, False, False, False] and res.scale_downs == 1
+    # the settings are the model's: 5 minutes removes it at the second evaluation (the engine's rule before)
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler(scale_down_unneeded_s=300))
+    assert res.provisioned[empty].tolist() == [True, True, False, False, False, False]
+    # a time that is not a whole number of steps is rounded up to the next evaluation
+    res = run(s, make_policy("default", 0), autoscaler=Autoscaler(scale_down_unneeded_s=301))
+    assert res.provisioned[empty].tolist() == [True, True, True, False, False, False]
+    assert Autoscaler().unneeded_evaluations(300.0) == 3 and Autoscaler().unneeded_evaluations(60.0) == 11
+
+
+def test_no_scale_down_within_ten_minutes_of_a_scale_up_but_the_unneeded_time_counts_meanwhile() -> None:
+    # pool of 1-, 1- and 2-core nodes, 0 and 1 ready; pod A (600m) binds on node 0 at step 0; node 1 stays empty.
+    # Pod B (1500m) arrives at step 2, fits no ready node: the autoscaler orders node 2 at the end of step 2. Node 1,
+    # unneeded since step 0, would go at the end of step 2; the delay after add keeps it at steps 2 and 3 (5
+    # minutes after the scale-up), it goes at step 4 (10 minutes after).
+    pods = [(600, GIB, 0, 99, [0.5] * 8, [0.5] * 8), (1500, GIB, 2, 99, [0.5] * 8, [0.5] * 8)]
+    s = scenario([1000, 1000, 2000], pods, 8)
+
+    class Spread(DefaultScheduler):  # A on node 0, B wherever it fits
+        def place(self, pod, sim):  # type: ignore[no-untyped-def]
+            return "n0" if pod.index == 0 else super().place(pod, sim)
+
+    res = run(s, Spread(0), autoscaler=Autoscaler(initial_nodes=2))
+    assert res.scale_ups == 1 and res.provisioned[2].tolist() == [False] * 3 + [True] * 5
+    assert res.provisioned[1].tolist() == [True] * 5 + [False] * 3
+    # without the delay (0 s) node 1 goes at the end of step 2, as the unneeded time alone says
+    res = run(s, Spread(0), autoscaler=Autoscaler(initial_nodes=2, scale_down_delay_after_add_s=0))
+    assert res.provisioned[1].tolist() == [True] * 3 + [False] * 5
