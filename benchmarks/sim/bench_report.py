@@ -220,7 +220,7 @@ EQUAL_COST_PEER = "default-most"
 EQUAL_COST_BAND = 0.02  # "the same cost": mean node-hours within +-2% of the peer's
 PAIRED = (("provisioned_node_hours", "node-h"), ("overloaded_node_hours", "overloaded node-h"),
           ("pods_oom_killed", "pods OOM-killed"))
-DEFAULT_KSO = "kso"  # kso's default configuration
+DEFAULT_KSO = "kso"  # what deploy/ ships (benchmarks/sim/policies/kso_shipped.py)
 
 
 def paired_change(rows: Sequence[dict[str, Any]], scenario: str, policy: str, peer: str, key: str) -> tuple[float, float, int]:
@@ -270,7 +270,7 @@ def aims_lines(rows: Sequence[dict[str, Any]], agg: Agg, scenario: str, peer: st
         by = [p for p, v in others if dominates_all(v, mine)]
         served, never = a.get("pod_time_served_pct", NAN3), a.get("pods_never_served", NAN3)
         late = a.get("start_latency_p99_s", NAN3)
-        out.append(f"- **`{DEFAULT_KSO}`, kso's default configuration**: "
+        out.append(f"- **`{DEFAULT_KSO}`, kso as deploy/ ships it**: "
                    + (f"dominated on every axis by {', '.join(f'`{p}`' for p in sorted(by))}" if by else
                       "not dominated on every axis")
                    + f"; pod-time served {fmt(served[0], served[1], 2)}%, pods never served {fmt(never[0], never[1], 0)}"

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from benchmarks.sim.engine import Policy
 from benchmarks.sim.policies.default import DefaultMostAllocated, DefaultScheduler
 from benchmarks.sim.policies.koordinator import LoadAware
-from benchmarks.sim.policies.kso_extender import KsoDefaultPolicy, KsoExtenderPolicy, KsoInprocPolicy
+from benchmarks.sim.policies.kso_extender import KsoExtenderPolicy, KsoInprocPolicy
+from benchmarks.sim.policies.kso_shipped import KsoDefaultPolicy
 from benchmarks.sim.policies.oracle import Oracle
 from benchmarks.sim.policies.trimaran_lroc import LowRiskOverCommitment
 from benchmarks.sim.policies.trimaran_lvrb import LoadVariationRiskBalancing
@@ -22,7 +23,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "trimaran-lvrb": LoadVariationRiskBalancing,
     "trimaran-lroc": LowRiskOverCommitment,
     "koordinator": LoadAware,
-    "kso": KsoDefaultPolicy,  # kso's default configuration (what kso extender does out of the box)
+    "kso": KsoDefaultPolicy,  # what deploy/ ships
     "kso-http": KsoExtenderPolicy,
     "kso-inproc": KsoInprocPolicy,
     # a reference point (knows each pod's next-hour usage), not a scheduler: labelled as such in every report

@@ -616,12 +616,3 @@ class KsoInprocPolicy(KsoExtenderPolicy):
     name = "kso-inproc"
     mode = "in-process: extender.verbs.Extender called directly (same bodies, no HTTP)"
     http = False
-
-
-class KsoDefaultPolicy(KsoInprocPolicy):
-    """``kso``: kso's default configuration, what ``kso extender`` does out of the box (its default settings, agents
-    and weights; node statistics from its default forecaster), called in-process (the same decisions as over HTTP:
-    ``kso-http``)."""
-
-    name = "kso"
-    mode = "kso's default configuration, in-process (extender.verbs.Extender called directly)"

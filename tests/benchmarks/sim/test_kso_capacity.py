@@ -9,7 +9,8 @@ import pytest
 
 from benchmarks.sim.engine import Autoscaler, SimPod, SimView, run
 from benchmarks.sim.policies import make_policy
-from benchmarks.sim.policies.kso_extender import KsoDefaultPolicy, KsoInprocPolicy, owner_usage_ratio
+from benchmarks.sim.policies.kso_extender import KsoInprocPolicy, owner_usage_ratio
+from benchmarks.sim.policies.kso_shipped import SHIPPED, KsoDefaultPolicy
 from benchmarks.sim.runner import policy_for
 from benchmarks.sim.trace import Scenario
 
@@ -19,7 +20,9 @@ GIB = 1024.0**3
 def test_kso_is_the_default_configuration_and_the_other_kso_specs_keep_their_meaning() -> None:
     kso = policy_for("kso", 0)
     assert type(kso) is KsoDefaultPolicy and kso.name == "kso" and not kso.http
-    assert (kso.stats, kso.judge, kso.capacity, kso.env) == ("forecast", "request", "none", {})
+    assert (kso.stats, kso.judge, kso.capacity, kso.mark, kso.env) == ("forecast", "request", SHIPPED["capacity"],
+                                                                       SHIPPED["mark"], {})
+    assert policy_for("kso:capacity=none", 0).capacity == "none"  # the code's defaults, outside deploy/
     assert policy_for("kso-inproc", 0).stats == "window"  # the labelled variant the sweeps have always meant
     assert policy_for("kso:stats=window", 0).stats == "window"
     assert make_policy("kso-http").http
