@@ -313,7 +313,7 @@ class Scheduler:
         _, per = ext.scores(call, "prioritize")
         weight = sum(ext.weights[p] for p in per)
         mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(ok))
-        if ext.packing and not bool(np.logical_and.reduce(ext.seen(call))):
+        if ext.packing and not ext.sight(call)[2]:
             # see before you pack (kso/decisions/sight.py): packing was withheld where kso cannot see, and where
             # kube-scheduler would then spread by its own LeastAllocated score, this front end breaks equal scores
             # toward the least requested node (SPREAD_TIE is below any difference of the weighted means)

@@ -182,6 +182,7 @@ class DecisionEngine:
         self.plan = plan
         # no_capacity's answer for the last remembered view's alloc and known: never changed by a caller
         self._capacity_kept = LastKept()
+        self._sight_kept = LastKept()  # sight()'s answer for the last read-only statistics, recent binds, allocatable
         # weights of the priorities that answered -> (those weights, _int_combined's table of rounded quotients)
         self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         if plan is not None:
@@ -344,27 +345,41 @@ class DecisionEngine:
         return v.failed_lists(), v.unresolvable, _merge(v.notes)
 
     # ---- see before you pack ---------------------------------------------------------------------
-    def measured(self, call: Call) -> np.ndarray:
-        """Per node of the call: load statistics exist for cpu and memory (the safe agent's own inputs when it is
-        enabled: the same statistics its filter judges by)."""
+    def _valid_stats(self, call: Call) -> np.ndarray:
+        """(n, 2): load statistics exist for cpu / memory of each node (the safe agent's own inputs when it is
+        enabled: the same statistics its filter judges by, kept read-only while the view's columns are the same)."""
         safe = self.agents.get("safe")
         if isinstance(safe, SafeAgent):
-            valid = safe.inputs(call).valid
-        else:
-            valid = ~np.isnan(self.stats.free_stats(call.view).mean_free) & (call.view.stat_capacity() > 0)
-        return np.logical_and.reduce(valid, axis=1) if valid.size else np.zeros(len(call.view), dtype=bool)
+            return safe.inputs(call).valid
+        return ~np.isnan(self.stats.free_stats(call.view).mean_free) & (call.view.stat_capacity() > 0)
+
+    def sight(self, call: Call) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(measured, seen, every node seen) of the call's nodes (kso/decisions/sight.py), kept for the same read-only
+        statistics, recent binds and allocatable (a remembered view's: most calls)."""
+        got = call.memo.get("sight")
+        if got is None:
+            view, valid = call.view, self._valid_stats(call)
+            got = self._sight_kept.get(valid, view.recent, view.alloc)
+            if got is None:
+                measured = np.logical_and.reduce(valid, axis=1) if valid.size else np.zeros(len(view), dtype=bool)
+                seen = seen_nodes(measured, view, self.max_unseen)
+                got = self._sight_kept.keep((measured, seen, bool(np.logical_and.reduce(seen))),
+                                            valid, view.recent, view.alloc)
+            call.memo["sight"] = got
+        return got
+
+    def measured(self, call: Call) -> np.ndarray:
+        """Per node of the call: load statistics exist for cpu and memory."""
+        return self.sight(call)[0]
 
     def seen(self, call: Call) -> np.ndarray:
         """Per node of the call: measured, and not past KSO_PACK_UNSEEN_MAX of allocatable bound since (sight.py)."""
-        seen = call.memo.get("seen")
-        if seen is None:
-            seen = call.memo["seen"] = seen_nodes(self.measured(call), call.view, self.max_unseen)
-        return seen
+        return self.sight(call)[1]
 
     def withhold_packing(self, call: Call, name: str, scores: Any) -> Any:
         """A packing priority's scores with no pull (0) on the nodes kso cannot see yet."""
-        seen = self.seen(call)
-        if bool(np.logical_and.reduce(seen)):
+        _, seen, every = self.sight(call)
+        if every:
             return scores
         self.metrics.packing_withheld.inc(len(seen) - int(np.count_nonzero(seen)))
         return np.where(seen, np.asarray(scores), 0)
