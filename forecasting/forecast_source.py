@@ -96,7 +96,7 @@ def _said_by_the_command() -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in ("kso.forecasting.store", "urllib3.connectionpool")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(logging.CRITICAL)
     try:
         yield
     finally:

@@ -39,24 +39,34 @@ SeriesByNode = dict[str, dict[str, UtilisationSeries]]
 
 
 class PrometheusError(RuntimeError):
-    """Base of the errors this source raises (the store records any of them as the refresh error)."""
+    """Base of the errors this source raises (the store records any of them as the refresh error). ``reason`` is the
+    label the failure is counted under (kso_forecast_refresh_failures_total{reason})."""
+
+    reason = "source_error"
 
 
 class PrometheusUnavailable(PrometheusError):
     """Prometheus could not answer: refused, timed out, 5xx, or an unreadable response."""
 
-    def __init__(self, url: str, cause: str) -> None:
+    def __init__(self, url: str, cause: str, reason: str = "unreachable") -> None:
         super().__init__(f"Prometheus at {url} unavailable: {cause}")
         self.url = url
         self.cause = cause
+        # timeout (ours, or the server's "query timed out"), bad_data (an answer that is not Prometheus's JSON),
+        # http_error (any other HTTP error status), unreachable (no HTTP answer: refused, no route, DNS...)
+        self.reason = reason
 
 
 class PrometheusQueryError(PrometheusError):
     """Prometheus answered but rejected the query (HTTP 4xx): a configuration error, not an outage."""
 
+    reason = "rejected"
+
 
 class PrometheusMappingError(PrometheusError):
     """Series came back but none could be mapped to a node name: the mapping settings are wrong."""
+
+    reason = "no_node_names"
 
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus's range-query resolution limit
@@ -208,13 +218,19 @@ class PrometheusSource:
             code = int(m.group(1)) if m else 0
             if 400 <= code < 500:
                 raise PrometheusQueryError(f"Prometheus at {self.url} rejected {what}: {exc}") from exc
-            raise PrometheusUnavailable(self.url, f"{what}: {exc}") from exc
+            # Prometheus answers a query past its timeout with 503 and errorType "timeout"
+            timed_out = re.search(r'"errorType"\s*:\s*"timeout"', str(exc)) is not None
+            raise PrometheusUnavailable(self.url, f"{what}: {exc}", "timeout" if timed_out else "http_error") from exc
+        except requests.exceptions.Timeout as exc:
+            raise PrometheusUnavailable(self.url, f"{what}: timed out: {type(exc).__name__}: {exc}", "timeout") from exc
         except requests.exceptions.RequestException as exc:
-            raise PrometheusUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}") from exc
+            reason = "timeout" if "timed out" in str(exc).lower() else "unreachable"
+            raise PrometheusUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}", reason) from exc
         except (ValueError, KeyError, TypeError) as exc:  # not JSON, or JSON without data.result
-            raise PrometheusUnavailable(self.url, f"{what}: unreadable response: {exc}") from exc
+            raise PrometheusUnavailable(self.url, f"{what}: unreadable response: {exc}", "bad_data") from exc
         if not isinstance(result, list):
-            raise PrometheusUnavailable(self.url, f"{what}: expected a list of series, got {type(result).__name__}")
+            raise PrometheusUnavailable(self.url, f"{what}: expected a list of series, got {type(result).__name__}",
+                                        "bad_data")
         return result
 
     # step = max(KSO_PROMETHEUS_STEP, ceil(history / 11,000)): Prometheus rejects a range query of more than
@@ -557,6 +573,11 @@ class PrometheusSource:
                     out.setdefault(key, {})[resource] = UtilisationSeries(key, resource, grid[lo:hi].copy(),
                                                                           y[lo:hi].copy(), 1.0)
         return out
+
+    def check(self) -> None:
+        """One cheap instant query (``vector(1)``) within KSO_PROMETHEUS_TIMEOUT: raises what a refresh would raise
+        when Prometheus does not answer (PrometheusUnavailable) or rejects queries (PrometheusQueryError)."""
+        self._instant("vector(1)", self.now())
 
     def _mapping_desc(self) -> str:
         s = self.settings
