@@ -527,9 +527,7 @@ def readiness(extender: Extender, staleness: CacheStaleness | None = None) -> tu
                              "last_error": fs.last_error, "healthy": fs.last_success is not None and fs.consecutive_failures == 0}
         health = getattr(extender, "forecast_health", None)
         if health is not None:  # stays 200: kso still answers safely, but the body says what it judges with
-            snap = health.snapshot()
-            snap.pop("since_ts", None)
-            body["forecasts"].update(snap)
+            body["forecasts"].update(health.snapshot())
     return body, status
 
 

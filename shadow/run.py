@@ -24,6 +24,7 @@ import argparse
 import logging
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -99,6 +100,8 @@ class Shadow:
     tally: Tally = field(default_factory=Tally)
     clock: Callable[[], float] = time.time
     eps: float = 0.3
+    # where the safe agent's load data comes from (kso.decisions.forecasts.ForecastHealth); None without forecasts
+    forecast_health: Any = None
 
     def __post_init__(self) -> None:
         self.binds: queue.Queue[Bind | None] = queue.Queue(maxsize=self.settings.queue)
@@ -234,6 +237,12 @@ class Shadow:
             if self.prometheus_down_since is not None:
                 since = time.strftime("%H:%M:%S", time.gmtime(self.prometheus_down_since))
                 context["Prometheus"] = f"unavailable since {since} UTC"
+            if self.forecast_health is not None:  # "judging without load data since T" when that is so
+                health = self.forecast_health.snapshot(now)
+                context["load statistics"] = f"forecasts from {health['source']}: {health['condition']}"
+                failures = {k: v for k, v in health["refresh_failures"].items() if v}
+                if failures:
+                    context["forecast refreshes failed"] = ", ".join(f"{v} {k}" for k, v in sorted(failures.items()))
             return markdown(self.tally, list(self.changed), context, self.u_star, now, plot=plot,
                             throttled_share=self.settings.throttled_share)
 
@@ -337,7 +346,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     from forecasting.store import StoreSettings
     from kso.core import kube
     from kso.decisions.engine import DecisionEngine
-    from kso.decisions.forecasts import start_forecasts
+    from kso.decisions.forecasts import forecast_health, start_forecasts
     from kso.decisions.recent import recent_bind_hold_s
     from shadow.outcomes import Outcomes
 
@@ -358,6 +367,8 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
             parse_address(settings.address, 9110)
         except ValueError:
             raise ValueError(f"--address / KSO_SHADOW_ADDRESS {settings.address!r} is not host:port") from None
+    if config.prometheus is not None:  # forecasts and outcomes come from there: one that never answers is an error
+        check_prometheus(config.prometheus)
     client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
     s = config.settings
     state = ClusterState(max_resource_columns=s.max_resource_columns, max_pod_annotation_bytes=s.max_pod_annotation_bytes)
@@ -383,7 +394,10 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
                "load statistics": "forecasts from " + config.prometheus.url if stats is not None and config.prometheus
                else "node annotations",
                "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)"}
-    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps)
+    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps,
+                    forecast_health=forecast_health(engine, state, config.prometheus.url if config.prometheus else ""))
+    if shadow.forecast_health is not None:
+        shadow.forecast_health.register(shadow.metrics.registry, basics=True)
     watcher = ShadowWatcher(state, client, shadow.on_bind)
     running = RunningShadow(shadow, watcher, stops=stops)
     shadow.start()
@@ -398,6 +412,27 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     log.info("kso shadow: judging binds (%s), outcomes after %g s + %g s, report %s every %g s", context["agents"],
              horizon_s, settings.settle_s or 0, settings.report_path, settings.report_every_s)
     return running
+
+
+def check_prometheus(settings: Any) -> None:
+    """ValueError (one line, naming the URL and the cause) when the Prometheus of kso's settings does not answer one
+    cheap query within KSO_PROMETHEUS_TIMEOUT: kso shadow would judge without forecasts and read no outcome."""
+    from forecasting.prometheus import PrometheusError, PrometheusSource
+
+    source = PrometheusSource(settings)
+    try:
+        source.check()
+    except PrometheusError as exc:
+        cause = str(exc)
+        refused = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", cause)
+        why = (f"cannot connect ({refused.group(1).strip()})" if refused
+               else f"no answer within KSO_PROMETHEUS_TIMEOUT ({settings.timeout_s:g} s)" if exc.reason == "timeout"
+               else " ".join(cause.split())[:300])
+        raise ValueError(f"Prometheus at {source.url} (KSO_PROMETHEUS_URL): {why}; kso shadow reads its forecasts "
+                         "and outcomes there (KSO_FORECAST_SOURCE=NONE without KSO_PROMETHEUS_URL: node annotations, "
+                         "no outcomes)") from None
+    finally:
+        source.close()
 
 
 def cmd_shadow(args: argparse.Namespace) -> int:

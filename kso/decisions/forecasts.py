@@ -127,12 +127,18 @@ class ForecastHealth:
         return {
             "source": self.url or st.source, "condition": condition,
             "without_load_data_since": None if since is None or without == 0 else _iso(since),
-            "no_fresh_forecast_since": None if since is None else _iso(since), "since_ts": since,
+            "no_fresh_forecast_since": None if since is None else _iso(since),
             "nodes": n, "nodes_by_load_data": counts, "nodes_without_load_data": without,
             "forecast_age_s": ({"min": round(float(ages.min()), 1), "median": round(float(np.median(ages)), 1),
                                 "max": round(float(ages.max()), 1)} if len(ages) else None),
             "refresh_failures": dict(st.failures), "last_refresh_s": st.last_duration_s, "last_read": st.last_read,
         }
+
+    @property
+    def no_fresh_since(self) -> float | None:
+        """Since when (wall clock) no node of the cache has had a fresh forecast, as of the last snapshot."""
+        with self._lock:
+            return self._without_since
 
     def register(self, registry: Any, basics: bool = False) -> None:
         """Add the metrics to a prometheus_client registry; ``basics``: also the last-success, age and consecutive
@@ -180,7 +186,7 @@ class _HealthCollector:
         yield GaugeMetricFamily("kso_forecast_nodes_without_load_data", "Nodes of the cache judged without load data "
                                 "(no fresh forecast, no node annotations: the safe agent passes them unjudged)",
                                 value=float(snap["nodes_without_load_data"]))
-        since = snap["since_ts"]
+        since = h.no_fresh_since
         yield GaugeMetricFamily("kso_forecast_no_fresh_forecast_since_timestamp_seconds", "Since when no node of the "
                                 "cache has had a fresh forecast (NaN: some have)",
                                 value=math.nan if since is None else float(since))
