@@ -364,12 +364,14 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
         from scheduler.debug import parse_address
 
         try:  # a bad address fails before any thread starts
-            parse_address(settings.address, 9110)
+            host_port = parse_address(settings.address, 9110)
         except ValueError:
             raise ValueError(f"--address / KSO_SHADOW_ADDRESS {settings.address!r} is not host:port") from None
+        check_address(settings.address, host_port)
     if config.prometheus is not None:  # forecasts and outcomes come from there: one that never answers is an error
         check_prometheus(config.prometheus)
     client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
+    check_api_server(client)  # before any thread starts: a dead API server is one line and exit 1, not an empty report
     s = config.settings
     state = ClusterState(max_resource_columns=s.max_resource_columns, max_pod_annotation_bytes=s.max_pod_annotation_bytes)
     state.recent_window_s = recent_bind_hold_s(config)
@@ -400,18 +402,62 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
         shadow.forecast_health.register(shadow.metrics.registry, basics=True)
     watcher = ShadowWatcher(state, client, shadow.on_bind)
     running = RunningShadow(shadow, watcher, stops=stops)
+    if settings.address:  # bound before the watch starts: a taken address fails at once, named
+        try:
+            running.server = http_server(settings.address, shadow)
+        except OSError as exc:
+            for fn in reversed(stops):
+                fn()
+            raise ValueError(f"--address / KSO_SHADOW_ADDRESS {settings.address}: cannot listen there "
+                             f"({exc.strerror or exc})") from None
+        log.info("kso shadow: /metrics, /report on http://%s:%d", *running.server.server_address[:2])
     shadow.start()
     watcher.start()
     wait_s = s.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
     if not watcher.wait_synced(wait_s):
         log.warning("node cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); judging from what is listed so far",
                     wait_s)
-    if settings.address:
-        running.server = http_server(settings.address, shadow)
-        log.info("kso shadow: /metrics, /report on http://%s:%d", *running.server.server_address[:2])
     log.info("kso shadow: judging binds (%s), outcomes after %g s + %g s, report %s every %g s", context["agents"],
              horizon_s, settings.settle_s or 0, settings.report_path, settings.report_every_s)
     return running
+
+
+def check_address(address: str, host_port: tuple[str, int]) -> None:
+    """ValueError naming the address when nothing can listen there (taken, not this host's), tried as the HTTP server
+    will bind it, before anything else starts; the server's own bind is checked the same way."""
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host_port[0], host_port[1], type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server does
+            sock.bind(host_port)
+    except OSError as exc:
+        raise ValueError(f"--address / KSO_SHADOW_ADDRESS {address}: cannot listen there ({exc.strerror or exc})") \
+            from None
+
+
+def check_api_server(client: Any, timeout_s: float = 10.0) -> None:
+    """ValueError (one line, naming the API server and the cause) unless it lists one node within ``timeout_s``: the
+    shadow reads nothing else, and without it would run its whole --duration to write an empty report."""
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    host = getattr(getattr(client, "configuration", None), "host", "?")
+    pool_log = logging.getLogger("urllib3.connectionpool")  # its retry warnings would say the same line three times
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        CoreV1Api(client).list_node(limit=1, _request_timeout=timeout_s)
+    except ApiException as exc:
+        raise ValueError(f"the API server at {host} refused to list nodes: HTTP {exc.status} {exc.reason}") from None
+    except Exception as exc:  # noqa: BLE001 - urllib3's connection errors and timeouts, in one line
+        cause = " ".join(str(exc).split())
+        refused = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", cause)
+        why = f"cannot connect ({refused.group(1).strip()})" if refused else cause[:300]
+        raise ValueError(f"the API server at {host} does not answer: {why}") from None
+    finally:
+        pool_log.setLevel(level)
 
 
 def check_prometheus(settings: Any) -> None:

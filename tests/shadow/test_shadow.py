@@ -391,3 +391,47 @@ def test_a_prometheus_that_does_not_answer_is_an_error_at_the_start(capsys: pyte
     assert err.strip() == (f"kso shadow: Prometheus at {url} (KSO_PROMETHEUS_URL): cannot connect (Connection refused); "
                            "kso shadow reads its forecasts and outcomes there (KSO_FORECAST_SOURCE=NONE without "
                            "KSO_PROMETHEUS_URL: node annotations, no outcomes)"), err
+
+
+def test_a_dead_api_server_is_an_error_at_the_start(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubeconfig whose API server does not answer: one line naming it, exit 1, in seconds (the shadow ran its whole
+    --duration and wrote an empty report that never said so)."""
+    from kso.cli import main as kso_main
+
+    monkeypatch.delenv("KSO_PROMETHEUS_URL", raising=False)
+    port = free_port()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: dead, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: dead, context: {{cluster: dead, user: u}}}}]
+current-context: dead
+""")
+    report = tmp_path / "report.md"
+    t0 = time.monotonic()
+    assert kso_main(["shadow", "--kubeconfig", str(kubeconfig), "--address", "", "--report", str(report),
+                     "--duration", "20"]) == 1
+    assert time.monotonic() - t0 < 15
+    err = capsys.readouterr().err.strip()
+    assert err == f"kso shadow: the API server at http://127.0.0.1:{port} does not answer: cannot connect (Connection " \
+                  "refused)", err
+    assert not report.exists()
+
+
+def test_a_taken_address_is_an_error_naming_it(control_plane: Any, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
+    from kso.cli import main as kso_main
+
+    monkeypatch.delenv("KSO_PROMETHEUS_URL", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        assert kso_main(["shadow", "--kubeconfig", str(control_plane.kubeconfig), "--address", address,
+                         "--report", str(tmp_path / "r.md"), "--duration", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"kso shadow: --address / KSO_SHADOW_ADDRESS {address}: cannot listen there (Address already in use)", err
