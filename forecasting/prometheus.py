@@ -70,6 +70,9 @@ class PrometheusMappingError(PrometheusError):
 
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus's range-query resolution limit
+# Steps per range request: a week at 5-minute steps is 2,016, read in 9 requests of at most 240 (20 h) each, so that one
+# request over a large cluster stays within KSO_PROMETHEUS_TIMEOUT (Prometheus's cost grows with series x steps).
+CHUNK_POINTS = 240
 
 
 class _NeedFullRead(Exception):
@@ -246,13 +249,34 @@ class PrometheusSource:
         return math.floor((time.time() if now is None else now) / align) * align
 
     def _range(self, query: str, start: float, end: float) -> list[dict[str, Any]]:
+        """A range query over [start, end] at the step, in requests of at most CHUNK_POINTS steps each (a week of a
+        large cluster in one request outlasts KSO_PROMETHEUS_TIMEOUT; each part is its own request within it), the
+        parts' samples joined per series."""
         q = self._render(query)
-        return self._call(f"range query {q!r}", self.client.custom_query_range, q,
-                          start_time=datetime.fromtimestamp(start, UTC),
-                          end_time=datetime.fromtimestamp(end, UTC),
-                          step=str(self.step_s()),
-                          # Server-side limit too, so Prometheus abandons a query we gave up on.
-                          params={"timeout": _duration(self.settings.timeout_s)})
+        step = self.step_s()
+        parts: list[list[dict[str, Any]]] = []
+        at = start
+        while at <= end:
+            upto = min(end, at + step * (CHUNK_POINTS - 1))
+            parts.append(self._call(f"range query {q!r}", self.client.custom_query_range, q,
+                                    start_time=datetime.fromtimestamp(at, UTC),
+                                    end_time=datetime.fromtimestamp(upto, UTC),
+                                    step=str(step),
+                                    # Server-side limit too, so Prometheus abandons a query we gave up on.
+                                    params={"timeout": _duration(self.settings.timeout_s)}))
+            at = upto + step
+        if len(parts) == 1:
+            return parts[0]
+        joined: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        for part in parts:
+            for item in part:
+                key = tuple(sorted((str(k), str(v)) for k, v in (item.get("metric") or {}).items()))
+                have = joined.get(key)
+                if have is None:
+                    joined[key] = {"metric": item.get("metric") or {}, "values": list(item.get("values") or [])}
+                else:
+                    have["values"].extend(item.get("values") or [])
+        return list(joined.values())
 
     def _instant(self, query: str, at: float) -> list[dict[str, Any]]:
         q = self._render(query)
