@@ -31,6 +31,7 @@ from urllib3.util.retry import Retry
 
 from forecasting.quality import LAGGING_SAMPLES
 from forecasting.types import UtilisationSeries
+from kso.core.logs import FirstWarnings
 from kso.core.settings import load_settings, setting
 
 log = logging.getLogger("kso.forecasting.prometheus")
@@ -196,6 +197,7 @@ class PrometheusSource:
         self.notes: list[str] = []
         self.unmapped: list[dict[str, str]] = []
         self._cache: _History | None = None
+        self._warnings = FirstWarnings(log)
         self.last_read = ""  # "full" or "incremental": how the last node_series call read the history
 
     def now(self) -> float:
@@ -568,9 +570,9 @@ class PrometheusSource:
             raise PrometheusMappingError(
                 f"none of {len(self.unmapped)} series from {self.url} maps to a node with "
                 f"{s.node_mapping} mapping ({self._mapping_desc()}); labels present: {', '.join(seen_labels) or 'none'}")
-        if self.unmapped:
-            log.warning("prometheus: %d series without a node name (%s) ignored", len(self.unmapped),
-                        self._mapping_desc())
+        if self.unmapped:  # every refresh would say it again: once at WARNING, then DEBUG (the notes have it)
+            self._warnings.log("unmapped", "prometheus: %d series without a node name (%s) ignored", len(self.unmapped),
+                               self._mapping_desc())
         return out
 
     def pod_series(self, now: float | None = None) -> SeriesByNode:

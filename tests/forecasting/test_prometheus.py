@@ -351,3 +351,15 @@ def test_freshness_is_not_read_over_the_whole_history(prom: ps.PromServer) -> No
     src.node_series()
     newest = [span for q, span in seen if q in (src.settings.query_node_cpu_newest, src.settings.query_node_memory_newest)]
     assert len(newest) == 2 and max(newest) <= max(src.settings.overlap_s, 900.0), seen
+
+
+def test_series_without_a_node_name_are_warned_about_once(prom: ps.PromServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A running kso reads every minute: series its mapping cannot name are a WARNING the first time, DEBUG after."""
+    import logging
+
+    src = _source(prom, node_mapping="REGEX", node_regex=r"^(10\.0\.0\.[12]):9100$")
+    with caplog.at_level(logging.DEBUG, logger="kso.forecasting.prometheus"):
+        for _ in range(3):
+            assert sorted(src.node_series()) == ["10.0.0.1", "10.0.0.2"] and src.unmapped
+    said = [r for r in caplog.records if "without a node name" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG], said
