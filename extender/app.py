@@ -525,6 +525,9 @@ def readiness(extender: Extender, staleness: CacheStaleness | None = None) -> tu
         age = None if fs.last_success is None else round(time.time() - fs.last_success, 3)
         body["forecasts"] = {"source": fs.source, "last_success_age_s": age, "consecutive_failures": fs.consecutive_failures,
                              "last_error": fs.last_error, "healthy": fs.last_success is not None and fs.consecutive_failures == 0}
+        health = getattr(extender, "forecast_health", None)
+        if health is not None:  # stays 200: kso still answers safely, but the body says what it judges with
+            body["forecasts"].update(health.snapshot())
     return body, status
 
 

@@ -24,7 +24,7 @@ from kso.core.logs import configure_logging, uvicorn_level
 from kso.core.objects import PodMemo
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
-from kso.decisions.forecasts import start_forecasts
+from kso.decisions.forecasts import forecast_health, start_forecasts
 from kso.decisions.recent import recent_bind_hold_s
 
 log = logging.getLogger("kso.extender")
@@ -104,6 +104,10 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
     plan = make_plan_cache(config, state)
     # API mode: the watched cache is the only source of cluster state (request bodies never write it).
     extender = Extender(config, state, binder, stats, plan, cache_bodies=source != "API", pod_memo=pod_memo)
+    # where each node's load data comes from, the forecasts' age and failed refreshes: /metrics and /readyz
+    extender.forecast_health = forecast_health(extender, state, config.prometheus.url if config.prometheus else "")
+    if extender.forecast_health is not None:
+        extender.forecast_health.register(extender.metrics.registry)
     if plan is not None:
         plan.on_event = extender.metrics.plan_event
         plan.load_file()  # a restarted extender answers from the last plan at once

@@ -58,7 +58,7 @@ def _compute(args: argparse.Namespace) -> tuple[ForecastStore, Any, float, str |
     """Build the source and forecaster, refresh a store once; returns (store, source, now, why it failed)."""
     request = forecast_request(args)
     store, source, _ = refresh_once(request, args.nodes or DEFAULT_SERIES)
-    return store, source, time.time(), source_failure(request, store)
+    return store, source, time.time(), source_failure(request, store, str(getattr(source, "url", "")))
 
 
 def _rows(store: ForecastStore, now: float, limit: int | None) -> list[dict[str, Any]]:

@@ -96,7 +96,7 @@ def _said_by_the_command() -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in ("kso.forecasting.store", "urllib3.connectionpool")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
@@ -104,13 +104,15 @@ def _said_by_the_command() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def source_failure(request: ForecastRequest, store: ForecastStore) -> str | None:
+def source_failure(request: ForecastRequest, store: ForecastStore, url: str = "") -> str | None:
     """One line saying why the refresh of ``store`` failed (the source and the cause; for a connection that
-    failed, the operating system's words), or None when it did not."""
+    failed, the operating system's words), or None when it did not. ``url``: the Prometheus read when no flag
+    named one (KSO_PROMETHEUS_URL's value)."""
     error = store.last_error
     if error is None:
         return None
-    where = f"trace {request.trace}" if request.trace else f"Prometheus {request.prometheus or 'KSO_PROMETHEUS_URL'}"
+    where = (f"trace {request.trace}" if request.trace else f"Prometheus {request.prometheus}" if request.prometheus
+             else f"Prometheus {url} (KSO_PROMETHEUS_URL)" if url else "Prometheus KSO_PROMETHEUS_URL")
     refused = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", error)
     if refused and not request.trace:
         return f"{where}: cannot connect ({refused.group(1).strip()})"
@@ -169,9 +171,10 @@ def node_forecasts_or_settings(request: ForecastRequest, node_names: Iterable[st
                                say: Any) -> tuple[dict[str, dict[str, NodeForecast]] | None, float | None, str,
                                                   ForecastRequest]:
     """node_forecasts, from the Prometheus of kso's settings (configured_prometheus) when the flags name no source
-    (--prometheus / --trace); and the request that was used (its ``prometheus`` None when none was). A source a
-    flag names that fails is an error (InputError); the settings' Prometheus that fails leaves the nodes on their
-    annotations, said through ``say`` and in the load source, as kso extender does while Prometheus is away."""
+    (--prometheus / --trace); and the request that was used (its ``prometheus`` None when none was). A source that
+    fails is an error (InputError, one line), whether a flag or the settings named it: a one-shot command does not
+    plan or move pods on the annotations because KSO_PROMETHEUS_URL is wrong or down (KSO_FORECAST_SOURCE=NONE is
+    how to run without it). ``say`` is kept for the callers' signature."""
     from_settings = not (request.prometheus or request.trace)
     if from_settings:
         request = dataclasses.replace(request, prometheus=configured_prometheus(config_file))
@@ -180,9 +183,7 @@ def node_forecasts_or_settings(request: ForecastRequest, node_names: Iterable[st
     except InputError as exc:
         if not (from_settings and request.prometheus):
             raise
-        say(str(exc))
-        failed = request.prometheus
-        request = dataclasses.replace(request, prometheus=None)
-        forecasts, now, load_from = node_forecasts(request, ())
-        return forecasts, now, f"{load_from} (KSO_PROMETHEUS_URL {failed} failed)", request
+        failure = str(exc).split("; without --prometheus", 1)[0]
+        raise InputError(f"{failure} (KSO_PROMETHEUS_URL, from kso's settings; KSO_FORECAST_SOURCE=NONE judges the "
+                         "nodes on their annotations without it)") from None
     return forecasts, now, load_from, request

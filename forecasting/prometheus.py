@@ -31,6 +31,7 @@ from urllib3.util.retry import Retry
 
 from forecasting.quality import LAGGING_SAMPLES
 from forecasting.types import UtilisationSeries
+from kso.core.logs import FirstWarnings
 from kso.core.settings import load_settings, setting
 
 log = logging.getLogger("kso.forecasting.prometheus")
@@ -39,27 +40,56 @@ SeriesByNode = dict[str, dict[str, UtilisationSeries]]
 
 
 class PrometheusError(RuntimeError):
-    """Base of the errors this source raises (the store records any of them as the refresh error)."""
+    """Base of the errors this source raises (the store records any of them as the refresh error). ``reason`` is the
+    label the failure is counted under (kso_forecast_refresh_failures_total{reason})."""
+
+    reason = "source_error"
 
 
 class PrometheusUnavailable(PrometheusError):
     """Prometheus could not answer: refused, timed out, 5xx, or an unreadable response."""
 
-    def __init__(self, url: str, cause: str) -> None:
+    def __init__(self, url: str, cause: str, reason: str = "unreachable") -> None:
         super().__init__(f"Prometheus at {url} unavailable: {cause}")
         self.url = url
         self.cause = cause
+        # timeout (ours, or the server's "query timed out"), bad_data (an answer that is not Prometheus's JSON),
+        # http_error (any other HTTP error status), unreachable (no HTTP answer: refused, no route, DNS...)
+        self.reason = reason
 
 
 class PrometheusQueryError(PrometheusError):
     """Prometheus answered but rejected the query (HTTP 4xx): a configuration error, not an outage."""
 
+    reason = "rejected"
+
 
 class PrometheusMappingError(PrometheusError):
     """Series came back but none could be mapped to a node name: the mapping settings are wrong."""
 
+    reason = "no_node_names"
+
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus's range-query resolution limit
+# Steps per range request: a week at 5-minute steps is 2,016, read in 9 requests of at most 240 (20 h) each, so that one
+# request over a large cluster stays within KSO_PROMETHEUS_TIMEOUT (Prometheus's cost grows with series x steps).
+CHUNK_POINTS = 240
+
+
+class _NeedFullRead(Exception):
+    """An incremental read found what only a read of the whole history can give (a node or instance seen first)."""
+
+
+@dataclass(slots=True)
+class _History:
+    """The history read so far: per resource and node, the utilisation at each step of ``grid`` (whole steps),
+    stale steps already dropped; the node-name mapping it was read with (``key``) and the UNAME map."""
+
+    key: tuple[Any, ...]
+    grid: np.ndarray
+    values: dict[str, dict[str, np.ndarray]]
+    uname: dict[str, str]
+    instances: set[str]  # the cpu series' instances of the last full read
 
 
 @dataclass(slots=True)
@@ -75,6 +105,12 @@ class PrometheusSettings:
     step_s: int = setting("KSO_PROMETHEUS_STEP", 300, lo=1, hi=3600,
                           help="range-query step, seconds (widened if history/step would exceed 11,000 points)")
     history_s: int = setting("KSO_PROMETHEUS_HISTORY", 7 * 86400, lo=60, hi=30 * 86400, help="history window queried, seconds")
+    # A running kso reads the whole history once and then, each refresh, only the steps since the last one plus this
+    # much before them (samples that arrived late, windows that were partial): about 2,000 points per series a
+    # refresh become a few.
+    overlap_s: float = setting("KSO_PROMETHEUS_OVERLAP", 1800.0, lo=0.0, hi=86400.0,
+                               help="seconds of the newest history a refresh reads again (the rest is kept from the "
+                                    "last refresh); 0 = every refresh reads the whole history")
     node_mapping: str = setting("KSO_PROMETHEUS_NODE_MAPPING", "UNAME", kind="choice:LABEL,UNAME,REGEX",
                                 help="how a series is mapped to a node name")
     node_label: str = setting("KSO_PROMETHEUS_NODE_LABEL", "node", help="LABEL mapping: label holding the node")
@@ -96,10 +132,11 @@ class PrometheusSettings:
                                             "are not read as load)")
     query_node_cpu_newest: str = setting(
         "KSO_QUERY_NODE_CPU_NEWEST", 'min by ($by) (timestamp(node_cpu_seconds_total{mode="idle"}))',
-        help="range query: time of the newest raw cpu sample per node at each step ('' to skip the check)")
+        help="time of the newest raw cpu sample per node, evaluated at the newest steps only (the last "
+             "KSO_PROMETHEUS_OVERLAP on a first read, the new steps after; '' to skip the check)")
     query_node_memory_newest: str = setting(
         "KSO_QUERY_NODE_MEMORY_NEWEST", "min by ($by) (timestamp(node_memory_MemAvailable_bytes))",
-        help="range query: time of the newest raw memory sample per node at each step ('' to skip the check)")
+        help="time of the newest raw memory sample per node, as KSO_QUERY_NODE_CPU_NEWEST ('' to skip the check)")
     query_node_cpu_capacity: str = setting(
         "KSO_QUERY_NODE_CPU_CAPACITY", '1000 * count by ($by) (node_cpu_seconds_total{mode="idle"})',
         help="instant query: node cpu capacity in millicores ('' to skip)")
@@ -159,6 +196,9 @@ class PrometheusSource:
                                         session=session, timeout=self.settings.timeout_s)
         self.notes: list[str] = []
         self.unmapped: list[dict[str, str]] = []
+        self._cache: _History | None = None
+        self._warnings = FirstWarnings(log)
+        self.last_read = ""  # "full" or "incremental": how the last node_series call read the history
 
     def now(self) -> float:
         return time.time()
@@ -183,13 +223,19 @@ class PrometheusSource:
             code = int(m.group(1)) if m else 0
             if 400 <= code < 500:
                 raise PrometheusQueryError(f"Prometheus at {self.url} rejected {what}: {exc}") from exc
-            raise PrometheusUnavailable(self.url, f"{what}: {exc}") from exc
+            # Prometheus answers a query past its timeout with 503 and errorType "timeout"
+            timed_out = re.search(r'"errorType"\s*:\s*"timeout"', str(exc)) is not None
+            raise PrometheusUnavailable(self.url, f"{what}: {exc}", "timeout" if timed_out else "http_error") from exc
+        except requests.exceptions.Timeout as exc:
+            raise PrometheusUnavailable(self.url, f"{what}: timed out: {type(exc).__name__}: {exc}", "timeout") from exc
         except requests.exceptions.RequestException as exc:
-            raise PrometheusUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}") from exc
+            reason = "timeout" if "timed out" in str(exc).lower() else "unreachable"
+            raise PrometheusUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}", reason) from exc
         except (ValueError, KeyError, TypeError) as exc:  # not JSON, or JSON without data.result
-            raise PrometheusUnavailable(self.url, f"{what}: unreadable response: {exc}") from exc
+            raise PrometheusUnavailable(self.url, f"{what}: unreadable response: {exc}", "bad_data") from exc
         if not isinstance(result, list):
-            raise PrometheusUnavailable(self.url, f"{what}: expected a list of series, got {type(result).__name__}")
+            raise PrometheusUnavailable(self.url, f"{what}: expected a list of series, got {type(result).__name__}",
+                                        "bad_data")
         return result
 
     # step = max(KSO_PROMETHEUS_STEP, ceil(history / 11,000)): Prometheus rejects a range query of more than
@@ -205,13 +251,34 @@ class PrometheusSource:
         return math.floor((time.time() if now is None else now) / align) * align
 
     def _range(self, query: str, start: float, end: float) -> list[dict[str, Any]]:
+        """A range query over [start, end] at the step, in requests of at most CHUNK_POINTS steps each (a week of a
+        large cluster in one request outlasts KSO_PROMETHEUS_TIMEOUT; each part is its own request within it), the
+        parts' samples joined per series."""
         q = self._render(query)
-        return self._call(f"range query {q!r}", self.client.custom_query_range, q,
-                          start_time=datetime.fromtimestamp(start, UTC),
-                          end_time=datetime.fromtimestamp(end, UTC),
-                          step=str(self.step_s()),
-                          # Server-side limit too, so Prometheus abandons a query we gave up on.
-                          params={"timeout": _duration(self.settings.timeout_s)})
+        step = self.step_s()
+        parts: list[list[dict[str, Any]]] = []
+        at = start
+        while at <= end:
+            upto = min(end, at + step * (CHUNK_POINTS - 1))
+            parts.append(self._call(f"range query {q!r}", self.client.custom_query_range, q,
+                                    start_time=datetime.fromtimestamp(at, UTC),
+                                    end_time=datetime.fromtimestamp(upto, UTC),
+                                    step=str(step),
+                                    # Server-side limit too, so Prometheus abandons a query we gave up on.
+                                    params={"timeout": _duration(self.settings.timeout_s)}))
+            at = upto + step
+        if len(parts) == 1:
+            return parts[0]
+        joined: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        for part in parts:
+            for item in part:
+                key = tuple(sorted((str(k), str(v)) for k, v in (item.get("metric") or {}).items()))
+                have = joined.get(key)
+                if have is None:
+                    joined[key] = {"metric": item.get("metric") or {}, "values": list(item.get("values") or [])}
+                else:
+                    have["values"].extend(item.get("values") or [])
+        return list(joined.values())
 
     def _instant(self, query: str, at: float) -> list[dict[str, Any]]:
         q = self._render(query)
@@ -254,7 +321,7 @@ class PrometheusSource:
     # ---- parsing ------------------------------------------------------------------------------
     def _grid(self, start: float, end: float) -> np.ndarray:
         step = float(self.step_s())
-        return start + step * np.arange(int(math.floor((end - start) / step)) + 1)
+        return start + step * np.arange(int(math.floor((end - start) / step + 1e-9)) + 1)
 
     def _to_grid(self, values: list[Any], grid: np.ndarray) -> np.ndarray:
         """Samples onto the query's step grid; steps Prometheus returned nothing for stay NaN (gaps)."""
@@ -268,30 +335,45 @@ class PrometheusSource:
         y[idx[ok]] = v[ok]
         return y
 
-    def _newest(self, query: str, start: float, end: float, grid: np.ndarray,
-                uname: dict[str, str]) -> dict[str, np.ndarray]:
-        """Per node, the time of its newest raw sample at each step (NaN: none within the lookback); the
-        oldest of a node's series when several report it."""
+    def _newest(self, query: str, start: float, end: float, tip: float | None,
+                uname: dict[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per node, the time of its newest raw sample at each step of [start, end] and at ``tip`` (an instant
+        evaluation past the last step), as (times, newest): NaN where none within Prometheus's lookback; the oldest
+        of a node's series when several report it. Empty without a query."""
         if not query:
             return {}
-        out: dict[str, np.ndarray] = {}
-        for item in self._range(query, start, end):
-            labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
-            node = self._node_name(labels, uname)
-            if node is None:
-                continue
-            ts = self._to_grid(item.get("values") or [], grid)
-            out[node] = np.fmin(out[node], ts) if node in out else ts
+        parts: list[tuple[np.ndarray, list[dict[str, Any]], bool]] = []
+        if end >= start:
+            parts.append((self._grid(start, end), self._range(query, start, end), False))
+        if tip is not None:
+            parts.append((np.array([tip]), self._instant(query, tip), True))
+        times = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        offset = 0
+        out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for grid, result, instant in parts:
+            for item in result:
+                labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+                node = self._node_name(labels, uname)
+                if node is None:
+                    continue
+                ts = np.full(len(times), math.nan)
+                if instant:
+                    ts[offset] = sample_value((item.get("value") or [0, "NaN"])[1])
+                else:
+                    ts[offset:offset + len(grid)] = self._to_grid(item.get("values") or [], grid)
+                prev = out.get(node)
+                out[node] = (times, ts if prev is None else np.fmin(prev[1], ts))
+            offset += len(grid)
         return out
 
-    # step k is stale when grid_k - newest_k > scrape interval (or no newest sample): its value came from a
-    # partial rate window or is a repeated gauge, not the node's load at that step
-    def _drop_lagging(self, node: str, resource: str, y: np.ndarray, grid: np.ndarray,
+    # step k is stale when t_k - newest_k > scrape interval (or no newest sample at a checked step): its value came
+    # from a partial rate window or is a repeated gauge, not the node's load at that step
+    def _drop_lagging(self, node: str, resource: str, y: np.ndarray, t: np.ndarray,
                       newest: np.ndarray) -> bool:
-        """NaN out ``y`` (in place) where it is stale; True when the trailing steps were (the forecast is
-        then marked)."""
+        """NaN out ``y`` (in place) where it is stale (``newest``: +Inf at steps not checked); True when the
+        trailing steps were (the forecast is then marked)."""
         with np.errstate(invalid="ignore"):
-            stale = ~(grid - newest <= self.settings.scrape_interval_s) & ~np.isnan(y)
+            stale = ~(t - newest <= self.settings.scrape_interval_s) & ~np.isnan(y)
         if not stale.any():
             return False
         have = np.flatnonzero(~np.isnan(y))
@@ -301,9 +383,11 @@ class PrometheusSource:
                           f"{self.settings.scrape_interval_s:.0f}s older (partial windows) not read as load")
         return trailing
 
-    def _collect(self, result: list[dict[str, Any]], resource: str, grid: np.ndarray, uname: dict[str, str],
-                 capacity: dict[str, float], out: SeriesByNode,
-                 newest: dict[str, np.ndarray] | None = None) -> None:
+    def _group(self, result: list[dict[str, Any]], resource: str, grid: np.ndarray,
+               uname: dict[str, str]) -> dict[str, np.ndarray]:
+        """A range query's series onto ``grid`` per node; several series of one node averaged per step (two
+        exporters / jobs / relabelled instances reporting one node: every real sample kept, one series' gaps filled
+        from the other). Series without a node go to ``unmapped``."""
         groups: dict[str, list[np.ndarray]] = {}
         for item in result:
             labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
@@ -312,36 +396,59 @@ class PrometheusSource:
                 self.unmapped.append({"resource": resource, **labels})
                 continue
             groups.setdefault(node, []).append(self._to_grid(item.get("values") or [], grid))
+        out: dict[str, np.ndarray] = {}
         for node, ys in groups.items():
             if len(ys) > 1:
-                # Two exporters / jobs / relabelled instances reporting one node: averaging keeps
-                # every real sample and fills one series' gaps from the other.
                 self.notes.append(f"{node}/{resource}: merged {len(ys)} series (mean per step)")
                 log.info("prometheus: %s/%s: merged %d duplicate series", node, resource, len(ys))
                 stack = np.vstack(ys)
                 count = (~np.isnan(stack)).sum(axis=0)
-                y = np.where(count > 0, np.nansum(stack, axis=0) / np.maximum(count, 1), math.nan)
+                out[node] = np.where(count > 0, np.nansum(stack, axis=0) / np.maximum(count, 1), math.nan)
             else:
-                y = ys[0].copy()
-            lagging = False
-            fresh = (newest or {}).get(node)
-            if fresh is not None and np.isfinite(fresh).any():
-                lagging = self._drop_lagging(node, resource, y, grid, fresh)
-            elif newest:
-                self.notes.append(f"{node}/{resource}: no newest-sample times; partial windows not detected")
-            have = np.flatnonzero(~np.isnan(y))
-            if have.size == 0:
-                self.notes.append(f"{node}/{resource}: no finite samples in the window")
+                out[node] = ys[0]
+        return out
+
+    def _instant_values(self, query: str, at: float, resource: str, uname: dict[str, str]) -> dict[str, float]:
+        """An instant query's value per node (the mean of a node's several series), for the tip past the last step."""
+        sums: dict[str, list[float]] = {}
+        for item in self._instant(query, at):
+            labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+            node = self._node_name(labels, uname)
+            if node is None:
+                self.unmapped.append({"resource": resource, **labels})
                 continue
-            # Trim leading/trailing steps without data (the node appeared late or stopped reporting:
-            # the newest sample's time then shows its age); interior gaps stay NaN.
-            lo, hi = have[0], have[-1] + 1
-            series = UtilisationSeries(node, resource, grid[lo:hi].copy(), y[lo:hi].copy(), capacity.get(node, math.nan))
-            if lagging:
-                series.flags.append(LAGGING_SAMPLES)
-                series.notes.append(f"newest {int(len(grid) - hi)} steps dropped: the node's newest samples are more "
-                                    f"than {self.settings.scrape_interval_s:.0f}s behind the query end")
-            out.setdefault(node, {})[resource] = series
+            v = sample_value((item.get("value") or [0, "NaN"])[1])
+            if not math.isnan(v):
+                sums.setdefault(node, []).append(v)
+        return {node: float(np.mean(vs)) for node, vs in sums.items()}
+
+    def _series(self, node: str, resource: str, y: np.ndarray, t: np.ndarray, capacity: dict[str, float],
+                newest: dict[str, tuple[np.ndarray, np.ndarray]], out: SeriesByNode) -> None:
+        """One node's series over ``t`` (the history grid and the tip), its stale steps dropped (in ``y``: the caller
+        keeps them dropped), leading and trailing steps without data trimmed."""
+        lagging = False
+        fresh = newest.get(node)
+        if fresh is not None and np.isfinite(fresh[1]).any():
+            checked = np.full(len(t), math.inf)
+            idx = np.searchsorted(t, fresh[0])
+            ok = (idx < len(t)) & (t[np.minimum(idx, len(t) - 1)] == fresh[0])
+            checked[idx[ok]] = fresh[1][ok]
+            lagging = self._drop_lagging(node, resource, y, t, checked)
+        elif newest:
+            self.notes.append(f"{node}/{resource}: no newest-sample times; partial windows not detected")
+        have = np.flatnonzero(~np.isnan(y))
+        if have.size == 0:
+            self.notes.append(f"{node}/{resource}: no finite samples in the window")
+            return
+        # Trim leading/trailing steps without data (the node appeared late or stopped reporting: the newest sample's
+        # time then shows its age); interior gaps stay NaN.
+        lo, hi = have[0], have[-1] + 1
+        series = UtilisationSeries(node, resource, t[lo:hi].copy(), y[lo:hi].copy(), capacity.get(node, math.nan))
+        if lagging:
+            series.flags.append(LAGGING_SAMPLES)
+            series.notes.append(f"newest {int(len(t) - hi)} steps dropped: the node's newest samples are more "
+                                f"than {self.settings.scrape_interval_s:.0f}s behind the query end")
+        out.setdefault(node, {})[resource] = series
 
     def _capacity(self, query: str, at: float, uname: dict[str, str]) -> dict[str, float]:
         if not query:
@@ -360,31 +467,112 @@ class PrometheusSource:
     def node_series(self, now: float | None = None) -> SeriesByNode:
         """cpu and memory utilisation (ratio of capacity) per node over the history window ending now.
 
-        Raises PrometheusUnavailable, PrometheusQueryError or PrometheusMappingError."""
+        The history is kept between calls on a grid of whole steps: a call reads the steps that are new since the
+        last one plus the last KSO_PROMETHEUS_OVERLAP (late samples), and the rest from memory; the first call, a
+        change of the node-name mapping, a node or instance not seen before with older history, or "now" going
+        back reads it all. The step at "now" itself (a minute-aligned time between two whole steps) is one instant
+        evaluation of each query. Raises PrometheusUnavailable, PrometheusQueryError or PrometheusMappingError."""
         s = self.settings
         self.notes, self.unmapped = [], []
         end = self._end(now)
-        start = end - s.history_s
-        grid = self._grid(start, end)
+        step = self.step_s()
+        last = math.floor(end / step) * step  # the last whole step
+        n = int(s.history_s // step)
+        grid = last - step * np.arange(n, -1, -1, dtype=float)
+        tip = end if end > last else None
+        cache = self._cache
+        key = (self._render(s.query_node_cpu), self._render(s.query_node_memory), step, n, s.node_mapping,
+               s.node_label, s.node_regex, s.node_regex_label, s.uname_label, s.scrape_interval_s)
+        incremental = (cache is not None and cache.key == key and s.overlap_s > 0
+                       and grid[0] <= cache.grid[-1] <= last and cache.grid[-1] - s.overlap_s > grid[0])
+        self.last_read = "full"
+        if incremental:
+            assert cache is not None
+            read_from = max(grid[0], cache.grid[-1] - step * math.ceil(s.overlap_s / step))
+            uname = cache.uname
+            try:
+                out = self._read(grid, tip, read_from, uname, cache)
+                self.last_read = "incremental"
+                return out
+            except _NeedFullRead as why:
+                log.info("prometheus: reading the whole history again: %s", why)
+                self.notes, self.unmapped = [], []
         uname = self._uname_map(end) if s.node_mapping == "UNAME" else {}
-        cpu_raw = self._range(s.query_node_cpu, start, end)
-        mem_raw = self._range(s.query_node_memory, start, end)
-        cap_cpu = self._capacity(s.query_node_cpu_capacity, end, uname)
-        cap_mem = self._capacity(s.query_node_memory_capacity, end, uname)
-        new_cpu = self._newest(s.query_node_cpu_newest, start, end, grid, uname)
-        new_mem = self._newest(s.query_node_memory_newest, start, end, grid, uname)
+        return self._read(grid, tip, grid[0], uname, None, key)
+
+    def _read(self, grid: np.ndarray, tip: float | None, read_from: float, uname: dict[str, str],
+              cache: _History | None, key: tuple[Any, ...] | None = None) -> SeriesByNode:
+        """Read [read_from, grid's end] (and ``tip``) and merge it into ``cache`` (None: the whole history, a new
+        cache); raises _NeedFullRead when the new steps hold a node or an instance the cache never had, with data
+        from their first step on (older history to read)."""
+        s = self.settings
+        step = self.step_s()
+        last = float(grid[-1])
+        part = self._grid(read_from, last)
+        cpu_raw = self._range(s.query_node_cpu, read_from, last)
+        mem_raw = self._range(s.query_node_memory, read_from, last)
+        at = last if tip is None else tip
+        tips = ({"cpu": self._instant_values(s.query_node_cpu, tip, "cpu", uname),
+                 "memory": self._instant_values(s.query_node_memory, tip, "memory", uname)}
+                if tip is not None else {"cpu": {}, "memory": {}})
+        cap_cpu = self._capacity(s.query_node_cpu_capacity, at, uname)
+        cap_mem = self._capacity(s.query_node_memory_capacity, at, uname)
+        # Newest-sample times at the steps read, at most the last max(overlap, 15 min) of a whole read: the check is
+        # for late scrapes at the edge (the whole week of them cost 12-18 s for 80 series); interior gaps found later
+        # are checked as they arrive.
+        check_from = max(read_from, last - max(s.overlap_s, 900.0))
+        check_from = read_from + step * math.ceil((check_from - read_from) / step)
+        new_cpu = self._newest(s.query_node_cpu_newest, check_from, last, tip, uname)
+        new_mem = self._newest(s.query_node_memory_newest, check_from, last, tip, uname)
+        values: dict[str, dict[str, np.ndarray]] = {}
+        k0 = int(round((read_from - grid[0]) / step))
+        for resource, raw in (("cpu", cpu_raw), ("memory", mem_raw)):
+            fresh = self._group(raw, resource, part, uname)
+            if cache is not None:
+                old = cache.values.get(resource, {})
+                for node, y in fresh.items():
+                    if node not in old and not math.isnan(y[0]):
+                        raise _NeedFullRead(f"{node}/{resource} is new with data from {part[0]:.0f} on")
+                shift = int(round((cache.grid[0] - grid[0]) / step))
+                merged: dict[str, np.ndarray] = {}
+                for node in set(old) | set(fresh):
+                    y = np.full(len(grid), math.nan)
+                    if node in old:
+                        src = old[node]
+                        lo, hi = max(0, shift), min(len(grid), shift + len(src))
+                        y[lo:hi] = src[lo - shift: hi - shift]
+                    y[k0:] = fresh[node] if node in fresh else math.nan
+                    if not np.isnan(y).all():
+                        merged[node] = y
+                values[resource] = merged
+            else:
+                values[resource] = fresh
+        instances = {str((item.get("metric") or {}).get("instance", "")) for item in cpu_raw}
+        if cache is not None:
+            unknown = sorted(i for i in instances - cache.instances if i and i not in uname)
+            if unknown and s.node_mapping == "UNAME":
+                raise _NeedFullRead(f"instance {unknown[0]} was not there at the last full read")
+            instances = cache.instances
+        t = grid if tip is None else np.append(grid, tip)
         out: SeriesByNode = {}
-        self._collect(cpu_raw, "cpu", grid, uname, cap_cpu, out, new_cpu)
-        self._collect(mem_raw, "memory", grid, uname, cap_mem, out, new_mem)
+        for resource, newest in (("cpu", new_cpu), ("memory", new_mem)):
+            cap = cap_cpu if resource == "cpu" else cap_mem
+            for node in sorted(values[resource]):
+                y = values[resource][node]
+                full = y if tip is None else np.append(y, tips[resource].get(node, math.nan))
+                self._series(node, resource, full, t, cap, newest, out)
+                y[:] = full[:len(grid)]  # steps found stale stay dropped; the overlap is read again next time
+        self._cache = _History(key if cache is None else cache.key, grid, values, uname, instances)
         self.notes = list(dict.fromkeys(self.notes))  # a fallback note per series would repeat
         if (cpu_raw or mem_raw) and not out and self.unmapped:
-            seen = sorted({k for labels in self.unmapped for k in labels if k != "resource"})
+            seen_labels = sorted({k for labels in self.unmapped for k in labels if k != "resource"})
+            self._cache = None
             raise PrometheusMappingError(
                 f"none of {len(self.unmapped)} series from {self.url} maps to a node with "
-                f"{s.node_mapping} mapping ({self._mapping_desc()}); labels present: {', '.join(seen) or 'none'}")
-        if self.unmapped:
-            log.warning("prometheus: %d series without a node name (%s) ignored", len(self.unmapped),
-                        self._mapping_desc())
+                f"{s.node_mapping} mapping ({self._mapping_desc()}); labels present: {', '.join(seen_labels) or 'none'}")
+        if self.unmapped:  # every refresh would say it again: once at WARNING, then DEBUG (the notes have it)
+            self._warnings.log("unmapped", "prometheus: %d series without a node name (%s) ignored", len(self.unmapped),
+                               self._mapping_desc())
         return out
 
     def pod_series(self, now: float | None = None) -> SeriesByNode:
@@ -411,6 +599,11 @@ class PrometheusSource:
                     out.setdefault(key, {})[resource] = UtilisationSeries(key, resource, grid[lo:hi].copy(),
                                                                           y[lo:hi].copy(), 1.0)
         return out
+
+    def check(self) -> None:
+        """One cheap instant query (``vector(1)``) within KSO_PROMETHEUS_TIMEOUT: raises what a refresh would raise
+        when Prometheus does not answer (PrometheusUnavailable) or rejects queries (PrometheusQueryError)."""
+        self._instant("vector(1)", self.now())
 
     def _mapping_desc(self) -> str:
         s = self.settings

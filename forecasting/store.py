@@ -66,15 +66,36 @@ class _Table:
     refreshed_at: float  # wall clock
 
 
+# Why a refresh failed (RefreshStatus.failures, kso_forecast_refresh_failures_total{reason}): the source's own
+# ``reason`` (forecasting.prometheus: timeout, unreachable, http_error, rejected, bad_data, no_node_names), else
+# no_data (the source answered with no series), forecaster (the model raised), source_error (anything else).
+NO_DATA, FORECASTER, SOURCE_ERROR = "no_data", "forecaster", "source_error"
+
+
+class NoSeries(RuntimeError):
+    reason = NO_DATA
+
+
+class ForecasterFailed(RuntimeError):
+    reason = FORECASTER
+
+
 @dataclass
 class RefreshStatus:
     last_success: float | None = None  # wall clock of the last successful refresh
     last_attempt: float | None = None
     last_error: str | None = None  # set by a failed refresh, cleared by a successful one
     last_error_at: float | None = None
+    last_reason: str | None = None  # the last failure's reason (kept after a success)
     consecutive_failures: int = 0
+    failing_since: float | None = None  # wall clock of the first failure of the current run of failures
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)  # refreshes failed since the start, by reason
+    successes: int = 0
+    last_duration_s: float | None = None  # the last refresh's wall time (read, forecast), failed or not
+    last_read: str = ""  # the source's last read: "full" or "incremental" (PrometheusSource)
+    started: float = field(default_factory=time.time)  # wall clock of the store's creation
 
 
 def _empty_table() -> _Table:
@@ -105,39 +126,74 @@ class ForecastStore:
             with self._lock:
                 self.status.last_attempt = wall
                 self.status.source = getattr(source, "name", type(source).__name__)
+            started = time.perf_counter()
             try:
                 series_now = now if now is not None else _source_now(source)
                 by_node = source.node_series(series_now)
                 flat = [s for res in by_node.values() for s in res.values() if len(s)]
                 if not flat:
-                    raise RuntimeError(f"{self.status.source} returned no series")
-                forecasts = forecaster.forecast_many(flat, horizon, series_now)
+                    raise NoSeries(f"{self.status.source} returned no series")
+                try:
+                    forecasts = forecaster.forecast_many(flat, horizon, series_now)
+                except Exception as exc:  # noqa: BLE001 - counted as the forecaster's failure, not the source's
+                    raise ForecasterFailed(f"forecaster {getattr(forecaster, 'name', '?')}: "
+                                           f"{type(exc).__name__}: {exc}") from exc
                 if len(forecasts) != len(flat):
-                    raise RuntimeError(f"forecaster {forecaster.name} returned {len(forecasts)} forecasts "
-                                       f"for {len(flat)} series")
+                    raise ForecasterFailed(f"forecaster {forecaster.name} returned {len(forecasts)} forecasts "
+                                           f"for {len(flat)} series")
             except Exception as exc:  # noqa: BLE001 - any failure keeps the old forecasts; recorded below
-                self._failed(exc, wall)
+                self._failed(exc, wall, time.perf_counter() - started, getattr(source, "url", ""))
                 return False
             table = self._build(forecasts, wall, getattr(forecaster, "name", "?"))
             with self._lock:
                 self._table = table
                 self._stale_marked = False
-                self.status.last_success = wall
-                self.status.last_error = None
-                self.status.consecutive_failures = 0
-                self.status.notes = list(getattr(source, "notes", []) or [])
+                st = self.status
+                failed, since = st.consecutive_failures, st.failing_since
+                st.last_success = wall
+                st.last_error = None
+                st.consecutive_failures = 0
+                st.failing_since = None
+                st.successes += 1
+                st.last_duration_s = time.perf_counter() - started
+                st.last_read = str(getattr(source, "last_read", "") or "")
+                st.notes = list(getattr(source, "notes", []) or [])
+            if failed:
+                log.warning("forecast refresh from %s works again after %d failed refreshes over %.0f s",
+                            _where(st.source, getattr(source, "url", "")), failed, wall - (since or wall))
             return True
 
-    def _failed(self, exc: BaseException, wall: float) -> None:
+    def _failed(self, exc: BaseException, wall: float, seconds: float, url: str) -> None:
+        """Record a failed refresh: counted by reason; logged at WARNING when a run of failures starts (ERROR when no
+        refresh ever succeeded: the source kso was told to read has never answered) and at DEBUG while it goes on."""
         msg = f"{type(exc).__name__}: {exc}"
+        reason = failure_reason(exc)
         with self._lock:
+            st = self.status
             self._stale_marked = True
-            self.status.last_error = msg
-            self.status.last_error_at = wall
-            self.status.consecutive_failures += 1
+            st.last_error = msg
+            st.last_error_at = wall
+            st.last_reason = reason
+            st.consecutive_failures += 1
+            st.failures[reason] = st.failures.get(reason, 0) + 1
+            st.last_duration_s = seconds
+            first = st.failing_since is None
+            if first:
+                st.failing_since = wall
             kept = len(self._table.index)
-        log.warning("forecast refresh from %s failed (%s); keeping %d nodes' previous forecasts",
-                    self.status.source, msg, kept)
+            never = st.last_success is None
+        where = _where(st.source, url)
+        if not first:
+            log.debug("forecast refresh from %s failed again (%s, %s)", where, reason, msg)
+        elif never:
+            log.error("forecast refresh from %s failed (%s: %s): no forecasts yet, nodes are judged on their "
+                      "annotations (or without load data) until it answers; retried every refresh, counted in "
+                      "kso_forecast_refresh_failures_total{reason=\"%s\"}, logged again when it works",
+                      where, reason, msg, reason)
+        else:
+            log.warning("forecast refresh from %s failed (%s: %s); keeping %d nodes' previous forecasts until they "
+                        "are older than KSO_FORECAST_STALE_AFTER; counted in kso_forecast_refresh_failures_total, "
+                        "logged again when it works", where, reason, msg, kept)
 
     def _build(self, forecasts: Iterable[NodeForecast], wall: float, model: str) -> _Table:
         by_node: dict[str, dict[str, NodeForecast]] = {}
@@ -178,6 +234,15 @@ class ForecastStore:
             std[have] = t.std[rows[have]]
             age[have] = now - t.born[rows[have]]
         return mean, std, age, t.model
+
+    def fresh_until(self) -> float | None:
+        """Wall clock at which the freshest forecast turns stale (its newest sample older than
+        KSO_FORECAST_STALE_AFTER); None without forecasts."""
+        with self._lock:
+            born = self._table.born
+        if born.size == 0 or not np.isfinite(born).any():
+            return None
+        return float(born[np.isfinite(born)].max()) + self.settings.stale_after_s
 
     def is_fresh(self, age_s: float) -> bool:
         return age_s <= self.settings.stale_after_s
@@ -240,6 +305,16 @@ class ForecastStore:
             st["stale"] = self._stale_marked
         st["since_success_s"] = None if st["last_success"] is None else now - st["last_success"]
         return st
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The ``reason`` label of a failed refresh (see NO_DATA): the exception's own ``reason``, else source_error."""
+    reason = getattr(exc, "reason", None)
+    return reason if isinstance(reason, str) and reason else SOURCE_ERROR
+
+
+def _where(source: str, url: str) -> str:
+    return f"{source} at {url}" if url else source
 
 
 def _source_now(source: SeriesSource) -> float | None:

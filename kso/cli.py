@@ -315,8 +315,14 @@ def fail(line: str) -> None:
 
 
 def error_line(command: str, exc: BaseException) -> str:
-    """One line for an error: the command, the exception's kind and its message (newlines folded)."""
+    """One line for an error: the command, the exception's kind and its message (newlines folded); an input the user
+    gave that cannot be used (kso.core.cluster_source.InputError: a forecast source that does not answer, ...) is its
+    message alone, which says what to change."""
+    from kso.core.cluster_source import InputError
+
     text = " ".join(str(exc).split())
+    if isinstance(exc, InputError) and text:
+        return f"kso {command}: {text}"
     return f"kso {command}: error: {type(exc).__name__}{': ' + text if text else ''} (--debug shows the traceback)"
 
 

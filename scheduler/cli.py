@@ -59,6 +59,9 @@ class RunningScheduler:
     # The capacity signal (KSO_CAPACITY_SIGNAL, kso.decisions.capacity), run while this replica leads: only the
     # leader judges pods, so only its refusals exist to show.
     capacity: Any = None
+    # Where the safe agent's load data comes from, the forecasts' age and failed refreshes
+    # (kso.decisions.forecasts.ForecastHealth): /metrics and the status page; None without forecasts.
+    forecast_health: Any = None
 
     @property
     def debug_port(self) -> int:
@@ -189,6 +192,7 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
         scheduler = Scheduler(names, settings, state, watcher, binder, events, engine, seed_compatible=seed_compatible,
                               status=ApiPodStatus(client))
         out = RunningScheduler(scheduler, watcher, stops=stops)
+        out.forecast_health = _forecast_health(engine, state, config, scheduler)
         if capacity_settings.enabled:  # exits when the agents have no safe agent
             out.capacity = _capacity(engine, state, client, capacity_settings, scheduler)
     except BaseException:
@@ -200,6 +204,19 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
         stops.append(out.debug.shutdown)
     _run(out, settings, client, identity, leader_elect, on_lost)
     return out
+
+
+def _forecast_health(engine: DecisionEngine | None, state: ClusterState, config: SchedulerConfig,
+                     scheduler: Scheduler) -> Any:
+    """The forecasts' health (kso.decisions.forecasts.ForecastHealth) on the scheduler's /metrics, with the gauges the
+    extender's engine registry has of its own (last success, age, failures in a row); None without forecasts."""
+    from kso.decisions.forecasts import forecast_health
+
+    prometheus = config.extender.prometheus
+    health = forecast_health(engine, state, prometheus.url if prometheus is not None else "")
+    if health is not None:
+        health.register(scheduler.metrics.registry, basics=True)
+    return health
 
 
 def _capacity(engine: DecisionEngine | None, state: ClusterState, client: Any, settings: CapacitySettings,
@@ -255,7 +272,8 @@ def status(running: RunningScheduler, identity: str) -> dict[str, Any]:
     s = running.scheduler
     return {"identity": identity, "leader": running.elector.leading.is_set() if running.elector else True,
             "names": sorted(s.names), "order": s.order, "seed_compatible": s.seed_compatible,
-            "decisions": s.decisions, "queue": len(s.queue), "backoff": len(s.backoff), "cache": running.watcher.stats()}
+            "decisions": s.decisions, "queue": len(s.queue), "backoff": len(s.backoff), "cache": running.watcher.stats(),
+            "forecasts": running.forecast_health.snapshot() if running.forecast_health is not None else None}
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:

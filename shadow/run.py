@@ -24,6 +24,7 @@ import argparse
 import logging
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -99,6 +100,8 @@ class Shadow:
     tally: Tally = field(default_factory=Tally)
     clock: Callable[[], float] = time.time
     eps: float = 0.3
+    # where the safe agent's load data comes from (kso.decisions.forecasts.ForecastHealth); None without forecasts
+    forecast_health: Any = None
 
     def __post_init__(self) -> None:
         self.binds: queue.Queue[Bind | None] = queue.Queue(maxsize=self.settings.queue)
@@ -234,6 +237,12 @@ class Shadow:
             if self.prometheus_down_since is not None:
                 since = time.strftime("%H:%M:%S", time.gmtime(self.prometheus_down_since))
                 context["Prometheus"] = f"unavailable since {since} UTC"
+            if self.forecast_health is not None:  # "judging without load data since T" when that is so
+                health = self.forecast_health.snapshot(now)
+                context["load statistics"] = f"forecasts from {health['source']}: {health['condition']}"
+                failures = {k: v for k, v in health["refresh_failures"].items() if v}
+                if failures:
+                    context["forecast refreshes failed"] = ", ".join(f"{v} {k}" for k, v in sorted(failures.items()))
             return markdown(self.tally, list(self.changed), context, self.u_star, now, plot=plot,
                             throttled_share=self.settings.throttled_share)
 
@@ -337,7 +346,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     from forecasting.store import StoreSettings
     from kso.core import kube
     from kso.decisions.engine import DecisionEngine
-    from kso.decisions.forecasts import start_forecasts
+    from kso.decisions.forecasts import forecast_health, start_forecasts
     from kso.decisions.recent import recent_bind_hold_s
     from shadow.outcomes import Outcomes
 
@@ -355,10 +364,14 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
         from scheduler.debug import parse_address
 
         try:  # a bad address fails before any thread starts
-            parse_address(settings.address, 9110)
+            host_port = parse_address(settings.address, 9110)
         except ValueError:
             raise ValueError(f"--address / KSO_SHADOW_ADDRESS {settings.address!r} is not host:port") from None
+        check_address(settings.address, host_port)
+    if config.prometheus is not None:  # forecasts and outcomes come from there: one that never answers is an error
+        check_prometheus(config.prometheus)
     client = api_client or kube.load_api_client(kubeconfig or config.settings.kubeconfig or None)
+    check_api_server(client)  # before any thread starts: a dead API server is one line and exit 1, not an empty report
     s = config.settings
     state = ClusterState(max_resource_columns=s.max_resource_columns, max_pod_annotation_bytes=s.max_pod_annotation_bytes)
     state.recent_window_s = recent_bind_hold_s(config)
@@ -383,21 +396,89 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
                "load statistics": "forecasts from " + config.prometheus.url if stats is not None and config.prometheus
                else "node annotations",
                "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)"}
-    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps)
+    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps,
+                    forecast_health=forecast_health(engine, state, config.prometheus.url if config.prometheus else ""))
+    if shadow.forecast_health is not None:
+        shadow.forecast_health.register(shadow.metrics.registry, basics=True)
     watcher = ShadowWatcher(state, client, shadow.on_bind)
     running = RunningShadow(shadow, watcher, stops=stops)
+    if settings.address:  # bound before the watch starts: a taken address fails at once, named
+        try:
+            running.server = http_server(settings.address, shadow)
+        except OSError as exc:
+            for fn in reversed(stops):
+                fn()
+            raise ValueError(f"--address / KSO_SHADOW_ADDRESS {settings.address}: cannot listen there "
+                             f"({exc.strerror or exc})") from None
+        log.info("kso shadow: /metrics, /report on http://%s:%d", *running.server.server_address[:2])
     shadow.start()
     watcher.start()
     wait_s = s.cache_sync_timeout_s if sync_timeout_s is None else sync_timeout_s
     if not watcher.wait_synced(wait_s):
         log.warning("node cache not synced after %g s (KSO_CACHE_SYNC_TIMEOUT_S); judging from what is listed so far",
                     wait_s)
-    if settings.address:
-        running.server = http_server(settings.address, shadow)
-        log.info("kso shadow: /metrics, /report on http://%s:%d", *running.server.server_address[:2])
     log.info("kso shadow: judging binds (%s), outcomes after %g s + %g s, report %s every %g s", context["agents"],
              horizon_s, settings.settle_s or 0, settings.report_path, settings.report_every_s)
     return running
+
+
+def check_address(address: str, host_port: tuple[str, int]) -> None:
+    """ValueError naming the address when nothing can listen there (taken, not this host's), tried as the HTTP server
+    will bind it, before anything else starts; the server's own bind is checked the same way."""
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host_port[0], host_port[1], type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server does
+            sock.bind(host_port)
+    except OSError as exc:
+        raise ValueError(f"--address / KSO_SHADOW_ADDRESS {address}: cannot listen there ({exc.strerror or exc})") \
+            from None
+
+
+def check_api_server(client: Any, timeout_s: float = 10.0) -> None:
+    """ValueError (one line, naming the API server and the cause) unless it lists one node within ``timeout_s``: the
+    shadow reads nothing else, and without it would run its whole --duration to write an empty report."""
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    host = getattr(getattr(client, "configuration", None), "host", "?")
+    pool_log = logging.getLogger("urllib3.connectionpool")  # its retry warnings would say the same line three times
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        CoreV1Api(client).list_node(limit=1, _request_timeout=timeout_s)
+    except ApiException as exc:
+        raise ValueError(f"the API server at {host} refused to list nodes: HTTP {exc.status} {exc.reason}") from None
+    except Exception as exc:  # noqa: BLE001 - urllib3's connection errors and timeouts, in one line
+        cause = " ".join(str(exc).split())
+        refused = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", cause)
+        why = f"cannot connect ({refused.group(1).strip()})" if refused else cause[:300]
+        raise ValueError(f"the API server at {host} does not answer: {why}") from None
+    finally:
+        pool_log.setLevel(level)
+
+
+def check_prometheus(settings: Any) -> None:
+    """ValueError (one line, naming the URL and the cause) when the Prometheus of kso's settings does not answer one
+    cheap query within KSO_PROMETHEUS_TIMEOUT: kso shadow would judge without forecasts and read no outcome."""
+    from forecasting.prometheus import PrometheusError, PrometheusSource
+
+    source = PrometheusSource(settings)
+    try:
+        source.check()
+    except PrometheusError as exc:
+        cause = str(exc)
+        refused = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", cause)
+        why = (f"cannot connect ({refused.group(1).strip()})" if refused
+               else f"no answer within KSO_PROMETHEUS_TIMEOUT ({settings.timeout_s:g} s)" if exc.reason == "timeout"
+               else " ".join(cause.split())[:300])
+        raise ValueError(f"Prometheus at {source.url} (KSO_PROMETHEUS_URL): {why}; kso shadow reads its forecasts "
+                         "and outcomes there (KSO_FORECAST_SOURCE=NONE without KSO_PROMETHEUS_URL: node annotations, "
+                         "no outcomes)") from None
+    finally:
+        source.close()
 
 
 def cmd_shadow(args: argparse.Namespace) -> int:

@@ -240,7 +240,7 @@ def test_long_history_widens_the_step_instead_of_failing(prom: ps.PromServer) ->
     assert src.step_s() == 63
     out = src.node_series()
     cpu = out[sorted(out)[0]]["cpu"]
-    assert np.all(np.diff(cpu.t) % 63 == 0)
+    assert np.all(np.diff(cpu.t[:-1]) % 63 == 0)  # whole steps, then the step at "now" (a whole minute)
     assert np.isfinite(cpu.y).sum() > 100
 
 
@@ -310,3 +310,56 @@ def test_lagging_node_is_not_read_as_busy(prom: ps.PromServer) -> None:
     assert fc.p95 < ps.LAG_CPU + 0.01 and fc.mean < ps.LAG_CPU + 0.01, fc
     healthy = store.get("worker-0", "cpu")
     assert healthy is not None and LAGGING_SAMPLES not in healthy.flags
+
+
+@pytest.mark.parametrize("step", [ps.STEP, 300])
+def test_incremental_reads_give_what_a_whole_read_gives(prom: ps.PromServer, step: int) -> None:
+    """A refresh reads only the steps since the last one (plus KSO_PROMETHEUS_OVERLAP) and keeps the rest: the series
+    are the same, step for step, as a read of the whole history at the same "now" (the fixture's lagging node, gap,
+    counter reset, NaN and duplicate series included)."""
+    kept = _source(prom, step_s=step, overlap_s=600.0)
+    t0 = float(prom.scrapes[-1]) - 3600.0 + 30.0  # half a minute past a whole minute: a step at "now" of its own
+    for k in range(8):
+        now = t0 + 60.0 * k + (240.0 if k == 7 else 0.0)  # the last one skips 4 minutes
+        got = kept.node_series(now)
+        assert kept.last_read == ("full" if k == 0 else "incremental"), k
+        whole = _source(prom, step_s=step, overlap_s=0.0).node_series(now)
+        assert sorted(got) == sorted(whole)
+        for node, per in whole.items():
+            for res, s in per.items():
+                g = got[node][res]
+                np.testing.assert_array_equal(g.t, s.t, err_msg=f"{node}/{res} at {k}")
+                np.testing.assert_allclose(g.y, s.y, rtol=0, atol=1e-12, equal_nan=True, err_msg=f"{node}/{res} at {k}")
+                assert g.flags == s.flags and g.capacity == s.capacity
+    # "now" going back, or the mapping changed: the whole history again
+    kept.node_series(t0)
+    assert kept.last_read == "full"
+
+
+def test_freshness_is_not_read_over_the_whole_history(prom: ps.PromServer) -> None:
+    """The newest-sample query (timestamp() per raw series) took 12-18 s as a range query over 7 days at 80 series: it
+    is evaluated over the newest steps only, so a refresh costs Prometheus about as much as the utilisation queries."""
+    seen: list[tuple[str, float]] = []
+    src = _source(prom, step_s=300, history_s=13 * 3600)
+    real = src._range
+
+    def spy(query: str, start: float, end: float) -> list:  # type: ignore[type-arg]
+        seen.append((query, end - start))
+        return real(query, start, end)
+
+    src._range = spy  # type: ignore[method-assign]
+    src.node_series()
+    newest = [span for q, span in seen if q in (src.settings.query_node_cpu_newest, src.settings.query_node_memory_newest)]
+    assert len(newest) == 2 and max(newest) <= max(src.settings.overlap_s, 900.0), seen
+
+
+def test_series_without_a_node_name_are_warned_about_once(prom: ps.PromServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A running kso reads every minute: series its mapping cannot name are a WARNING the first time, DEBUG after."""
+    import logging
+
+    src = _source(prom, node_mapping="REGEX", node_regex=r"^(10\.0\.0\.[12]):9100$")
+    with caplog.at_level(logging.DEBUG, logger="kso.forecasting.prometheus"):
+        for _ in range(3):
+            assert sorted(src.node_series()) == ["10.0.0.1", "10.0.0.2"] and src.unmapped
+    said = [r for r in caplog.records if "without a node name" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG], said

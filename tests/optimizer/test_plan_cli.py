@@ -152,12 +152,12 @@ def test_plan_with_the_real_prometheus(prom: Any, tmp_path: Path, capsys: pytest
     assert load_plan(out).status in ("OPTIMAL", "FEASIBLE")
 
 
-def test_a_live_cluster_is_planned_on_the_settings_prometheus_and_its_failure_leaves_the_annotations(
+def test_a_live_cluster_is_planned_on_the_settings_prometheus_and_its_failure_is_an_error(
         control_plane: Any, prom: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --prometheus / --trace, kso plan reads a live cluster's load as kso extender does: from
-    KSO_PROMETHEUS_URL where set (a Prometheus that does not answer leaves the annotations, said); a snapshot or
-    the demo, which no Prometheus watches, stays on its annotations."""
+    KSO_PROMETHEUS_URL where set (a Prometheus that does not answer is an error, one line: KSO_FORECAST_SOURCE=NONE
+    plans on the annotations); a snapshot or the demo, which no Prometheus watches, stays on its annotations."""
     monkeypatch.delenv("KSO_FORECAST_SOURCE", raising=False)
     monkeypatch.setenv("KSO_PROMETHEUS_RETRIES", "0")
     live = ["plan", "--kubeconfig", str(control_plane.kubeconfig), "--time-limit", "5", "--workers", "1"]
@@ -172,8 +172,13 @@ def test_a_live_cluster_is_planned_on_the_settings_prometheus_and_its_failure_le
     assert line.startswith(f"load from: prometheus {prom.url} ("), line
     line, _ = load_from(["plan", *ARGS])
     assert line.startswith("load from: node annotations"), line
+    # KSO_PROMETHEUS_URL naming a Prometheus that does not answer is an error, one line, not a plan on the annotations
     closed = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("KSO_PROMETHEUS_URL", closed)
-    line, err = load_from(live)
-    assert line.startswith("load from: node annotations") and f"KSO_PROMETHEUS_URL {closed} failed" in line, line
-    assert err.startswith("kso plan: forecasts failed") and closed in err, err
+    assert main([*live, "--out", str(tmp_path / "plan.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kso plan: forecasts failed") and closed in err and "KSO_PROMETHEUS_URL" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    monkeypatch.setenv("KSO_FORECAST_SOURCE", "NONE")  # how to plan without it
+    line, _ = load_from(live)
+    assert line.startswith("load from: node annotations"), line

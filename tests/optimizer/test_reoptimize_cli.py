@@ -104,11 +104,11 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("where", ["env", "config"])
-def test_the_settings_prometheus_is_used_without_a_flag_and_a_failure_leaves_the_annotations(
+def test_the_settings_prometheus_is_used_without_a_flag_and_a_failure_is_an_error(
         where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """KSO_PROMETHEUS_URL (as the CronJob gets it from kso-settings, or in --config) is the load source when no flag
-    names one, as in kso extender; while it does not answer the nodes are judged on their annotations, and the run
-    says so (on stderr and in loadFrom)."""
+    names one, as in kso extender; one that does not answer is an error (one line, exit 1), not moves computed on the
+    annotations; KSO_FORECAST_SOURCE=NONE runs without it."""
     url = f"http://127.0.0.1:{_closed_port()}"
     for name in ("KSO_PROMETHEUS_URL", "KSO_FORECAST_SOURCE"):
         monkeypatch.delenv(name, raising=False)
@@ -119,10 +119,13 @@ def test_the_settings_prometheus_is_used_without_a_flag_and_a_failure_leaves_the
     else:
         (tmp_path / "kso.yaml").write_text(f"KSO_PROMETHEUS_URL: {url}\n")
         extra = ["--config", str(tmp_path / "kso.yaml")]
+    code, out, err = run(capsys, "--demo", "--policy", "none", *extra)
+    assert code == EXIT_CONFIG and url in err and "forecasts failed" in err and "KSO_PROMETHEUS_URL" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    monkeypatch.setenv("KSO_FORECAST_SOURCE", "NONE")
     code, doc, err = run_json(capsys, "--demo", "--policy", "none", *extra)
-    assert code == 0, err
-    assert url in err and "forecasts failed" in err
-    assert doc["loadFrom"].startswith("node annotations") and f"KSO_PROMETHEUS_URL {url} failed" in doc["loadFrom"]
+    assert code == 0 and doc["loadFrom"].startswith("node annotations"), err
+    monkeypatch.delenv("KSO_FORECAST_SOURCE")
     # the flag's Prometheus failing is an error, not a fall back
     code, out, err = run(capsys, "--demo", "--prometheus", url)
     assert code == EXIT_CONFIG and "forecasts failed" in err

@@ -240,19 +240,20 @@ def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
         caplog: pytest.LogCaptureFixture) -> None:
     core = client.CoreV1Api(control_plane.api_client())
     ns = kube_namespace
-    prometheus.stop()
-    running = started(control_plane, env_for(prometheus.url, tmp_path / "report.md"))
+    running = started(control_plane, {**env_for(prometheus.url, tmp_path / "report.md"), "KSO_FORECAST_REFRESH": "2"})
     try:
         shadow = running.shadow
         status = shadow.engine.forecast_status
+        until(lambda: status.last_success, 60, "the first forecast refresh")
+        prometheus.stop()  # Prometheus answered at the start (else kso shadow does not start) and dies now
         until(lambda: status.last_error, 30, "the forecasts' refresh failing")
-        assert prometheus.url in status.last_error and status.last_success is None
+        assert prometheus.url in status.last_error
         pod(core, ns, "web", two_nodes)
         until(lambda: shadow.state.pending_pod(namespace=ns, name="web"), 10, "the pod seen pending")
         make_running(core, ns, "web", HOT)
-        assert shadow.wait_judged(1, 30)  # judged without forecasts: the safe agent reads annotations (none here)
+        assert shadow.wait_judged(1, 30)  # judged on the last forecasts, still fresh
         record = shadow.pending[0]
-        assert record.chosen == HOT and record.chosen_risk is None
+        assert record.chosen == HOT
         with caplog.at_level(logging.WARNING, logger="kso.shadow"):
             assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 1) == 0
             assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 2) == 0
@@ -261,7 +262,14 @@ def test_a_prometheus_outage_is_logged_and_the_binds_wait_for_it(
         assert list(shadow.pending) == [record] and record.chosen_outcome is None
         text = requests.get(f"http://127.0.0.1:{running.port}/metrics", timeout=5).text
         assert metric(text, "kso_shadow_prometheus_errors_total") == 2
-        assert "Prometheus | unavailable since" not in shadow.report() and "- Prometheus: unavailable since" in shadow.report()
+        # the forecasts' health, as kso extender's /metrics has it: refreshes failed by reason, nodes by load data
+        assert metric(text, 'kso_forecast_refresh_failures_total{reason="unreachable"}') >= 1
+        assert metric(text, "kso_forecast_consecutive_failures") >= 1
+        assert metric(text, 'kso_forecast_nodes{source="forecast"}') >= 2  # HOT and COOL: the last forecasts
+        report = shadow.report()
+        assert "Prometheus | unavailable since" not in report and "- Prometheus: unavailable since" in report
+        assert f"load statistics: forecasts from {prometheus.url}: forecasts for " in report, report
+        assert "- forecast refreshes failed: " in report and " unreachable" in report, report
 
         prometheus.start()
         with caplog.at_level(logging.WARNING, logger="kso.shadow"):
@@ -323,7 +331,7 @@ def test_memory_is_bounded_by_the_queue_and_the_pending_cap() -> None:
 
 
 def test_an_api_server_outage_is_the_watch_s_and_a_bind_in_the_gap_is_judged_late(
-        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+        caplog: pytest.LogCaptureFixture, tmp_path: Path, prometheus: PromServer) -> None:
     """The stand-in API server (tests/support/kube_standin.py: the real server does not go away on demand) becomes
     unreachable while a pod is bound and the history of the gap is compacted: the watch logs, retries and re-lists,
     the shadow keeps running and judges the bind it missed on the cache as it was before the re-list (late)."""
@@ -335,10 +343,12 @@ def test_an_api_server_outage_is_the_watch_s_and_a_bind_in_the_gap_is_judged_lat
         server.add_node("n2", cpu="4", memory="8Gi")
         server.add_pod("before", node="n1", cpu="3200m")
         server.add_pod("p", cpu="500m")
-        # no forecasts; outcomes from a Prometheus nobody serves (the records wait for it)
-        env = {"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}",
+        # no forecasts; outcomes from a Prometheus that answers at the start (else kso shadow does not start) and
+        # that nobody serves after (the records wait for it)
+        env = {"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": prometheus.url,
                "KSO_SHADOW_ADDRESS": "", "KSO_SHADOW_REPORT": str(tmp_path / "r.md")}
         running = start(env, api_client=api_client_for(server), sync_timeout_s=10, check_every_s=3600.0)
+        prometheus.stop()
         try:
             shadow = running.shadow
             assert running.watcher.synced and shadow.state.pending_pod(namespace="default", name="p")
@@ -360,3 +370,68 @@ def test_an_api_server_outage_is_the_watch_s_and_a_bind_in_the_gap_is_judged_lat
             assert shadow.tally.late == 1 and running.watcher.relists >= 1
         finally:
             running.close()
+            if prometheus.proc is None:
+                prometheus.start()
+
+
+def test_a_prometheus_that_does_not_answer_is_an_error_at_the_start(capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """KSO_PROMETHEUS_URL naming a Prometheus that does not answer: one line naming it and why, exit 1, at once (before
+    any cluster is read), not a shadow judging without forecasts and reading no outcome."""
+    from kso.cli import main as kso_main
+
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("KSO_PROMETHEUS_URL", url)
+    monkeypatch.setenv("KSO_PROMETHEUS_RETRIES", "0")
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")  # the cluster would be a later error
+    t0 = time.monotonic()
+    assert kso_main(["shadow", "--address", "127.0.0.1:0", "--duration", "1"]) == 1
+    assert time.monotonic() - t0 < 10
+    err = capsys.readouterr().err
+    assert err.strip() == (f"kso shadow: Prometheus at {url} (KSO_PROMETHEUS_URL): cannot connect (Connection refused); "
+                           "kso shadow reads its forecasts and outcomes there (KSO_FORECAST_SOURCE=NONE without "
+                           "KSO_PROMETHEUS_URL: node annotations, no outcomes)"), err
+
+
+def test_a_dead_api_server_is_an_error_at_the_start(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubeconfig whose API server does not answer: one line naming it, exit 1, in seconds (the shadow ran its whole
+    --duration and wrote an empty report that never said so)."""
+    from kso.cli import main as kso_main
+
+    monkeypatch.delenv("KSO_PROMETHEUS_URL", raising=False)
+    port = free_port()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: dead, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: dead, context: {{cluster: dead, user: u}}}}]
+current-context: dead
+""")
+    report = tmp_path / "report.md"
+    t0 = time.monotonic()
+    assert kso_main(["shadow", "--kubeconfig", str(kubeconfig), "--address", "", "--report", str(report),
+                     "--duration", "20"]) == 1
+    assert time.monotonic() - t0 < 15
+    err = capsys.readouterr().err.strip()
+    assert err == f"kso shadow: the API server at http://127.0.0.1:{port} does not answer: cannot connect (Connection " \
+                  "refused)", err
+    assert not report.exists()
+
+
+def test_a_taken_address_is_an_error_naming_it(control_plane: Any, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
+    from kso.cli import main as kso_main
+
+    monkeypatch.delenv("KSO_PROMETHEUS_URL", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        assert kso_main(["shadow", "--kubeconfig", str(control_plane.kubeconfig), "--address", address,
+                         "--report", str(tmp_path / "r.md"), "--duration", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"kso shadow: --address / KSO_SHADOW_ADDRESS {address}: cannot listen there (Address already in use)", err
