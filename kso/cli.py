@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "bench": ("benchmarks.sim.cli", "replay a trace through the default scheduler, the peers, kso and the oracle "
                                     "reference, and write the cost-harm report"),
     "scheduler": ("scheduler.cli", "run kso as a standalone scheduler for pods whose spec.schedulerName names it"),
-    "shadow": ("shadow.run", "run beside the cluster's scheduler, off its path: record what kso would have decided for "
+    "shadow": ("shadow.cli", "run beside the cluster's scheduler, off its path: record what kso would have decided for "
                              "each bind and what happened to both nodes (metrics and a report)"),
 }
 # KSO_* variables read by the benchmarks and the tests, not by kso: known, so that the environment check

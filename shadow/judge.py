@@ -16,6 +16,7 @@ from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.views import NodeView
 from kso.decisions.engine import DecisionEngine
 from scheduler.feasibility import resource_reasons, rule_reasons
+from shadow.counterfactual import Counterfactual
 
 
 @dataclass(slots=True)
@@ -26,9 +27,11 @@ class NodeOutcome:
     peak_memory: float | None = None
     oom_kills: float | None = None
     throttled: float | None = None  # peak share of throttled CFS periods
-    # kso's pick ran without the pod: its requests as shares of the node's allocatable (cpu, memory), added to the
-    # measured peaks to judge it (None: the node ran the pod, its measure has it)
+    # kso's node in kso's schedule: what that schedule put there beyond what ran there (the pods kso moved in, the
+    # pod itself where it ran elsewhere, less the pods it moved away), at their requests, as shares of the node's
+    # allocatable (cpu, memory), added to the measured peaks to judge it (None: the node as it ran)
     pod_share: tuple[float, float] | None = None
+    oom_new: float | None = None  # of oom_kills, those no earlier bind's window counted on this node (in this role)
 
     @property
     def peak(self) -> float | None:
@@ -41,7 +44,8 @@ class NodeOutcome:
         """The peak the node would have had with the pod: measured, plus the pod at its requests where it did not run."""
         if self.pod_share is None:
             return self.peak
-        values = [v + a for v, a in zip((self.peak_cpu, self.peak_memory), self.pod_share, strict=True) if v is not None]
+        values = [max(0.0, v + a) for v, a in zip((self.peak_cpu, self.peak_memory), self.pod_share, strict=True)
+                  if v is not None]
         return max(values) if values else None
 
     def over(self, u_star: float) -> bool | None:
@@ -59,6 +63,7 @@ class Bind:
     at: float
     view: NodeView
     late: bool = False  # seen in a re-list after a watch gap, not as its own event
+    seq: int = 0  # the deletions and re-lists the watch had noted at the snapshot (Counterfactual.seq)
 
 
 @dataclass(slots=True)
@@ -79,7 +84,9 @@ class Record:
     pick_score: int | None
     chosen_risk: float | None  # the safe agent's P(util > U*) with the pod, the worse of cpu and memory
     pick_risk: float | None
-    pick_share: tuple[float, float] | None  # the pod's requests as shares of the pick's allocatable (cpu, memory)
+    # what kso's schedule adds on its pick beyond the real schedule, as shares of its allocatable (cpu, memory): the
+    # pod where it ran elsewhere, plus the pods kso moved there before, less those it moved away
+    pick_share: tuple[float, float] | None
     nodes: int
     fitting: int  # nodes passing the core filters
     passing: int  # of those, nodes passing kso's predicates
@@ -96,6 +103,20 @@ class Record:
     @property
     def changed(self) -> bool:
         return self.pick != self.chosen
+
+    @property
+    def kind(self) -> str:
+        """same (kso's pick is the chosen node); safety (kso refused the chosen node: another pick, or none);
+        score (kso accepted the chosen node and scored another higher); unknown_node (the chosen node not judged)."""
+        if not self.changed:
+            return "same"
+        if self.unknown_node:
+            return "unknown_node"
+        return "safety" if self.warned or self.pick is None else "score"
+
+    def missed(self, u_star: float) -> bool:
+        """kso's own node (in its schedule) went over U* in the horizon."""
+        return self.pick is not None and self.pick_outcome is not None and bool(self.pick_outcome.over(u_star))
 
     @property
     def verdict(self) -> bool | None:
@@ -122,11 +143,13 @@ def _risk(row: dict[str, Any]) -> float | None:
     return max(risks) if risks else None
 
 
-def judge(engine: DecisionEngine, bind: Bind) -> Record:
+def judge(engine: DecisionEngine, bind: Bind, counterfactual: Counterfactual | None = None) -> Record:
     """kso's decision for ``bind``'s pod on ``bind.view``: the core filters, then the engine's explain on the nodes
-    that pass them; the chosen node is judged by both even when kso would not have offered it to the engine."""
+    that pass them; the chosen node is judged by both even when kso would not have offered it to the engine. With
+    ``counterfactual``, judged on kso's schedule (every earlier judged pod on kso's pick), and the pod placed in it."""
     started = time.perf_counter()
-    pod, view = bind.pod, bind.view
+    pod, real = bind.pod, bind.view
+    view = real if counterfactual is None else counterfactual.apply(real, bind.seq, bind.at)
     names = view.names
     core = rule_reasons(pod, view.nodes)
     for i, why in resource_reasons(pod, view).items():
@@ -141,26 +164,29 @@ def judge(engine: DecisionEngine, bind: Bind) -> Record:
     index = {n: i for i, n in enumerate(names)}
     reasons: list[str] = []
     chosen_row = rows.get(bind.node)
-    if bind.node in index and index[bind.node] in core:
-        reasons.append(core[index[bind.node]])
-        # kso's own predicates on the chosen node too, for its risk and their reasons
-        chosen_row = engine.explain(pod, subview(view, [index[bind.node]]))["nodes"][0]
+    if bind.node in index and (view is not real or index[bind.node] in core):
+        # the chosen node's verdict and risk on the real cache (it ran the real schedule, and its outcome is
+        # measured there), by the core filters and kso's own predicates, even when kso would not have offered it
+        one = subview(real, [index[bind.node]])
+        why = rule_reasons(pod, one.nodes).get(0) or resource_reasons(pod, one).get(0)
+        if why:
+            reasons.append(why)
+        chosen_row = engine.explain(pod, one)["nodes"][0]
     if chosen_row is not None:
         reasons += chosen_row["reasons"]
     pick_row = rows.get(pick) if pick is not None else None
     share = None
     if pick is not None:
-        alloc = view.alloc[index[pick]]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = tuple(float(np.nan_to_num(pod.requests.get(r, 0.0) / alloc[view.columns[r]], posinf=0.0))
-                          for r in (CPU, MEMORY))
+        share = Counterfactual.extra_share(view, real, pick, pod if pick != bind.node else None)
+    if counterfactual is not None:
+        counterfactual.place(pod, bind.node, pick, bind.at, real, view)
     return Record(
         uid=pod.uid, pod=pod.key, scheduler=pod.scheduler_name, cpu_m=pod.requests.get(CPU, 0.0),
         memory_mb=pod.requests.get(MEMORY, 0.0) / MIB, at=bind.at, chosen=bind.node, pick=pick,
         warned=bool(reasons), reasons=reasons, unknown_node=bind.node not in index,
-        chosen_score=None if chosen_row is None or bind.node not in rows else int(chosen_row["score"]),
+        chosen_score=None if bind.node not in rows else int(rows[bind.node]["score"]),
         pick_score=None if pick_row is None else int(pick_row["score"]),
         chosen_risk=None if chosen_row is None else _risk(chosen_row),
-        pick_risk=None if pick_row is None else _risk(pick_row), pick_share=share,  # type: ignore[arg-type]
+        pick_risk=None if pick_row is None else _risk(pick_row), pick_share=share,
         nodes=len(names), fitting=len(fitting), passing=sum(1 for r in rows.values() if r["passed"]),
         late=bind.late, seconds=time.perf_counter() - started)

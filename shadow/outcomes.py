@@ -6,6 +6,7 @@ binds at once: one range query per metric over the batch's time range, at the sc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -16,6 +17,32 @@ from shadow.judge import NodeOutcome, Record
 from shadow.settings import ShadowSettings
 
 NodeSeries = dict[str, tuple[np.ndarray, np.ndarray]]  # node -> (times, values), time-ordered
+
+
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def rate_window_s(query: str) -> float:
+    """The longest range selector of a PromQL query (``[5m]``, ``[1h30m]``), seconds; 0 without one."""
+    longest = 0.0
+    for body in re.findall(r"\[([0-9a-z]+)(?::[0-9a-z]*)?\]", query):
+        parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", body)
+        if parts and "".join(n + u for n, u in parts) == body:
+            longest = max(longest, sum(int(n) * UNITS[u] for n, u in parts))
+    return longest
+
+
+def check_horizon(prometheus: PrometheusSettings, horizon_s: float) -> None:
+    """ValueError when the forecast horizon is shorter than the rate window of the utilisation queries: an outcome
+    read through that window would average the horizon with the load before the bind (a node at 99.5 % for the last
+    minute reads 79 % through a 5-minute rate)."""
+    for name, query in (("KSO_QUERY_NODE_CPU", prometheus.query_node_cpu),
+                        ("KSO_QUERY_NODE_MEMORY", prometheus.query_node_memory)):
+        window = rate_window_s(query)
+        if horizon_s < window:
+            raise ValueError(f"KSO_FORECAST_HORIZON {horizon_s:g} s is shorter than the {window:g} s window of {name} "
+                             f"({query}): each outcome would be read through that window, mostly before the bind. "
+                             f"Set KSO_FORECAST_HORIZON to {window:g} s or more, or use a shorter window in {name}")
 
 
 class Outcomes:
@@ -33,6 +60,9 @@ class Outcomes:
         self.throttled_query = (shadow.query_throttled.replace("$node", node_label)
                                 .replace("$containers", container_selector))
         self.queries = 0
+        # (role, node) -> the time up to which its OOM kills are counted: a kill in the windows of several binds is
+        # counted once (NodeOutcome.oom_new)
+        self.oom_counted: dict[tuple[str, str], float] = {}
         self.missing: set[str] = set()  # the optional metrics Prometheus had no series of (named in the report)
 
     @property
@@ -43,7 +73,8 @@ class Outcomes:
         return record.at, record.at + self.horizon_s
 
     def read(self, records: Sequence[Record]) -> None:
-        """Fill each record's chosen_outcome and pick_outcome (the pick's only when kso picked another node)."""
+        """Fill each record's chosen_outcome and pick_outcome (kso's node in its schedule: the measured node plus
+        what that schedule put there beyond what ran there, Record.pick_share). ``records`` in bind order."""
         if not records:
             return
         start = min(r.at for r in records) - self.source.step_s()
@@ -56,9 +87,9 @@ class Outcomes:
         throttled = self._series(self.throttled_query, start, end, None, "throttled")
         for r in records:
             lo, hi = self.window(r)
-            r.chosen_outcome = self._outcome(r.chosen, lo, hi, cpu, memory, oom, throttled)
-            if r.pick is not None and r.pick != r.chosen:
-                r.pick_outcome = self._outcome(r.pick, lo, hi, cpu, memory, oom, throttled)
+            r.chosen_outcome = self._outcome("chosen", r.chosen, lo, hi, cpu, memory, oom, throttled)
+            if r.pick is not None:
+                r.pick_outcome = self._outcome("kso_pick", r.pick, lo, hi, cpu, memory, oom, throttled)
                 r.pick_outcome.pod_share = r.pick_share
 
     def _series(self, query: str, start: float, end: float, uname: dict[str, str] | None,
@@ -93,11 +124,15 @@ class Outcomes:
             merged[node] = (t[order], y[order])
         return merged
 
-    def _outcome(self, node: str, lo: float, hi: float, cpu: NodeSeries | None, memory: NodeSeries | None,
-                 oom: NodeSeries | None, throttled: NodeSeries | None) -> NodeOutcome:
+    def _outcome(self, role: str, node: str, lo: float, hi: float, cpu: NodeSeries | None,
+                 memory: NodeSeries | None, oom: NodeSeries | None, throttled: NodeSeries | None) -> NodeOutcome:
+        counted = self.oom_counted.get((role, node), -np.inf)
+        kills = _increase(oom, node, lo, hi)
+        new = _increase(oom, node, max(lo, counted), hi) if counted > lo else kills
+        if kills is not None:
+            self.oom_counted[(role, node)] = max(counted, hi)
         return NodeOutcome(peak_cpu=_peak(cpu, node, lo, hi), peak_memory=_peak(memory, node, lo, hi),
-                           oom_kills=_increase(oom, node, lo, hi, self.source.step_s()),
-                           throttled=_peak(throttled, node, lo, hi))
+                           oom_kills=kills, oom_new=new, throttled=_peak(throttled, node, lo, hi))
 
 
 
@@ -112,15 +147,17 @@ def _peak(series: NodeSeries | None, node: str, lo: float, hi: float) -> float |
     return float(inside.max()) if inside.size else None
 
 
-def _increase(series: NodeSeries | None, node: str, lo: float, hi: float, step: float) -> float | None:
-    """How much a counter rose over [lo, hi], from the sample before lo on; a drop is a reset (a restart: the
-    counter starts again from 0, so its value after the drop is the rise). None without two samples."""
+def _increase(series: NodeSeries | None, node: str, lo: float, hi: float) -> float | None:
+    """How much a counter rose in (lo, hi]: the rises from each sample to the next whose time is in (lo, hi] (the
+    sample before it may be older); a drop is a reset (a restart: the counter starts again from 0, so its value after
+    the drop is the rise). Two windows that touch count a rise once. None without a sample before hi."""
     if series is None or node not in series:
         return None
     t, y = series[node]
-    keep = (t >= lo - step) & (t <= hi) & np.isfinite(y)
-    y = y[keep]
+    keep = np.isfinite(y)
+    t, y = t[keep], y[keep]
     if y.size < 2:
         return None
+    later = (t[1:] > lo) & (t[1:] <= hi)
     d = np.diff(y)
-    return float(np.where(d >= 0, d, y[1:]).sum())
+    return float(np.where(d >= 0, d, y[1:])[later].sum())

@@ -20,13 +20,9 @@ scrape interval with the records kept.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import queue
 import re
-import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -40,8 +36,10 @@ from extender.bind_queue import RateLimitedLog
 from kso.core.cluster import ClusterState
 from kso.core.objects import ObjectError, pod_from_k8s
 from kso.core.watcher import ClusterWatcher, Reflector
+from shadow.counterfactual import Counterfactual
 from shadow.judge import Bind, Record, judge
 from shadow.metrics import ShadowMetrics
+from shadow.records import RecordsFile
 from shadow.report import Tally, markdown, plot
 from shadow.settings import ShadowSettings
 
@@ -52,13 +50,20 @@ class ShadowWatcher(ClusterWatcher):
     """The extender's list+watch of nodes and pods, handing each bind to ``on_bind`` before the cache applies it."""
 
     def __init__(self, state: ClusterState, api_client: Any, on_bind: Callable[[dict[str, Any], bool], None],
-                 **kwargs: Any) -> None:
+                 counterfactual: Counterfactual | None = None, **kwargs: Any) -> None:
         super().__init__(state, api_client, **kwargs)
         self.on_bind = on_bind
+        self.counterfactual = counterfactual  # told of deletions and re-lists, in the watch's order
 
     def _handle(self, res: Reflector, event: dict[str, Any]) -> None:
-        if res is self._pods and event.get("type") == "MODIFIED":
-            self._seen(event.get("raw_object"), late=False)
+        if res is self._pods:
+            type_, obj = event.get("type"), event.get("raw_object")
+            if type_ == "MODIFIED":
+                self._seen(obj, late=False)
+            elif type_ == "DELETED" and self.counterfactual is not None and isinstance(obj, dict):
+                uid = (obj.get("metadata") or {}).get("uid")
+                if isinstance(uid, str):
+                    self.counterfactual.note_gone(uid)
         super()._handle(res, event)
 
     def _replace_pods(self, items: list[Any], relist: bool) -> None:
@@ -66,6 +71,8 @@ class ShadowWatcher(ClusterWatcher):
             for item in items:
                 self._seen(item, late=True)
         super()._replace_pods(items, relist)
+        if relist and self.counterfactual is not None:  # pods deleted in the gap are off kso's schedule too
+            self.counterfactual.note_listed(frozenset(self.state.pods))
 
     def _seen(self, obj: Any, late: bool) -> None:
         """``obj`` is a bind when it has a node and the cache does not count the pod on one yet. A pod created with
@@ -103,10 +110,17 @@ class Shadow:
     # where the safe agent's load data comes from (kso.decisions.forecasts.ForecastHealth); None without forecasts
     forecast_health: Any = None
 
+    # the --records file (shadow.records.RecordsFile); None without one
+    records: RecordsFile | None = None
+
     def __post_init__(self) -> None:
         self.binds: queue.Queue[Bind | None] = queue.Queue(maxsize=self.settings.queue)
         self.pending: deque[Record] = deque()
-        self.changed: deque[Record] = deque(maxlen=self.settings.keep)
+        self.changed: deque[Record] = deque(maxlen=self.settings.keep)  # the latest safety changes
+        self.misses: deque[Record] = deque(maxlen=self.settings.keep)  # the latest picks that went over U*
+        # kso's schedule (its picks applied to a copy of the cache's rows); its lock: the judge against the report
+        self.counterfactual = Counterfactual(self.state.recent_window_s)
+        self.schedule_lock = threading.Lock()
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -130,13 +144,15 @@ class Shadow:
         view = self.state.view(sorted(self.state.node_names()))
         view.nodes  # noqa: B018 - the node objects as they are now, not when the judge gets to them
         try:
-            self.binds.put_nowait(Bind(pod, obj["spec"]["nodeName"], self.clock(), view, late))
+            self.binds.put_nowait(Bind(pod, obj["spec"]["nodeName"], self.clock(), view, late,
+                                       seq=self.counterfactual.seq))
         except queue.Full:
             with self.lock:
                 self.tally.skipped += 1
+                self.metrics.skipped_share.set(self.tally.skipped / self.tally.seen)
             self.metrics.binds.labels("skipped").inc()
-            self.skips.warning("bind of %s to %s not judged: %d binds already wait to be judged", pod.key,
-                        obj["spec"]["nodeName"], self.settings.queue)
+            self.skips.warning("bind of %s to %s not judged: %d binds already wait to be judged (KSO_SHADOW_QUEUE)",
+                               pod.key, obj["spec"]["nodeName"], self.settings.queue)
 
     # ---- the judge -------------------------------------------------------------------------------------
     def _judge_loop(self) -> None:
@@ -145,7 +161,10 @@ class Shadow:
             if bind is None:
                 return
             try:
-                record = judge(self.engine, bind)
+                with self.schedule_lock:
+                    record = judge(self.engine, bind, self.counterfactual)
+                    over = len(self.counterfactual.over_alloc)
+                self.metrics.over_allocatable.set(over)
             except Exception:  # noqa: BLE001 - one pod kso cannot judge must not stop the others
                 log.exception("judging the bind of %s to %s failed", bind.pod.key, bind.node)
                 continue
@@ -155,12 +174,18 @@ class Shadow:
         self.metrics.judged(record)
         with self.lock:
             self.tally.add(record)
-            if record.changed and self.changed.maxlen:
+            self.metrics.skipped_share.set(self.tally.skipped / max(1, self.tally.seen))
+            if record.kind in ("safety", "unknown_node") and self.changed.maxlen:
                 self.changed.append(record)
-            if self.outcomes is not None:
+            if self.outcomes is None:
+                if self.records is not None:
+                    self.records.write([record], "no_outcomes")
+            else:
                 self.pending.append(record)
                 while len(self.pending) > self.settings.max_pending:
-                    self.pending.popleft()
+                    gone = self.pending.popleft()
+                    if self.records is not None:
+                        self.records.write([gone], "dropped")
                     self.tally.dropped += 1
                     self.metrics.dropped.inc()
             self.metrics.pending.set(len(self.pending))
@@ -220,9 +245,17 @@ class Shadow:
                     r.judged_at = judged_at
                     self.tally.add_outcome(r, self.u_star, self.settings.throttled_share)
                     self.metrics.outcome(r, self.u_star, self.settings.throttled_share)
+                    if r.missed(self.u_star):
+                        self.misses.append(r)
                 for _ in batch:
                     self.pending.popleft()
                 self.metrics.pending.set(len(self.pending))
+            with self.schedule_lock:
+                for r in batch:
+                    if r.pick is not None and r.pick_outcome is not None:
+                        self.counterfactual.outcome(r.pick, r.pick_outcome.peak, r.pick_outcome.with_pod)
+            if self.records is not None:
+                self.records.write(batch, "read")
             done += len(batch)
         return done
 
@@ -243,8 +276,15 @@ class Shadow:
                 failures = {k: v for k, v in health["refresh_failures"].items() if v}
                 if failures:
                     context["forecast refreshes failed"] = ", ".join(f"{v} {k}" for k, v in sorted(failures.items()))
-            return markdown(self.tally, list(self.changed), context, self.u_star, now, plot=plot,
-                            throttled_share=self.settings.throttled_share)
+            changed, misses = list(self.changed), list(self.misses)
+            tally = replace(self.tally, outcomes={k: list(v) for k, v in self.tally.outcomes.items()},
+                            oom=dict(self.tally.oom), throttled=dict(self.tally.throttled))
+        with self.schedule_lock:
+            schedule = {k: replace(v) for k, v in self.counterfactual.nodes.items()}
+            over = len(self.counterfactual.over_alloc)
+        return markdown(tally, changed, context, self.u_star, now, plot=plot,
+                        throttled_share=self.settings.throttled_share, misses=misses, schedule=schedule,
+                        over_alloc=over)
 
     def write_report(self, now: float | None = None) -> str:
         """Write the report file (atomically: a reader never sees half of it), and its plot beside it (``.png``) when
@@ -328,6 +368,11 @@ class RunningShadow:
         except Exception:  # noqa: BLE001 - the report is written whatever happened
             log.exception("last outcome check failed")
         text = self.shadow.write_report()
+        if self.shadow.records is not None:  # the binds whose outcome is not read yet: written as pending
+            with self.shadow.lock:
+                left = list(self.shadow.pending)
+            self.shadow.records.write(left, "pending")
+            self.shadow.records.close()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -348,7 +393,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     from kso.decisions.engine import DecisionEngine
     from kso.decisions.forecasts import forecast_health, start_forecasts
     from kso.decisions.recent import recent_bind_hold_s
-    from shadow.outcomes import Outcomes
+    from shadow.outcomes import Outcomes, check_horizon
 
     config = load_config(env, config_file)
     problems = config.validate()
@@ -386,6 +431,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     horizon_s = (config.store or StoreSettings()).horizon_s
     outcomes = None
     if config.prometheus is not None:
+        check_horizon(config.prometheus, horizon_s)
         outcomes = Outcomes(config.prometheus, settings, horizon_s, names.node_label, names.container_selector)
     else:
         log.warning("KSO_PROMETHEUS_URL is not set: kso shadow judges binds but reads no outcomes")
@@ -396,11 +442,12 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
                "load statistics": "forecasts from " + config.prometheus.url if stats is not None and config.prometheus
                else "node annotations",
                "outcomes from": outcomes.url if outcomes is not None else "nowhere (KSO_PROMETHEUS_URL not set)"}
-    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps,
+    records = RecordsFile(settings.records_path, safe.u_star) if settings.records_path else None
+    shadow = Shadow(engine, state, settings, outcomes, safe.u_star, context, eps=safe.eps, records=records,
                     forecast_health=forecast_health(engine, state, config.prometheus.url if config.prometheus else ""))
     if shadow.forecast_health is not None:
         shadow.forecast_health.register(shadow.metrics.registry, basics=True)
-    watcher = ShadowWatcher(state, client, shadow.on_bind)
+    watcher = ShadowWatcher(state, client, shadow.on_bind, shadow.counterfactual)
     running = RunningShadow(shadow, watcher, stops=stops)
     if settings.address:  # bound before the watch starts: a taken address fails at once, named
         try:
@@ -479,45 +526,3 @@ def check_prometheus(settings: Any) -> None:
                          "no outcomes)") from None
     finally:
         source.close()
-
-
-def cmd_shadow(args: argparse.Namespace) -> int:
-    from extender.config import load_config
-    from kso.core.logs import configure_logging
-
-    if args.duration < 0:
-        print(f"kso shadow: --duration {args.duration:g} is negative", file=sys.stderr)
-        return 2
-    env = dict(os.environ)
-    for flag, name in ((args.address, "KSO_SHADOW_ADDRESS"), (args.report, "KSO_SHADOW_REPORT")):
-        if flag is not None:
-            env[name] = flag
-    if getattr(args, "log_format", None):
-        env["KSO_LOG_FORMAT"] = args.log_format
-    logs = load_config(env, args.config).logs
-    configure_logging(logs.level_number, logs.format)
-    try:
-        running = start(env, args.config, kubeconfig=args.kubeconfig)
-    except (OSError, ValueError) as exc:  # KubeConfigError, a bad address, a port in use: one line, exit 1
-        print(f"kso shadow: {exc}", file=sys.stderr)
-        return 1
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait(args.duration if args.duration else None)
-    running.close()
-    print(f"kso shadow: report written to {running.shadow.settings.report_path}")
-    return 0
-
-
-def add_commands(sub: Any) -> None:
-    p = sub.add_parser("shadow", help="run beside the cluster's scheduler, off its path: record what kso would have "
-                                      "decided for each bind and what happened to both nodes (metrics and a report)")
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--config", help="settings file (YAML/JSON mapping of setting names; env wins)")
-    p.add_argument("--address", help="host:port of /metrics, /healthz and /report (default KSO_SHADOW_ADDRESS or "
-                                     "127.0.0.1:9110; empty = not served)")
-    p.add_argument("--report", help="the Markdown report's path (default KSO_SHADOW_REPORT or shadow-report.md)")
-    p.add_argument("--duration", type=float, default=0.0,
-                   help="stop after this many seconds and write the report (default: run until stopped)")
-    p.set_defaults(func=cmd_shadow)

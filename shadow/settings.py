@@ -25,16 +25,19 @@ class ShadowSettings:
     max_pending: int = setting("KSO_SHADOW_MAX_PENDING", 10_000, lo=1, hi=10_000_000,
                                help="judged binds kept waiting for their outcome (about 1 KiB each); past it the oldest "
                                     "are dropped, counted")
+    queue: int = setting("KSO_SHADOW_QUEUE", 512, lo=1, hi=1_000_000,
+                         help="binds waiting to be judged, each with a copy of the node cache's rows (about 150 bytes "
+                              "a node: 77 MB at 1,000 nodes); past it a bind is skipped, counted")
+    records_path: str = setting("KSO_SHADOW_RECORDS", "",
+                                help="a JSON-lines file kso shadow appends one line to per judged bind, once its outcome "
+                                     "is read (--records); '' = none")
     query_oom: str = setting("KSO_SHADOW_QUERY_OOM", "sum by ($by) (node_vmstat_oom_kill)",
                              help="range query: each node's OOM-kill counter (node-exporter); '' to skip")
     query_throttled: str = setting("KSO_SHADOW_QUERY_THROTTLED", THROTTLED_QUERY,
                                    help="range query: each node's share of throttled CFS periods ($node, $containers: "
                                         "KSO_HISTORY_NODE_LABEL and KSO_HISTORY_CONTAINER_SELECTOR); '' to skip")
     # Not settings of their own (fixed here, changed by tests):
-    # binds waiting to be judged, each with its copy of the node cache's rows (about 150 bytes a node): past it a
-    # bind is skipped, counted
-    queue: int = 64
-    # judged binds kept for the report's table of changed placements
+    # judged binds kept for the report's tables (safety changes, misses)
     keep: int = 200
     # a bind's outcome is read this long after its horizon ended, and outcomes are checked this often: one scrape
     # interval (KSO_PROMETHEUS_SCRAPE_INTERVAL) when None, for the newest samples to land
