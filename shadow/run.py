@@ -405,6 +405,9 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
         settings = replace(settings, settle_s=scrape if settings.settle_s is None else settings.settle_s,
                            check_every_s=scrape if settings.check_every_s is None else settings.check_every_s)
     names = config.load(HistoryNames)
+    horizon_s = (config.store or StoreSettings()).horizon_s
+    if config.prometheus is not None:  # a configuration error: before anything is asked of a server
+        check_horizon(config.prometheus, horizon_s)
     if settings.address:
         from scheduler.debug import parse_address
 
@@ -428,10 +431,8 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
         stops.append(stop_forecasts)
     engine = DecisionEngine(config, state, stats, plan=None, cache_bodies=False)
     safe = config.agent_params["safe"]
-    horizon_s = (config.store or StoreSettings()).horizon_s
     outcomes = None
     if config.prometheus is not None:
-        check_horizon(config.prometheus, horizon_s)
         outcomes = Outcomes(config.prometheus, settings, horizon_s, names.node_label, names.container_selector)
     else:
         log.warning("KSO_PROMETHEUS_URL is not set: kso shadow judges binds but reads no outcomes")

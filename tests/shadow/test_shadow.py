@@ -7,6 +7,7 @@ passed."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import math
 import time
@@ -213,6 +214,73 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
     assert f"| {HOT} |" in row and f"| {COOL} |" in row and "> U*" in row and "safe-overload" in row
 
 
+BURST = 12
+
+
+def test_a_burst_of_picks_adds_up_in_kso_s_schedule_and_each_kill_counts_once(
+        control_plane: Any, kube_namespace: str, two_nodes: str, prometheus: PromServer, tmp_path: Path) -> None:
+    """The other scheduler binds BURST pods of 500m to HOT, one after another. Judged one at a time on the real cache
+    (which never receives kso's picks) every pick would be COOL: 6 cpus of requests on a 4-cpu node. In kso's schedule
+    each pick counts: COOL fills up (kso's forecast with the recent binds at their requests, then its allocatable)
+    and kso holds the rest. HOT's OOM kills, in every bind's window, are counted once. Two of the pods kso moved
+    are deleted: off kso's schedule too. Every judged bind is one JSON line of --records."""
+    core = client.CoreV1Api(control_plane.api_client())
+    ns = kube_namespace
+    records_file = tmp_path / "records.jsonl"
+    running = started(control_plane, {**env_for(prometheus.url, tmp_path / "report.md"),
+                                      "KSO_SHADOW_RECORDS": str(records_file)})
+    try:
+        shadow = running.shadow
+        status = shadow.engine.forecast_status
+        until(lambda: status.last_success is not None, 60, f"a forecast refresh ({status.last_error})")
+        for i in range(BURST):
+            pod(core, ns, f"b{i}", two_nodes)
+        until(lambda: shadow.state.pending_pod(namespace=ns, name=f"b{BURST - 1}"), 10, "the pods seen pending")
+        for i in range(BURST):
+            make_running(core, ns, f"b{i}", HOT)
+        assert shadow.wait_judged(BURST, 60)
+        records = list(shadow.pending)
+        picks = [r.pick for r in records]
+        moved = picks.count(COOL)
+        assert all(r.chosen == HOT and r.warned for r in records), [(r.chosen, r.reasons) for r in records]
+        assert set(picks) <= {COOL, None} and 1 <= moved < BURST and picks == [COOL] * moved + [None] * (BURST - moved)
+        cf = shadow.counterfactual
+        assert not cf.over_alloc and cf.nodes[COOL].peak_share <= 1.0  # no node's requests past its allocatable
+        assert cf.nodes[COOL].requested[0] == pytest.approx(500 * moved) and cf.nodes[COOL].live_in == moved
+        assert cf.nodes[HOT].moved_out == BURST
+        # each pick's outcome counts the pods kso put on COOL before it, at their requests
+        assert [r.pick_share[0] for r in records[:moved]] == pytest.approx([500 * (k + 1) / 4000 for k in range(moved)])
+
+        assert shadow.check_outcomes(now=records[-1].at + HORIZON_S + SETTLE_S + 1) == BURST
+        kills = [r.chosen_outcome.oom_kills for r in records if r.chosen_outcome is not None]
+        new = [r.chosen_outcome.oom_new or 0 for r in records if r.chosen_outcome is not None]
+        span = records[-1].at + HORIZON_S - records[0].at
+        assert len(kills) == BURST and min(kills) >= 1  # a kill a minute on HOT, in every window
+        assert sum(new) <= span / SCRAPE + 1 < sum(kills)  # once per kill: the windows' union, not their sum
+        assert shadow.tally.oom["chosen"] == sum(new)
+
+        core.delete_namespaced_pod("b0", ns, grace_period_seconds=0)
+        core.delete_namespaced_pod("b1", ns, grace_period_seconds=0)
+        until(lambda: cf.seq >= 2, 10, "the deletions seen")
+        pod(core, ns, "late", two_nodes)
+        until(lambda: shadow.state.pending_pod(namespace=ns, name="late"), 10, "the pod seen pending")
+        make_running(core, ns, "late", HOT)
+        assert shadow.wait_judged(BURST + 1, 30)
+        assert cf.nodes[COOL].live_in == moved - 2 + (shadow.pending[-1].pick == COOL)
+        assert "b0" not in {p.uid for p in cf.placed.values()}
+    finally:
+        running.close()
+    lines = [json.loads(line) for line in records_file.read_text().splitlines()]
+    assert len(lines) == BURST + 1 and [x["status"] for x in lines] == ["read"] * BURST + ["pending"]
+    first = lines[0]
+    assert (first["pod"], first["chosen"], first["kso_pick"], first["kind"], first["warned"]) == \
+        (f"{ns}/b0", HOT, COOL, "safety", True)
+    assert first["requests"] == {"cpu_m": 500.0, "memory_mb": 256.0} and first["reasons"][0].startswith("safe-overload")
+    assert first["chosen_risk"] > 0.3 and first["outcomes"]["chosen"]["over_u_star"] is True
+    assert first["outcomes"]["kso_pick"]["kso_extra_share"][0] == pytest.approx(500 / 4000)
+    assert first["missed"] is False and lines[-1]["outcomes"] == {"chosen": None, "kso_pick": None}
+
+
 def test_a_chosen_node_missing_from_kso_s_cache_is_its_own_outcome_not_a_warning(
         control_plane: Any, kube_namespace: str, two_nodes: str, prometheus: PromServer, tmp_path: Path) -> None:
     """A pod bound to a node kso's node cache does not hold (here one the API server has no Node object of: the
@@ -332,12 +400,16 @@ def test_memory_is_bounded_by_the_queue_and_the_pending_cap() -> None:
 
     state = make_state([make_node("n1"), make_node("n2")])
     engine = DecisionEngine(load_config({"KSO_AGENTS": "safe,pigeon"}), state)
-    settings = replace(ShadowSettings(), queue=2, max_pending=3, report_path="")
+    settings = replace(load_config({"KSO_SHADOW_QUEUE": "2", "KSO_SHADOW_MAX_PENDING": "3"}).load(ShadowSettings),
+                       report_path="")
+    assert (settings.queue, ShadowSettings().queue) == (2, 512)
     outcomes = Outcomes(PrometheusSettings(), settings, 60.0, "node", "")
     shadow = Shadow(engine, state, settings, outcomes, 0.9, {})
     for i in range(5):  # nobody judges: the queue holds 2
         shadow.on_bind(make_pod(f"p{i}", node="n1"), late=False)
     assert (shadow.tally.seen, shadow.tally.skipped, shadow.binds.qsize()) == (5, 3, 2)
+    assert metric(generate_latest(shadow.metrics.registry).decode(), "kso_shadow_skipped_share") == 0.6
+    assert "skipped with a full judging queue 3 (60.0 % of binds; KSO_SHADOW_QUEUE)" in shadow.report()
     for _ in range(2):
         shadow.add(judge(engine, shadow.binds.get_nowait()))
     for i in range(2, 5):
@@ -456,3 +528,75 @@ def test_a_taken_address_is_an_error_naming_it(control_plane: Any, capsys: pytes
                          "--report", str(tmp_path / "r.md"), "--duration", "1"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == f"kso shadow: --address / KSO_SHADOW_ADDRESS {address}: cannot listen there (Address already in use)", err
+
+
+def test_a_horizon_shorter_than_the_rate_window_is_refused_at_the_start(capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outcomes read through the 5-minute rate of KSO_QUERY_NODE_CPU with a 180 s horizon mix the horizon with the
+    load before the bind (a node at 99.5 % read 79 %): refused, one line naming both, before any server is asked."""
+    from kso.cli import main as kso_main
+
+    monkeypatch.setenv("KSO_PROMETHEUS_URL", f"http://127.0.0.1:{free_port()}")  # nobody there: never asked
+    monkeypatch.setenv("KSO_FORECAST_HORIZON", "180")
+    assert kso_main(["shadow", "--address", "", "--duration", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kso shadow: KSO_FORECAST_HORIZON 180 s is shorter than the 300 s window of "
+                          "KSO_QUERY_NODE_CPU (1 - avg by ($by) (rate(node_cpu_seconds_total{mode=\"idle\"}[5m])))"), err
+    assert err.endswith("Set KSO_FORECAST_HORIZON to 300 s or more, or use a shorter window in KSO_QUERY_NODE_CPU"), err
+    monkeypatch.setenv("KSO_QUERY_NODE_CPU", '1 - avg by ($by) (rate(node_cpu_seconds_total{mode="idle"}[2m]))')
+    assert kso_main(["shadow", "--address", "", "--duration", "1"]) == 1  # past the check: Prometheus is not there
+    assert "cannot connect" in capsys.readouterr().err
+
+
+def test_help_imports_neither_the_engine_nor_a_heavy_library() -> None:
+    """`kso shadow --help` builds its parser from shadow/cli.py alone (it took 0.58 s of CPU importing the decision
+    engine, numpy and the kubernetes client; `kso forecast --help` 0.27 s)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "kso.cli", "shadow", "--help"], cwd=root,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--records" in proc.stdout, proc.stderr[-2000:]
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
+    # (the layers' bare packages are looked up for the other commands' lines: empty, as in tests/kso/test_cli.py)
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("numpy", "scipy", "kubernetes", "prometheus_client")
+                   or (m.split(".")[0] in ("extender", "scheduler", "forecasting") and "." in m)
+                   or m in ("shadow.run", "kso.decisions"))
+    assert not heavy, heavy
+
+
+def test_misses_are_listed_beside_the_changes() -> None:
+    """kso's own picks that went over U* (same node included) have their table; score-only changes are counted, not
+    listed; the OOM kills of the tally are each kill once (oom_new), not each window's."""
+    from shadow.judge import NodeOutcome, Record
+    from shadow.report import Tally, markdown
+
+    def rec(pod: str, chosen: str, pick: str | None, warned: bool, peak: float, extra: float) -> Record:
+        r = Record(uid=pod, pod=f"ns/{pod}", scheduler="default-scheduler", cpu_m=500, memory_mb=256, at=1.8e9,
+                   chosen=chosen, pick=pick, warned=warned, reasons=["safe-overload: x"] if warned else [],
+                   chosen_score=None, pick_score=None, chosen_risk=0.5, pick_risk=0.1, pick_share=(extra, 0.0),
+                   nodes=3, fitting=3, passing=2)
+        r.chosen_outcome = NodeOutcome(peak_cpu=0.95, peak_memory=0.5, oom_kills=3, oom_new=1)
+        r.pick_outcome = NodeOutcome(peak_cpu=peak, peak_memory=0.5, pod_share=(extra, 0.0), oom_kills=3, oom_new=0)
+        return r
+
+    tally = Tally()
+    records = [rec("same-miss", "n1", "n1", False, 0.95, 0.0), rec("score", "n1", "n2", False, 0.5, 0.1),
+               rec("safety-miss", "n1", "n3", True, 0.85, 0.125)]
+    for r in records:
+        tally.add(r)
+        tally.add_outcome(r, 0.9, 0.25)
+    misses = [r for r in records if r.missed(0.9)]
+    assert [r.pod for r in misses] == ["ns/same-miss", "ns/safety-miss"]  # 0.85 + 0.125 over, with kso's pods
+    text = markdown(tally, [r for r in records if r.kind == "safety"], {}, 0.9, now=1.8e9, misses=misses)
+    assert "| 0 of 3 (0 %) | 3 of 3" not in text and "OOM kills on chosen nodes / on kso's picks (each kill once) | 3 / 0 |" \
+        in text
+    assert "picks that went over U\\*** (in its schedule" in text and "| 2 of 3 (67 %) |" in text
+    section = text.split("## kso's latest misses")[1].split("##")[0]
+    assert "ns/same-miss | n1 | 0.10 | 95% (+kso 95%) > U*" in section and "| n1 (same) |" in section
+    assert "ns/safety-miss | n3 | 0.10 | 85% (+kso 98%) > U*" in section
+    changes = text.split("changed for safety")[1]
+    assert "ns/safety-miss" in changes and "ns/score" not in changes
+    assert "| kso would have placed the pod elsewhere on score alone (it accepted the chosen node) | 1 of 3 (33 %) |" \
+        in text
