@@ -36,7 +36,7 @@ from benchmarks.e2e import create_nodes, node_manifest, pod_manifest
 from benchmarks.sim.history_openmetrics import backfill
 from kso.core.net import free_port
 
-NODES, PODS, BIND_EVERY_S, HORIZON_S = 12, 48, 2.0, 180
+NODES, PODS, BIND_EVERY_S, HORIZON_S = 12, 48, 2.0, 300  # the horizon: at least the 5-minute rate window
 CPUS, SCRAPE, BEFORE_S, AFTER_S = 4, 60, 6 * 3600, 3600
 RISING = {"node-03": 0.97, "node-07": 0.95, "node-10": 0.93}
 
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "KSO_PROMETHEUS_URL": f"http://127.0.0.1:{prom_port}", "KSO_PROMETHEUS_HISTORY": str(BEFORE_S),
                "KSO_FORECAST_HORIZON": str(HORIZON_S), "LOG_LEVEL": "INFO"}
         shadow = subprocess.Popen([sys.executable, "-m", "kso.cli", "shadow", "--kubeconfig", str(cp.kubeconfig),
-                                   "--address", f"127.0.0.1:{shadow_port}", "--report", str(report)], env=env,
+                                   "--address", f"127.0.0.1:{shadow_port}", "--report", str(report),
+                                   "--records", str(work / "records.jsonl")], env=env,
                                   stderr=open(work / "shadow.log", "w"))  # noqa: SIM115 - lives as long as the process
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # up, and the first forecasts in (a risk histogram needs them: wait a bit)
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         if image.exists():
             shutil.copy(image, out.with_suffix(".png"))
             text = text.replace(f"]({image.name})", f"]({out.with_suffix('.png').name})")
+        lines = (work / "records.jsonl").read_text().splitlines()
+        kib = (work / "records.jsonl").stat().st_size / 1024
         vm = psutil.virtual_memory()
         note = (f"\n## The run\n\nThis report was written by `kso shadow` (its own process) on the real control plane "
                 f"(etcd + kube-apiserver) and a real Prometheus (backfilled with promtool), by "
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"system) over {time.time() - now:.0f} s, peak resident memory {hwm / 1024:.0f} MiB (ru_maxrss), "
                 f"including the Python interpreter, numpy, scipy, the kubernetes client, the forecasts' refresh every "
                 f"60 s and the plot.\n"
+                f"- `--records`: {len(lines)} JSON lines, one per judged bind ({kib:.0f} KiB).\n"
                 f"- machine: {platform.machine()}, {psutil.cpu_count()} cores, {vm.total / 2**30:.1f} GiB, "
                 f"{platform.platform()}, Python {platform.python_version()}; shared with other jobs "
                 f"(load average {os.getloadavg()[0]:.1f} at the end).\n")
