@@ -143,6 +143,11 @@ class Counterfactual:
             node = self.nodes[name] = NodeSchedule()
         return node
 
+    def moved(self, node: str) -> bool:
+        """Whether kso's schedule differs from the real one on ``node`` (its requests or its recent-bind load)."""
+        d, r = self.delta.get(node), self.recent_delta.get(node)
+        return bool(d and any(abs(v) > 1e-9 for v in d.values())) or (r is not None and bool(np.any(np.abs(r) > 1e-9)))
+
     def apply(self, view: NodeView, upto: int, now: float) -> NodeView:
         """``view`` (the real cache's rows before a bind) as kso's schedule has them: every judged pod alive at the
         bind's snapshot on kso's pick instead of the chosen node. The view's arrays are not changed (a copy)."""

@@ -164,10 +164,11 @@ def judge(engine: DecisionEngine, bind: Bind, counterfactual: Counterfactual | N
     index = {n: i for i, n in enumerate(names)}
     reasons: list[str] = []
     chosen_row = rows.get(bind.node)
-    if bind.node in index and (view is not real or index[bind.node] in core):
+    differs = view is not real and counterfactual is not None and counterfactual.moved(bind.node)
+    if bind.node in index and (differs or index[bind.node] in core):
         # the chosen node's verdict and risk on the real cache (it ran the real schedule, and its outcome is
         # measured there), by the core filters and kso's own predicates, even when kso would not have offered it
-        one = subview(real, [index[bind.node]])
+        one = subview(real if differs else view, [index[bind.node]])
         why = rule_reasons(pod, one.nodes).get(0) or resource_reasons(pod, one).get(0)
         if why:
             reasons.append(why)
