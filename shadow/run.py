@@ -286,6 +286,41 @@ class Shadow:
                         throttled_share=self.settings.throttled_share, misses=misses, schedule=schedule,
                         over_alloc=over)
 
+    def restore(self) -> None:
+        """Read the state a previous run saved (KSO_SHADOW_STATE), when there is one."""
+        from shadow import checkpoint
+
+        if not self.settings.state_path or (state := checkpoint.load(self.settings.state_path)) is None:
+            return
+        with self.lock:
+            self.tally = state["tally"]
+            self.pending = state["pending"] if self.outcomes is not None else deque()
+            self.misses.extend(state["misses"])
+            self.changed.extend(state["changed"])
+            if self.outcomes is not None:
+                self.outcomes.oom_counted.update(state["oom_counted"])
+            self.metrics.pending.set(len(self.pending))
+        log.info("kso shadow: state restored from %s: %d binds judged since %s, %d waiting for their outcome",
+                 self.settings.state_path, self.tally.judged, time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                                           time.gmtime(self.tally.started)),
+                 len(self.pending))
+
+    def save_state(self) -> None:
+        """Save the state for the next run (KSO_SHADOW_STATE); a save that fails is logged."""
+        from shadow import checkpoint
+
+        if not self.settings.state_path:
+            return
+        with self.lock:
+            tally = replace(self.tally, outcomes={k: list(v) for k, v in self.tally.outcomes.items()},
+                            oom=dict(self.tally.oom), throttled=dict(self.tally.throttled))
+            args = (tally, list(self.pending), list(self.misses), list(self.changed),
+                    dict(self.outcomes.oom_counted) if self.outcomes is not None else {})
+        try:
+            checkpoint.save(self.settings.state_path, *args)
+        except (OSError, ValueError) as exc:
+            log.warning("state not saved to %s: %s", self.settings.state_path, exc)
+
     def write_report(self, now: float | None = None) -> str:
         """Write the report file (atomically: a reader never sees half of it), and its plot beside it (``.png``) when
         matplotlib is installed; a write that fails is logged."""
@@ -320,6 +355,7 @@ class Shadow:
                 if time.monotonic() >= next_report:
                     next_report = time.monotonic() + self.settings.report_every_s
                     self.write_report()
+                    self.save_state()
             except Exception:  # noqa: BLE001 - a bad round must not end the shadow
                 log.exception("outcome check or report failed; retried at the next round")
 
@@ -368,6 +404,7 @@ class RunningShadow:
         except Exception:  # noqa: BLE001 - the report is written whatever happened
             log.exception("last outcome check failed")
         text = self.shadow.write_report()
+        self.shadow.save_state()
         if self.shadow.records is not None:  # the binds whose outcome is not read yet: written as pending
             with self.shadow.lock:
                 left = list(self.shadow.pending)
@@ -448,6 +485,7 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
                     forecast_health=forecast_health(engine, state, config.prometheus.url if config.prometheus else ""))
     if shadow.forecast_health is not None:
         shadow.forecast_health.register(shadow.metrics.registry, basics=True)
+    shadow.restore()
     watcher = ShadowWatcher(state, client, shadow.on_bind, shadow.counterfactual)
     running = RunningShadow(shadow, watcher, stops=stops)
     if settings.address:  # bound before the watch starts: a taken address fails at once, named

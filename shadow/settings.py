@@ -31,6 +31,10 @@ class ShadowSettings:
     records_path: str = setting("KSO_SHADOW_RECORDS", "",
                                 help="a JSON-lines file kso shadow appends one line to per judged bind, once its outcome "
                                      "is read (--records); '' = none")
+    state_path: str = setting("KSO_SHADOW_STATE", "",
+                              help="a JSON file kso shadow saves its totals and waiting binds to with each report and "
+                                   "at exit, and reads at start: a restart keeps them (a volume in the cluster); '' = "
+                                   "none")
     query_oom: str = setting("KSO_SHADOW_QUERY_OOM", "sum by ($by) (node_vmstat_oom_kill)",
                              help="range query: each node's OOM-kill counter (node-exporter); '' to skip")
     query_throttled: str = setting("KSO_SHADOW_QUERY_THROTTLED", THROTTLED_QUERY,

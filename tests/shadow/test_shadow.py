@@ -600,3 +600,66 @@ def test_misses_are_listed_beside_the_changes() -> None:
     assert "ns/safety-miss" in changes and "ns/score" not in changes
     assert "| kso would have placed the pod elsewhere on score alone (it accepted the chosen node) | 1 of 3 (33 %) |" \
         in text
+
+
+def test_the_state_survives_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """KSO_SHADOW_STATE: the totals, the binds waiting for their outcome, the misses and safety changes are saved and
+    read by the next shadow (kso shadow restarted: a week of judgements is not lost); a file that does not parse is
+    moved aside with a warning and the shadow starts afresh."""
+    from extender.config import load_config
+    from forecasting.prometheus import PrometheusSettings
+    from kso.decisions.engine import DecisionEngine
+    from shadow.judge import NodeOutcome
+    from shadow.outcomes import Outcomes
+    from shadow.run import Shadow
+    from shadow.settings import ShadowSettings
+    from tests.support.fixtures import make_node, make_pod, make_state
+
+    path = tmp_path / "state" / "shadow.json"
+    config = load_config({"KSO_AGENTS": "safe,pigeon", "KSO_SHADOW_STATE": str(path), "KSO_SHADOW_REPORT": ""})
+    settings = config.load(ShadowSettings)
+
+    def shadow() -> Shadow:
+        state = make_state([make_node("n1"), make_node("n2")])
+        outcomes = Outcomes(PrometheusSettings(), settings, 600.0, "node", "")
+        return Shadow(DecisionEngine(config, state), state, settings, outcomes, 0.9, {})
+
+    first = shadow()
+    first.restore()  # nothing saved yet
+    for i in range(3):
+        first.on_bind(make_pod(f"p{i}", node="n1"), late=False)
+        first.add(judge_one(first))
+    first.pending[0].chosen_outcome = NodeOutcome(peak_cpu=0.5)
+    first.outcomes.oom_counted[("chosen", "n1")] = 123.0
+    first.save_state()
+    before = first.report(now=2e9)
+
+    second = shadow()
+    second.restore()
+    assert [r.pod for r in second.pending] == ["default/p0", "default/p1", "default/p2"]
+    assert second.pending[0].chosen_outcome == NodeOutcome(peak_cpu=0.5)
+    assert (second.tally.seen, second.tally.judged, second.tally.started) == (3, 3, first.tally.started)
+    assert second.outcomes.oom_counted == {("chosen", "n1"): 123.0}
+    def kept(text: str) -> list[str]:  # the report but kso's schedule, which starts again from the cluster as it is
+        summary, rest = text.split("## What kso judged with")
+        return [ln for ln in summary.splitlines() if "in kso's schedule" not in ln] + \
+            rest.split("## kso's latest misses")[1].splitlines()
+
+    assert kept(second.report(now=2e9)) == kept(before)  # the same totals, the same tables
+    assert "| binds seen | 3: judged 3" in before
+    second.on_bind(make_pod("p3", node="n2"), late=False)
+    second.add(judge_one(second))
+    assert second.tally.judged == 4
+
+    path.write_text("{not json")
+    third = shadow()
+    with caplog.at_level(logging.WARNING, logger="kso.shadow"):
+        third.restore()
+    assert third.tally.judged == 0 and not path.exists() and path.with_name("shadow.json.bad").exists()
+    assert any("KSO_SHADOW_STATE" in r.getMessage() and "starting afresh" in r.getMessage() for r in caplog.records)
+
+
+def judge_one(shadow: Any) -> Any:
+    from shadow.judge import judge
+
+    return judge(shadow.engine, shadow.binds.get_nowait(), shadow.counterfactual)
