@@ -1,5 +1,6 @@
-"""``kso shadow``: the wiring (the extender's configuration, node cache, forecasts and decision engine, a watch that
-sees each bind before applying it, the outcome reads, /metrics and the report) and the subcommand.
+"""``kso shadow``: the wiring (the extender's configuration, node cache, forecasts and decision engine, kso's schedule
+beside the cache (shadow.counterfactual), a watch that sees each bind before applying it, the outcome reads, /metrics,
+the report, the records and the saved state). The command line is shadow.cli.
 
 When a bind is judged: at the watch event that first shows the pod with a node, before the node cache applies it
 (ShadowWatcher). The cache then holds every bind before this one and not the pod itself: what kso would have known
@@ -7,10 +8,11 @@ had it been asked to place the pod at that moment. (Judging when the pod is firs
 made between its creation and its bind, which a busy cluster has many of.) Binds seen only in a re-list after a watch
 gap are judged on the cache as it was before the re-list, and counted as late.
 
-Bounded memory: at most ShadowSettings.queue (64) binds wait to be judged, each with its copy of the node cache's
-rows (about 150 bytes a node: 10 MiB at 1,000 nodes), KSO_SHADOW_MAX_PENDING judged binds wait for their outcome (a
-record is about 1 KiB: 10 MiB at the default 10,000) and ShadowSettings.keep (200) are kept for the report; the
-counts behind the report and the metrics are numbers.
+Bounded memory: at most KSO_SHADOW_QUEUE (512) binds wait to be judged, each with its copy of the node cache's rows
+(about 150 bytes a node: 77 MB at 1,000 nodes), KSO_SHADOW_MAX_PENDING judged binds wait for their outcome (a record
+is about 1 KiB: 10 MiB at the default 10,000) and ShadowSettings.keep (200) misses and safety changes are kept for the
+report; kso's schedule holds a few numbers per judged pod alive and per node; the counts behind the report and the
+metrics are numbers.
 
 Outages: the API server's are the watch's (kso.core.watcher: retried with backoff, a re-list after a gap, the cache
 serving meanwhile); Prometheus's leave the forecasts to the node annotations (kso.decisions.forecasts) and the
