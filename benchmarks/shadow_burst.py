@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=600)
     p.add_argument("--rate", type=float, default=50.0, help="target binds per second")
     p.add_argument("--cpu", default="500m", help="each pod's cpu request")
+    p.add_argument("--queue", type=int, default=0, help="KSO_SHADOW_QUEUE (default: the setting's default)")
     args = p.parse_args(argv)
     cp = ControlPlane().start()
     running = None
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         names = [f"node-{i:04d}" for i in range(args.nodes)]
         create_nodes(api, [node_manifest(n, "4", "16Gi") for n in names])
         core.create_namespace({"metadata": {"name": "burst"}})
-        env = {"KSO_FORECAST_SOURCE": "NONE", "KSO_SHADOW_ADDRESS": "", "KSO_SHADOW_REPORT": os.devnull}
+        env = {"KSO_FORECAST_SOURCE": "NONE", "KSO_SHADOW_ADDRESS": "", "KSO_SHADOW_REPORT": os.devnull,
+               **({"KSO_SHADOW_QUEUE": str(args.queue)} if args.queue else {})}
         running = start(env, api_client=cp.api_client(), sync_timeout_s=60)
         shadow = running.shadow
         pods = [f"p{i:05d}" for i in range(args.pods)]
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         used = sum(1 for n in cf.nodes.values() if n.picked)
         peak = max((n.peak_share for n in cf.nodes.values()), default=0.0)
         seconds = t.judge_seconds / max(1, t.judged)
-        print(f"{args.nodes} nodes, {args.pods} binds of {args.cpu} sent in {bound_s:.1f} s "
+        print(f"queue {shadow.settings.queue}: {args.nodes} nodes, {args.pods} binds of {args.cpu} sent in {bound_s:.1f} s "
               f"({args.pods / bound_s:.1f} binds/s; target {args.rate:g}): seen {t.seen}, judged {t.judged}, "
               f"skipped {t.skipped} ({100 * t.skipped / max(1, t.seen):.1f} %), all judged: {judged_all}, queue "
               f"drained {drained_s:.1f} s after the first bind; judge {1000 * seconds:.1f} ms a bind (mean wall); "
