@@ -44,8 +44,9 @@ def record_from(d: dict[str, Any]) -> Record:
             if o.get("pod_share") is not None:
                 o["pod_share"] = tuple(o["pod_share"])
             d[key] = NodeOutcome(**o)
-    if d.get("pick_share") is not None:
-        d["pick_share"] = tuple(d["pick_share"])
+    for key in ("pick_share", "pick_alloc", "pod_usage"):
+        if d.get(key) is not None:
+            d[key] = tuple(d[key])
     return Record(**d)
 
 

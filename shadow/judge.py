@@ -32,6 +32,7 @@ class NodeOutcome:
     # allocatable (cpu, memory), added to the measured peaks to judge it (None: the node as it ran)
     pod_share: tuple[float, float] | None = None
     oom_new: float | None = None  # of oom_kills, those no earlier bind's window counted on this node (in this role)
+    pod_measured: bool = False  # pod_share counts the pod itself at its measured peak usage, not its requests
 
     @property
     def peak(self) -> float | None:
@@ -90,6 +91,9 @@ class Record:
     nodes: int
     fitting: int  # nodes passing the core filters
     passing: int  # of those, nodes passing kso's predicates
+    pick_alloc: tuple[float, float] | None = None  # the pick's allocatable (cpu milli, memory MB)
+    # the pod's peak usage in its horizon where it ran (cpu milli, memory MB; cAdvisor), None where not known
+    pod_usage: tuple[float | None, float | None] | None = None
     late: bool = False
     # the chosen node is not in kso's node cache (added since, or never seen): kso cannot judge it, so it neither
     # warned about it nor accepted it
@@ -176,9 +180,11 @@ def judge(engine: DecisionEngine, bind: Bind, counterfactual: Counterfactual | N
     if chosen_row is not None:
         reasons += chosen_row["reasons"]
     pick_row = rows.get(pick) if pick is not None else None
-    share = None
+    share = alloc = None
     if pick is not None:
         share = Counterfactual.extra_share(view, real, pick, pod if pick != bind.node else None)
+        row, cols = view.alloc[index[pick]], view.columns
+        alloc = (float(row[cols[CPU]]) if CPU in cols else 0.0, float(row[cols[MEMORY]]) / MIB if MEMORY in cols else 0.0)
     if counterfactual is not None:
         counterfactual.place(pod, bind.node, pick, bind.at, real, view)
     return Record(
@@ -188,6 +194,6 @@ def judge(engine: DecisionEngine, bind: Bind, counterfactual: Counterfactual | N
         chosen_score=None if bind.node not in rows else int(rows[bind.node]["score"]),
         pick_score=None if pick_row is None else int(pick_row["score"]),
         chosen_risk=None if chosen_row is None else _risk(chosen_row),
-        pick_risk=None if pick_row is None else _risk(pick_row), pick_share=share,
+        pick_risk=None if pick_row is None else _risk(pick_row), pick_share=share, pick_alloc=alloc,
         nodes=len(names), fitting=len(fitting), passing=sum(1 for r in rows.values() if r["passed"]),
         late=bind.late, seconds=time.perf_counter() - started)

@@ -59,6 +59,8 @@ class Outcomes:
         self.node_label = node_label
         self.throttled_query = (shadow.query_throttled.replace("$node", node_label)
                                 .replace("$containers", container_selector))
+        self.pod_queries = (shadow.query_pod_cpu.replace("$containers", container_selector),
+                            shadow.query_pod_memory.replace("$containers", container_selector))
         self.queries = 0
         # (role, node) -> the time up to which its OOM kills are counted: a kill in the windows of several binds is
         # counted once (NodeOutcome.oom_new)
@@ -85,16 +87,40 @@ class Outcomes:
         memory = self._series(s.query_node_memory, start, end, uname)
         oom = self._series(self.shadow.query_oom, start, end, uname, "oom")
         throttled = self._series(self.throttled_query, start, end, None, "throttled")
+        # each moved pod's own usage where it ran: kso's pick is read with it, not its requests (where known)
+        moved = any(r.pick is not None and r.pick != r.chosen for r in records)
+        pod_cpu = self._series(self.pod_queries[0], start, end, None, "pod cpu", pod=True) if moved else None
+        pod_mem = self._series(self.pod_queries[1], start, end, None, "pod memory", pod=True) if moved else None
         for r in records:
             lo, hi = self.window(r)
             r.chosen_outcome = self._outcome("chosen", r.chosen, lo, hi, cpu, memory, oom, throttled)
             if r.pick is not None:
                 r.pick_outcome = self._outcome("kso_pick", r.pick, lo, hi, cpu, memory, oom, throttled)
                 r.pick_outcome.pod_share = r.pick_share
+                if r.pick != r.chosen and (pod_cpu is not None or pod_mem is not None):
+                    self._measured_pod(r, _peak(pod_cpu, r.pod, lo, hi), _peak(pod_mem, r.pod, lo, hi))
+
+    @staticmethod
+    def _measured_pod(r: Record, cores: float | None, memory: float | None) -> None:
+        """kso's pick with the pod at its measured peak usage instead of its requests, per resource where known."""
+        cpu_m = None if cores is None else cores * 1000.0
+        mem_mb = None if memory is None else memory / 2**20
+        r.pod_usage = (cpu_m, mem_mb)
+        o = r.pick_outcome
+        if o is None or o.pod_share is None or r.pick_alloc is None:
+            return
+        shares = list(o.pod_share)
+        for k, (used, req, alloc) in enumerate(zip((cpu_m, mem_mb), (r.cpu_m, r.memory_mb), r.pick_alloc,
+                                                   strict=True)):
+            if used is not None and alloc > 0:
+                shares[k] += (used - req) / alloc
+                o.pod_measured = True
+        o.pod_share = (shares[0], shares[1])
 
     def _series(self, query: str, start: float, end: float, uname: dict[str, str] | None,
-                optional: str = "") -> NodeSeries | None:
-        """Per node, the query's samples; None for an optional query that is off ('') or has no series."""
+                optional: str = "", pod: bool = False) -> NodeSeries | None:
+        """Per node (per namespace/pod with ``pod``), the query's samples; None for an optional query that is off
+        ('') or has no series."""
         if not query:
             return None
         src = self.source
@@ -103,7 +129,10 @@ class Outcomes:
         out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for item in result:
             labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
-            node = labels.get(self.node_label) if uname is None else src._node_name(labels, uname)
+            if pod:
+                node = f"{labels['namespace']}/{labels['pod']}" if "namespace" in labels and "pod" in labels else None
+            else:
+                node = labels.get(self.node_label) if uname is None else src._node_name(labels, uname)
             values = item.get("values") or []
             if node is None or not values:
                 continue

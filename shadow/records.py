@@ -36,7 +36,7 @@ def _outcome(o: NodeOutcome | None, u_star: float) -> dict[str, Any] | None:
     return {"peak_cpu": o.peak_cpu, "peak_memory": o.peak_memory, "peak": o.peak,
             "kso_extra_share": None if o.pod_share is None else list(o.pod_share), "peak_with_kso": o.with_pod,
             "over_u_star": o.over(u_star), "oom_kills": o.oom_kills, "oom_kills_new": o.oom_new,
-            "throttled_share": o.throttled}
+            "throttled_share": o.throttled, "pod_measured": o.pod_measured}
 
 
 def as_json(r: Record, u_star: float, status: str) -> dict[str, Any]:
@@ -44,6 +44,7 @@ def as_json(r: Record, u_star: float, status: str) -> dict[str, Any]:
     return _clean({
         "format": FORMAT, "status": status, "uid": r.uid, "pod": r.pod, "scheduler": r.scheduler,
         "requests": {"cpu_m": r.cpu_m, "memory_mb": r.memory_mb},
+        "usage": None if r.pod_usage is None else {"cpu_m": r.pod_usage[0], "memory_mb": r.pod_usage[1]},
         "bound_at": datetime.fromtimestamp(r.at, UTC).isoformat(timespec="milliseconds"), "bound_at_unix": r.at,
         "chosen": r.chosen, "kso_pick": r.pick, "kind": r.kind, "warned": r.warned, "unknown_node": r.unknown_node,
         "reasons": r.reasons, "chosen_risk": r.chosen_risk, "pick_risk": r.pick_risk, "chosen_score": r.chosen_score,

@@ -97,7 +97,7 @@ def _outcome(o: NodeOutcome | None, u_star: float) -> str:
         return "no data"
     text = f"{peak:.0%}"
     if o.pod_share is not None:
-        text += f" (+kso {o.with_pod:.0%})"
+        text += f" (+kso {o.with_pod:.0%}{', the pod as measured' if o.pod_measured else ''})"
     if o.over(u_star):
         text += " > U*"
     if o.oom_kills:

@@ -14,6 +14,11 @@ THROTTLED_QUERY = ("sum by ($node) (rate(container_cpu_cfs_throttled_periods_tot
                    "sum by ($node) (rate(container_cpu_cfs_periods_total{$containers}[5m]))")
 
 
+# cAdvisor's per-pod usage: $containers is KSO_HISTORY_CONTAINER_SELECTOR; cpu in cores, memory in bytes.
+POD_CPU_QUERY = "sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{$containers}[5m]))"
+POD_MEMORY_QUERY = "sum by (namespace, pod) (container_memory_working_set_bytes{$containers})"
+
+
 @dataclass
 class ShadowSettings:
     address: str = setting("KSO_SHADOW_ADDRESS", "127.0.0.1:9110",
@@ -40,6 +45,13 @@ class ShadowSettings:
     query_throttled: str = setting("KSO_SHADOW_QUERY_THROTTLED", THROTTLED_QUERY,
                                    help="range query: each node's share of throttled CFS periods ($node, $containers: "
                                         "KSO_HISTORY_NODE_LABEL and KSO_HISTORY_CONTAINER_SELECTOR); '' to skip")
+    query_pod_cpu: str = setting("KSO_SHADOW_QUERY_POD_CPU", POD_CPU_QUERY,
+                                 help="range query: each pod's cpu usage in cores, by namespace and pod (cAdvisor; "
+                                      "$containers: KSO_HISTORY_CONTAINER_SELECTOR); kso's pick is then read with the "
+                                      "pod at its measured peak, not its requests; '' to skip")
+    query_pod_memory: str = setting("KSO_SHADOW_QUERY_POD_MEMORY", POD_MEMORY_QUERY,
+                                    help="range query: each pod's memory in bytes, by namespace and pod (cAdvisor); "
+                                         "'' to skip")
     # Not settings of their own (fixed here, changed by tests):
     # judged binds kept for the report's tables (safety changes, misses)
     keep: int = 200

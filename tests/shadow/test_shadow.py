@@ -36,6 +36,7 @@ HOT_BEFORE, HOT_AFTER, COOL_UTIL = 0.86, 0.97, 0.20
 HORIZON_S = 300
 SWITCH_S = 600
 SETTLE_S = 60.0
+USAGE_NS, USAGE_CORES, USAGE_MIB = "sh-usage", 0.1, 100.0
 
 
 def node_exporter_lines(now: float) -> list[str]:
@@ -64,9 +65,16 @@ def node_exporter_lines(now: float) -> list[str]:
         kills = np.cumsum(scrapes > now - SWITCH_S) if node == HOT else np.zeros(len(scrapes))
         fam["node_vmstat_oom_kill"] += [f"node_vmstat_oom_kill{{{base}}} {k:.0f} {t:.0f}"
                                         for k, t in zip(kills, scrapes, strict=True)]
+    # cAdvisor's series of one pod (USAGE_NS/user, on HOT): USAGE_CORES of cpu, USAGE_MIB of memory
+    pod_labels = f'container="c",image="x",namespace="{USAGE_NS}",pod="user"'
+    fam["container_cpu_usage_seconds"] = [f"container_cpu_usage_seconds_total{{{pod_labels}}} {v:.3f} {t:.0f}"
+                                          for v, t in zip(np.cumsum(np.full(len(scrapes), USAGE_CORES * SCRAPE)),
+                                                          scrapes, strict=True)]
+    fam["container_memory_working_set_bytes"] = [f"container_memory_working_set_bytes{{{pod_labels}}} "
+                                                 f"{USAGE_MIB * 2**20:.0f} {t:.0f}" for t in scrapes]
     out = []
     for name, lines in fam.items():
-        out.append(f"# TYPE {name} {'counter' if name == 'node_cpu_seconds' else 'gauge'}\n")
+        out.append(f"# TYPE {name} {'counter' if name.endswith('_seconds') else 'gauge'}\n")
         out += [line + "\n" for line in lines]
     return [*out, "# EOF\n"]
 
@@ -212,6 +220,39 @@ def test_kso_warns_about_the_node_that_goes_over_and_picks_the_one_that_does_not
         assert (tmp_path / "shadow-report.png").stat().st_size > 0 and "](shadow-report.png)" in final
     row = next(ln for ln in final.splitlines() if f"{ns}/web" in ln)
     assert f"| {HOT} |" in row and f"| {COOL} |" in row and "> U*" in row and "safe-overload" in row
+
+
+def test_kso_s_pick_is_read_with_the_pod_s_measured_usage_where_known(
+        control_plane: Any, two_nodes: str, prometheus: PromServer, tmp_path: Path) -> None:
+    """A pod requesting 2 cpus that used 0.1 (cAdvisor) ran on HOT; kso would have put it on COOL. COOL is read with
+    what the pod used, not what it requested: the estimate of what kso's schedule would have measured there."""
+    core = client.CoreV1Api(control_plane.api_client())
+    core.create_namespace({"metadata": {"name": USAGE_NS}})
+    records_file = tmp_path / "records.jsonl"
+    running = started(control_plane, {**env_for(prometheus.url, tmp_path / "report.md"),
+                                      "KSO_SHADOW_RECORDS": str(records_file)})
+    try:
+        shadow = running.shadow
+        status = shadow.engine.forecast_status
+        until(lambda: status.last_success is not None, 60, f"a forecast refresh ({status.last_error})")
+        pod(core, USAGE_NS, "user", two_nodes, cpu="2000m")
+        until(lambda: shadow.state.pending_pod(namespace=USAGE_NS, name="user"), 10, "the pod seen pending")
+        make_running(core, USAGE_NS, "user", HOT)
+        assert shadow.wait_judged(1, 30)
+        [record] = shadow.pending
+        assert (record.chosen, record.pick, record.pick_alloc) == (HOT, COOL, (4000.0, 16384.0))
+        assert record.pick_share == pytest.approx((2000 / 4000, 256 / 16384))  # at its requests, at the bind
+        assert shadow.check_outcomes(now=record.at + HORIZON_S + SETTLE_S + 1) == 1
+        assert record.pod_usage == pytest.approx((USAGE_CORES * 1000, USAGE_MIB), rel=0.02)
+        o = record.pick_outcome
+        assert o is not None and o.pod_measured
+        assert o.pod_share == pytest.approx((USAGE_CORES * 1000 / 4000, USAGE_MIB / 16384), rel=0.02)
+        assert o.with_pod == pytest.approx(max(o.peak_cpu + 0.025, o.peak_memory + USAGE_MIB / 16384), abs=0.002)
+    finally:
+        running.close()
+        core.delete_namespace(USAGE_NS)
+    [line] = [json.loads(x) for x in records_file.read_text().splitlines()]
+    assert line["usage"]["cpu_m"] == pytest.approx(100, rel=0.02) and line["outcomes"]["kso_pick"]["pod_measured"]
 
 
 BURST = 12
