@@ -187,3 +187,35 @@ def judge_one(shadow: Any) -> Any:
     from shadow.judge import judge
 
     return judge(shadow.engine, shadow.binds.get_nowait(), shadow.counterfactual)
+
+
+def test_kso_s_schedule_follows_deletions_and_re_lists_in_the_watch_s_order() -> None:
+    """A pod deleted before a bind's snapshot is off kso's schedule when that bind is judged, one deleted after it is
+    still on it; a re-list drops the pods it no longer lists; a pod deleted before its own bind was judged never
+    enters it."""
+    from kso.core.objects import pod_from_k8s
+    from shadow.counterfactual import Counterfactual
+    from tests.support.fixtures import make_node, make_pod, make_state
+
+    state = make_state([make_node("n1"), make_node("n2")])
+    cf = Counterfactual(recent_window_s=0.0)  # requests only: no recent-bind load to follow
+    real = state.view(["n1", "n2"])
+
+    def cpu(upto: int) -> list[float]:
+        view = cf.apply(real, upto, 1e9)
+        return list(view.requested[:, view.columns["cpu"]])
+
+    for name in ("a", "b", "c"):  # each bound to n1 by the cluster's scheduler, on n2 in kso's schedule
+        cf.place(pod_from_k8s(make_pod(name, cpu="500m")), "n1", "n2", 1e9, real, real)
+    assert cpu(cf.seq) == [0.0, 1500.0]  # (n1's real rows hold none of them here: taken off, never below 0)
+    cf.note_gone("uid-default-a")
+    seq_after_a = cf.seq
+    cf.note_gone("uid-default-b")
+    assert cpu(seq_after_a) == [0.0, 1000.0]  # b's deletion came after this bind's snapshot
+    assert cpu(cf.seq) == [0.0, 500.0]
+    cf.note_listed(frozenset())  # a re-list without c
+    assert cpu(cf.seq) == [0.0, 0.0] and not cf.placed
+    cf.note_gone("uid-default-d")  # deleted before its bind was judged
+    cpu(cf.seq)
+    cf.place(pod_from_k8s(make_pod("d", cpu="500m")), "n1", "n2", 1e9, real, real)
+    assert cpu(cf.seq) == [0.0, 0.0] and cf.nodes["n2"].moved_in == 4 and cf.nodes["n2"].live_in == 0
