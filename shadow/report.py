@@ -176,7 +176,8 @@ def markdown(tally: Tally, changed: deque[Record] | list[Record], context: dict[
         "- Outcome: the node's peak cpu and memory utilisation in [bind, bind + horizon], from the series kso's "
         "forecasts predict. kso's pick ran the real schedule, not kso's: its peaks are judged with what kso's schedule "
         "put there beyond what ran there (the pod where it ran elsewhere, and the pods kso moved there before, less "
-        "those it moved away) at their requests (\"+kso\"), an estimate of what they would have added. OOM kills: "
+        "those it moved away) at their requests, the pod itself at its measured peak where cAdvisor has it (\"+kso\"), "
+        "an estimate of what they would have added (below the measured peak where kso took more away). OOM kills: "
         "each kill once, however many binds' windows hold it.",
         "",
         *schedule_table(schedule or {}, u_star, rows),
@@ -214,7 +215,7 @@ def schedule_table(schedule: dict[str, NodeSchedule], u_star: float, rows: int) 
              "its picks add up: a node's requests count every pod kso put there. Requests as shares of allocatable "
              "(cpu / memory) at the latest bind involving the node; measured: the largest peak Prometheus measured there "
              "in the horizons of the binds kso put there; with kso's pods: plus what kso's schedule put there beyond "
-             "what ran there, at requests (pods' own usage is not read).", "",
+             "what ran there, at requests (the bind's own pod at its measured peak where cAdvisor has it).", "",
              "| node | kso put here (moved in / of them alive) | moved away | requests, kso's schedule | "
              "requests, real | largest share requested | measured | with kso's pods |",
              "|---|---|---|---|---|---|---|---|"]
