@@ -105,8 +105,8 @@ def _check(config: SchedulerConfig, names: list[str], address: str, leader_elect
         # node added for it, and the autoscaler would go on adding nodes), and it would join the queue, the QoS
         # table and the plan, which covers every pod of the names served, as demand of its own.
         raise ValueError(f"KSO_CAPACITY_SCHEDULER_NAME={capacity.scheduler_name!r} is a name this scheduler serves: "
-                         "the placeholders stand for pods it refused and must be placed by kube-scheduler's rules "
-                         "alone, not judged again by kso (leave it at kube-scheduler's default-scheduler)")
+                         "the placeholders stand for pods it refused and must never be bound (leave it at its "
+                         "default, a name no scheduler serves)")
 
 
 def _engine(config: SchedulerConfig, names: list[str], state: ClusterState,

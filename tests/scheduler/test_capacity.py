@@ -31,7 +31,7 @@ class RecordingReconciler:
         self.calls: list[tuple[str, Any]] = []
         self.applied = threading.Event()
 
-    def apply(self, specs: list[PlaceholderSpec]) -> ApplyResult:
+    def apply(self, specs: list[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
         self.calls.append(("apply", [s.for_key for s in specs]))
         self.applied.set()
         return ApplyResult(created=[s.name() for s in specs])
