@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from benchmarks.e2e import ExtenderProcess, delete_nodes, pod_manifest, scheduler_config
+from benchmarks.e2e import ExtenderProcess, create_nodes, delete_nodes, node_manifest, pod_manifest, scheduler_config
 from benchmarks.prometheus_text import metric_sum, parse_metrics
 from kso.core.capacity import CapacityReconciler, CapacitySettings, PlaceholderSpec
 from kso.core.kube import load_api_client
@@ -34,6 +34,7 @@ from tests.support.capacity_plane import (
     AIM_S,
     COOL,
     DEFAULT_PROFILE,
+    HOT,
     NS,
     apply_deploy,
     capacity_appears,
@@ -258,3 +259,135 @@ def test_kso_may_write_pods_only_in_its_capacity_namespace(plane: tuple[Any, Pat
     with pytest.raises(ApiException) as exc:
         core.patch_node("any", {"metadata": {"labels": {"x": "y"}}})
     assert exc.value.status == 403
+
+
+def _bound_pod(name: str, node: str, labels: dict[str, str] | None = None, host_port: int = 0) -> dict[str, Any]:
+    """A pod already running on ``node`` (spec.nodeName: no scheduler involved), what kube-scheduler filters on."""
+    body = pod_manifest(name, cpu="10m", memory="16Mi", labels=labels)
+    body["spec"]["nodeName"] = node
+    if host_port:
+        body["spec"]["containers"][0]["ports"] = [{"containerPort": host_port, "hostPort": host_port}]
+    return body
+
+
+def _refused_pods() -> dict[str, dict[str, Any]]:
+    """A pod for each reason kube-scheduler removes nodes that kso's placeholder does not copy, and the resources
+    that need limits: hostPort (nb-0 holds the port), required anti-affinity to its own kind (nb-1 holds one), topology
+    spread (nb-2 holds one, maxSkew 1), an extended resource and hugepages."""
+    port = pod_manifest("hostport", cpu="200m", memory="128Mi")
+    port["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+    anti = pod_manifest("spread-1", cpu="200m", memory="128Mi", labels={"app": "spread"})
+    anti["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    topo = pod_manifest("ts-1", cpu="200m", memory="128Mi", labels={"app": "ts"})
+    topo["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                  "whenUnsatisfiable": "DoNotSchedule",
+                                                  "labelSelector": {"matchLabels": {"app": "ts"}}}]
+    gpu = pod_manifest("gpu", cpu="200m", memory="128Mi")
+    gpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "200m", "memory": "128Mi", "nvidia.com/gpu": "1"},
+                                                 "limits": {"nvidia.com/gpu": "1"}}
+    huge = pod_manifest("huge", cpu="200m", memory="128Mi")
+    huge["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "200m", "memory": "128Mi", "hugepages-2Mi": "4Mi"},
+                                                  "limits": {"memory": "128Mi", "hugepages-2Mi": "4Mi"}}
+    return {p["metadata"]["name"]: p for p in (port, anti, topo, gpu, huge)}
+
+
+def test_no_placeholder_is_ever_bound_and_each_refused_pod_has_exactly_one(plane: tuple[Any, Path], schedulers: Any,
+                                                                            tmp_path: Path) -> None:
+    """Issue 37's cases on the real control plane, kso as shipped (the placeholders' schedulerName is one no scheduler
+    serves) with a default-scheduler running beside it all along: pods refused for a hostPort, self anti-affinity,
+    topology spread (kube-scheduler removed a node kso's placeholder used to fit), an extended resource and
+    hugepages (the API server used to answer 422), then a node added while they wait (hot too: kso refuses them
+    there, so each placeholder is remade excluding it). A watch on kso-capacity sees every placeholder event:
+    none is ever bound, no pod ever has two."""
+    from tests.support.capacity_plane import PlaceholderWatch, with_allocatable
+
+    cp, kubeconfig = plane
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    ns = new_namespace(core, "never-bound")
+    extra = {"nvidia.com/gpu": "4", "hugepages-2Mi": "1Gi"}
+    nodes = [f"nb-{i}" for i in range(3)]
+    create_nodes(api, [with_allocatable(node_manifest(n, "4", "16Gi", annotations=HOT), **extra) for n in nodes])
+    watch = PlaceholderWatch(api)
+    kso = start_kso(kubeconfig, tmp_path / "kso.log", KSO_CAPACITY_IDENTITY="kso-nb")
+    try:
+        for body in (_bound_pod("port-0", "nb-0", host_port=8080), _bound_pod("spread-0", "nb-1", {"app": "spread"}),
+                     _bound_pod("ts-0", "nb-2", {"app": "ts"})):
+            core.create_namespaced_pod(ns, body)
+        schedulers(kso.url)
+        pods = _refused_pods()
+        t0 = time.monotonic()
+        for body in pods.values():
+            core.create_namespaced_pod(ns, body)
+        for name in pods:
+            until(lambda name=name: signal_for(core, f"{ns}/{name}"), AIM_S, f"an Unschedulable placeholder for {name}")
+        appear = time.monotonic() - t0
+        by_pod = {p.metadata.annotations["kso.io/placeholder-for"]: p for p in placeholders(core)}
+        assert set(by_pod) == {f"{ns}/{n}" for n in pods}
+        for ph in by_pod.values():
+            assert ph.spec.scheduler_name == "kso-capacity-no-scheduler" and not ph.spec.node_name
+            [term] = ph.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+            [excl] = [e for e in term.match_expressions if e.key == "kubernetes.io/hostname"]
+            assert excl.operator == "NotIn" and set(nodes) <= set(excl.values), "every existing node excluded"
+        gpu = by_pod[f"{ns}/gpu"].spec.containers[0].resources
+        assert gpu.limits == {"nvidia.com/gpu": "1"} and gpu.requests["nvidia.com/gpu"] == "1"
+        assert by_pod[f"{ns}/huge"].spec.containers[0].resources.limits == {"hugepages-2Mi": str(4 * 2**20)}
+        # a node added mid-wait, hot as well: kso refuses the pods there too and remakes each placeholder
+        create_nodes(api, [with_allocatable(node_manifest("nb-new", "4", "16Gi", annotations=HOT), **extra)])
+        nodes.append("nb-new")
+
+        def all_exclude_the_new_node() -> bool:
+            current = placeholders(core)
+            return len(current) == len(pods) and all(
+                "nb-new" in e.values for p in current
+                for t in p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+                for e in t.match_expressions if e.key == "kubernetes.io/hostname")
+        until(all_exclude_the_new_node, AIM_S, "every placeholder remade excluding the node added mid-wait")
+        time.sleep(5)  # a default-scheduler runs: any placeholder it could bind, it binds within this
+        scrape = parse_metrics(kso.get("/metrics"))
+        assert metric_sum(scrape, "kso_capacity_placeholders_bound_total") == 0
+        assert metric_sum(scrape, "kso_capacity_placeholder_writes_total", action="failed") == 0, "no 422 loop"
+        # the load falls: every pod is placed and its placeholder goes
+        set_annotations(core, nodes, COOL)
+        until(lambda: not placeholders(core, "kso-nb"), AIM_S, "every placeholder gone once the pods were placed")
+        print(f"\nnever bound: {len(pods)} placeholders Unschedulable {appear:.1f} s after their pods were created; "
+              f"bound to a node at any moment: {len(watch.bound)}; most placeholders for one pod: "
+              f"{max(watch.most.values())} (2-core machine, shared)")
+    finally:
+        watch.stop()
+        kso.stop()
+        delete_nodes(api, nodes)
+    assert watch.bound == {}, f"placeholders bound: {watch.bound}"
+    assert set(watch.most) == {f"{ns}/{n}" for n in pods} and max(watch.most.values()) == 1, watch.most
+
+
+def test_a_placeholder_excluding_5000_nodes_is_within_the_api_servers_limits(plane: tuple[Any, Path]) -> None:
+    """The exclusion at 5,000 nodes with 43-character hostnames (GKE's shape): one ``kubernetes.io/hostname NotIn``
+    of 5,000 values. Its Pod is ~231 KB of JSON: created by kso's ServiceAccount on the real API server, well within
+    the API server's 3 MiB request body and etcd's 1.5 MiB request limit (a ``metadata.name`` requirement per node,
+    the API server's only form for node fields, would be ~501 KB)."""
+    import json
+
+    from kso.core.capacity import placeholder_manifest
+
+    cp, kubeconfig = plane
+    rec = CapacityReconciler(load_api_client(str(kubeconfig)), CapacitySettings(enabled=True, identity="kso-5k"))
+    core = client.CoreV1Api(cp.api_client())
+    names = [f"gke-prod-cluster-default-pool-{i:08x}-abcd" for i in range(5000)]
+    spec = PlaceholderSpec("uid-5k", "team-a/big-0", (("cpu", 100.0), ("memory", 2.0**27)), tuple(names[:3]),
+                           exclude=tuple((n, n) for n in names))
+    rec.renew()
+    size = len(json.dumps(placeholder_manifest(spec, rec.settings, rec.owner), separators=(",", ":")))
+    t0 = time.monotonic()
+    try:
+        assert rec.apply([spec]).created == [spec.name()]
+        took = time.monotonic() - t0
+        [ph] = placeholders(core, "kso-5k")
+        [term] = ph.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        assert len(term.match_expressions[0].values) == 5000
+        print(f"\n5,000 nodes excluded: the placeholder is {size / 1000:.0f} KB of JSON, created (and marked "
+              f"Unschedulable) in {took:.2f} s")
+        assert size < 1.5 * 2**20 / 4, "a quarter of etcd's request limit at most"
+    finally:
+        rec.clear()
