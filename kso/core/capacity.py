@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kso.core.logs import FirstWarnings
-from kso.core.resources import CPU, PODS
+from kso.core.resources import CPU, MEMORY, PODS
 from kso.core.settings import setting
 
 log = logging.getLogger("kso.capacity")
@@ -233,7 +233,9 @@ def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owne
             terms.append(entry)
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}} \
         if terms else None
-    requests = {r: quantity(r, v) for r, v in spec.requests if r != PODS and v > 0}
+    # At least 1m cpu and 1Mi memory: the namespace's ResourceQuota counts both, and the API server refuses a pod
+    # without them under such a quota (a refused pod may request neither).
+    requests = {CPU: "1m", MEMORY: str(2**20), **{r: quantity(r, v) for r, v in spec.requests if r != PODS and v > 0}}
     resources: dict[str, Any] = {"requests": requests}
     limits = {r: q for r, q in requests.items() if needs_limit(r)}
     if limits:

@@ -55,8 +55,10 @@ DEPLOY_FILES = ("namespace.yaml", "capacity.yaml", "scheduler-rbac.yaml", "exten
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
     """A control plane of this module's own (the capacity objects are cluster-wide: PriorityClass, namespace), with
     the garbage collector, deploy/'s objects, and kso's ServiceAccount kubeconfig."""
+    from benchmarks.controlplane import CONTROLLERS
+
     with started_control_plane() as cp:
-        cp.start_controller_manager()
+        cp.start_controller_manager(f"{CONTROLLERS},resourcequota")  # capacity.yaml's quota is enforced too
         apply_deploy(cp.api_client(), DEPLOY_FILES)
         kubeconfig = service_account_kubeconfig(cp, tmp_path_factory.mktemp("sa") / "kubeconfig")
         yield cp, kubeconfig
@@ -389,5 +391,77 @@ def test_a_placeholder_excluding_5000_nodes_is_within_the_api_servers_limits(pla
         print(f"\n5,000 nodes excluded: the placeholder is {size / 1000:.0f} KB of JSON, created (and marked "
               f"Unschedulable) in {took:.2f} s")
         assert size < 1.5 * 2**20 / 4, "a quarter of etcd's request limit at most"
+    finally:
+        rec.clear()
+
+
+def _shapes(good: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Pods of other shapes than kso's placeholder ``good``, one difference each (issue 37's footholds first)."""
+    import copy
+
+    def changed(fn: Any) -> dict[str, Any]:
+        body = copy.deepcopy(good)
+        body["metadata"]["name"] += "-x"
+        fn(body)
+        return body
+
+    c = lambda b: b["spec"]["containers"][0]  # noqa: E731
+    return {
+        "another image": changed(lambda b: c(b).update(image="docker.io/library/busybox:1.36")),
+        "system-node-critical": changed(lambda b: b["spec"].update(priorityClassName="system-node-critical")),
+        "a node name": changed(lambda b: b["spec"].update(nodeName="any-node")),
+        "a served scheduler": changed(lambda b: b["spec"].update(schedulerName="default-scheduler")),
+        "a hostPath volume": changed(lambda b: (b["spec"].update(volumes=[{"name": "h", "hostPath": {"path": "/"}}]),
+                                                c(b).update(volumeMounts=[{"name": "h", "mountPath": "/h"}]))),
+        "a host network": changed(lambda b: b["spec"].update(hostNetwork=True)),
+        "a command": changed(lambda b: c(b).update(command=["/bin/sh", "-c", "sleep 1d"])),
+        "a second container": changed(lambda b: b["spec"]["containers"].append({**c(b), "name": "two"})),
+        "no owner (the annotation only)": changed(lambda b: b["metadata"].pop("ownerReferences")),
+        "not kso's labels": changed(lambda b: b["metadata"].update(labels={"app": "mine"})),
+        "the whole quota": changed(lambda b: c(b)["resources"]["requests"].update(cpu="900")),
+    }
+
+
+def test_the_capacity_namespace_admits_only_placeholders_and_no_binding(plane: tuple[Any, Path]) -> None:
+    """deploy/capacity.yaml's ValidatingAdmissionPolicy and ResourceQuota, live on the real API server: kso's
+    ServiceAccount creates its placeholder, and is refused every other shape (by the policy, Pod Security or the
+    quota); nobody, the cluster admin included, may bind a placeholder."""
+    cp, kubeconfig = plane
+    rec = CapacityReconciler(load_api_client(str(kubeconfig)), CapacitySettings(enabled=True, identity="kso-vap"))
+    sa = client.CoreV1Api(load_api_client(str(kubeconfig)))
+    admin = client.CoreV1Api(cp.api_client())
+    spec = PlaceholderSpec("uid-vap", "team-a/vap-0", (("cpu", 100.0), ("memory", 2.0**27)), ("nowhere",))
+    until(lambda: (admin.read_namespaced_resource_quota("kso-capacity-placeholders", NS).status.hard or {}).get(
+        "requests.cpu"), AIM_S, "the quota controller took the quota up")
+    try:
+        assert rec.apply([spec]).created == [spec.name()], "kso's own placeholder is admitted"
+        from kso.core.capacity import placeholder_manifest
+
+        good = placeholder_manifest(spec, rec.settings, rec.owner)
+        refused = {}
+        admitted = []
+        for what, body in _shapes(good).items():
+            try:
+                sa.create_namespaced_pod(NS, body)
+                admitted.append(what)
+                continue
+            except ApiException as exc:
+                assert exc.status in (403, 422), (what, exc.status, exc.body)
+                refused[what] = exc.status
+                text = exc.body or ""
+                assert ("kso-capacity-placeholders" in text or "PodSecurity" in text or "exceeded quota" in text), text
+        assert not admitted, f"admitted in kso-capacity: {admitted}"
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": spec.name(), "namespace": NS},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "nowhere"}}
+        posts = {  # kube-scheduler's path (client-go's Bind), and the namespace's bindings
+            "pods/binding": lambda: admin.create_namespaced_pod_binding(spec.name(), NS, binding),
+            "bindings": lambda: admin.create_namespaced_binding(NS, binding, _preload_content=False)}
+        for path, post in posts.items():
+            with pytest.raises(ApiException) as exc:
+                post()
+            assert exc.value.status in (403, 422) and "never bound" in exc.value.body, (path, exc.value.body)
+        assert not admin.read_namespaced_pod(spec.name(), NS).spec.node_name
+        print(f"\nkso-capacity: {len(refused)} other shapes refused to kso's ServiceAccount ({refused}); a Binding "
+              f"refused to the cluster admin on both paths ({exc.value.status})")
     finally:
         rec.clear()
