@@ -505,6 +505,27 @@ class CapacityReconciler:
             log.info("capacity: deleted %d placeholders of kso instances that are gone", len(reaped))
         return reaped
 
+    def live_holders_everywhere(self) -> set[str] | None:
+        """The identities whose capacity Lease is current in any namespace: every install's kso (each install keeps
+        its Leases in its own KSO_CAPACITY_NAMESPACE). None when this kso may not list Leases cluster-wide
+        (deploy/optional/capacity-node-marks.yaml grants it): then no other kso's mark may be judged gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            leases = self.coord.list_lease_for_all_namespaces(label_selector=self.ALL_LEASES, _request_timeout=10).items
+        except ApiException as exc:
+            self._refused.log(("leases-everywhere", exc.status), "capacity: cannot list capacity Leases in every "
+                              "namespace (%s %s; deploy/optional/capacity-node-marks.yaml grants it): the node marks "
+                              "of other kso instances are left alone", exc.status, _message(exc))
+            return None
+        now = self.clock()
+        live = {self.owner.identity}
+        for lease in leases:
+            renewed = _seconds(lease.spec.renew_time) or _seconds(lease.metadata.creation_timestamp) or 0.0
+            if now - renewed <= float(lease.spec.lease_duration_seconds or self.settings.lease_s):
+                live.add((lease.metadata.labels or {}).get(HOLDER, ""))
+        return live
+
     def live_holders(self) -> set[str]:
         """The identities of the kso instances whose Lease is current (this one's always); the expired Leases are
         deleted."""

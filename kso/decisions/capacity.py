@@ -375,7 +375,12 @@ class CapacitySignal:
             needed = needed_nodes(self.agent, self.state, self.settings.keep_below, self.marker.marked)
             self.kept = self.keep.step(self.clock(), needed, self.state.node_names())
             nodes = self.marker.nodes()  # one listing for both (a mark reap takes off still shows in it: next round)
-            self.marker.reap(live, nodes)
+            # Marks are cluster-wide, Leases per install: a mark is another install's while that install's Lease
+            # is current in its own namespace (judged against this namespace alone, two installs took each other's
+            # marks off every round).
+            everywhere = self.reconciler.live_holders_everywhere()
+            if everywhere is not None:
+                self.marker.reap(live | everywhere, nodes)
             self.marker.apply(self.kept, nodes)
         return self.wanted
 

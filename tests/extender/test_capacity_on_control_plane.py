@@ -465,3 +465,50 @@ def test_the_capacity_namespace_admits_only_placeholders_and_no_binding(plane: t
               f"refused to the cluster admin on both paths ({exc.value.status})")
     finally:
         rec.clear()
+
+
+def test_two_replicas_and_a_failover_keep_one_placeholder_per_pod(plane: tuple[Any, Path], schedulers: Any,
+                                                                  tmp_path: Path) -> None:
+    """Two extender replicas (deploy/'s two kube-scheduler pods each have one): kube-scheduler calls A, then fails
+    over to B, which refuses the pod as well while A still holds its placeholder. Each kso reconciles against every
+    live kso's placeholders: the pod never has two (a watch sees every event), and the one left goes once the pod is
+    placed on a node added for it."""
+    from tests.support.capacity_plane import PlaceholderWatch
+
+    cp, kubeconfig = plane
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    ns = new_namespace(core, "failover")
+    nodes = hot_nodes(api, "fo")
+    watch = PlaceholderWatch(api)
+    a = start_kso(kubeconfig, tmp_path / "a.log", KSO_CAPACITY_IDENTITY="kso-fo-a")
+    b = start_kso(kubeconfig, tmp_path / "b.log", KSO_CAPACITY_IDENTITY="kso-fo-b")
+    try:
+        schedulers(a.url)
+        core.create_namespaced_pod(ns, pod_manifest("web", cpu="500m", memory="512Mi"))
+        until(lambda: signal_for(core, f"{ns}/web"), AIM_S, "A's placeholder")
+        schedulers(b.url)  # the failover: kube-scheduler now calls B, which refuses the pod too
+        # a hot node added now: B refuses the pod there too, so the placeholder B wants excludes it and A's (no
+        # longer called) does not: two names for one pod, which used to make two placeholders
+        nodes.append("fo-3")
+        create_nodes(api, [node_manifest("fo-3", "4", "16Gi", annotations=HOT)])
+        until(lambda: b_refused(b), AIM_S, "B refused the pod")
+        time.sleep(25)  # B's rounds (10 s) while A's placeholder stands
+        assert len(placeholders(core)) == 1, [p.metadata.name for p in placeholders(core)]
+        nodes.append("fo-new")
+        create_nodes(api, [node_manifest("fo-new", "4", "16Gi")])
+        until(lambda: core.read_namespaced_pod("web", ns).spec.node_name == "fo-new", AIM_S, "the pod placed")
+        until(lambda: not placeholders(core), AIM_S, "no placeholder once the pod was placed")
+        print(f"\ntwo replicas, failover: most placeholders for the pod at once {watch.most.get(f'{ns}/web')}, "
+              f"bound {len(watch.bound)}")
+    finally:
+        watch.stop()
+        a.stop()
+        b.stop()
+        delete_nodes(api, nodes)
+    assert watch.most == {f"{ns}/web": 1} and watch.bound == {}
+
+
+def b_refused(kso: ExtenderProcess) -> bool:
+    """The kso at ``kso`` has a refused pod of its own (its gauge)."""
+    return metric_sum(parse_metrics(kso.get("/metrics")), "kso_capacity_refused_pods") >= 1
