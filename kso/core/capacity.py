@@ -1,22 +1,47 @@
 """The capacity signal's Kubernetes side: placeholder pods that show the cluster-autoscaler the demand kso refuses.
 
 The cluster-autoscaler simulates scheduling without extenders, so a pod kso refuses on every node still "fits" by
-requests and no node is added. For each such pod kso keeps one placeholder pod: the same requests, node selector,
-tolerations and required node affinity, plus required ``matchFields`` ``metadata.name NotIn`` each node kso
-refuses it on (the hot nodes). kube-scheduler finds no node for it (``PodScheduled=False``, reason
-``Unschedulable``), which is the condition the autoscaler scales up for; the autoscaler's template of a new node
-is named ``template-node-for-...``, so the placeholder fits there, and a node is added.
+requests and no node is added. For each such pod kso keeps one placeholder pod that the autoscaler finds
+unschedulable on every existing node and schedulable on a new one, and that can never take capacity itself.
 
-Why placeholders, and why this form (the autoscaler's own rules, see its FAQ and simulator):
+What a placeholder copies from its pod, and why:
+
+* its requests (cpu and memory at least 1m / 1Mi: the namespace's quota counts them), with limits equal to the
+  requests for hugepages and extended resources only (the API server refuses those without an equal limit):
+  the autoscaler sizes the new node by them;
+* its nodeSelector and required node affinity terms: the autoscaler picks a node group whose template satisfies
+  them;
+* its tolerations of NoSchedule and NoExecute taints (without tolerationSeconds): the taints the autoscaler's
+  simulation filters on; PreferNoSchedule only scores.
+
+Nothing else: no ports, volumes, claims, inter-pod (anti-)affinity or topology spread. Instead every node that
+exists when the placeholder is made is excluded by a required node affinity ``kubernetes.io/hostname NotIn [every
+node's hostname label]`` (plus ``metadata.name NotIn`` for a node without that label): no existing node fits it,
+whatever kube-scheduler refused the pod there for (a port, anti-affinity, spread, a volume's zone), while the
+autoscaler's template of a new node carries a made-up name in that label (``template-node-for-...``) and fits.
+At 5,000 nodes with 43-character hostnames the Pod is ~231 KB (the API server takes 3 MiB, etcd 1.5 MiB). A node
+added later is not excluded until kso refuses the pod there too: then a new placeholder excludes every node again.
+
+Never bound: its schedulerName (``KSO_CAPACITY_SCHEDULER_NAME``) is one no scheduler serves, so kso writes the
+condition the autoscaler reads itself (``PodScheduled=False``, reason ``Unschedulable``; the autoscaler lists
+unschedulable pods by that condition, whatever their scheduler, unless its ``--allowed-scheduler-names`` leaves
+the name out). deploy/capacity.yaml's admission policy refuses any Binding in the namespace, and a placeholder
+found bound anyway is deleted at once and counted (``kso_capacity_placeholders_bound_total``).
+
+Why this form (the autoscaler's own rules, see its FAQ and simulator):
 
 * Priority -10 (the PriorityClass of deploy/capacity.yaml): the autoscaler ignores pods below its
-  ``--expendable-pods-priority-cutoff`` (default -10), so -10 is the lowest priority that still scales up, and it
-  is below every pod without a class (0): real pods preempt a placeholder. ``preemptionPolicy: Never``: a
-  placeholder never preempts anything itself.
-* Node names, not a node label: the autoscaler builds a node group's template from one of its existing nodes,
-  labels included, so a "hot" label on every node would be on the template too and nothing would fit there.
-  The same holds for a taint not under the autoscaler's startup/status prefixes; a taint also refuses every pod
-  (not only the ones kso judged) and needs write access to every Node. Names change nothing on any node.
+  ``--expendable-pods-priority-cutoff`` (default -10), so -10 is the lowest priority that still scales up.
+  ``preemptionPolicy: Never``: a placeholder never preempts anything.
+* Node names and hostnames, not a node label: the autoscaler builds a node group's template from one of its
+  existing nodes, labels included, so a "hot" label on every node would be on the template too and nothing would
+  fit there. The same holds for a taint not under the autoscaler's startup/status prefixes; a taint also refuses
+  every pod (not only the ones kso judged) and needs write access to every Node. The hostname label is the one
+  label the autoscaler rewrites on its template.
+
+One signal per pod: each kso reconciles against every live kso's placeholders (one list of the namespace): it
+makes none for a pod another live kso holds one for, and of two made in the same round the kso whose identity
+sorts last deletes its own.
 
 Fail safe: every placeholder is labelled ``app.kubernetes.io/managed-by: kso`` and with the identity of the kso
 that made it, and has an owner reference to that kso's Lease (renewed while it runs). kso deletes its own
@@ -32,8 +57,10 @@ nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` 
 in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
 <identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
 left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
-stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired.
-Needs ``patch`` on nodes (deploy/optional/capacity-node-marks.yaml).
+stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in
+every namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while
+its Lease is current there). Needs ``patch`` on nodes and ``list`` on leases cluster-wide
+(deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken off).
 """
 
 from __future__ import annotations
