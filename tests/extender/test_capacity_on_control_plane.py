@@ -4,11 +4,11 @@ kube-controller-manager v1.36.2, etcd; no kubelet).
 kso runs as README says, but as the deploy/ ServiceAccount (a token of kso-system/kso-scheduler with exactly the
 RBAC of deploy/namespace.yaml, scheduler-rbac.yaml, extender-rbac.yaml and capacity.yaml), so the tests also prove
 those rules are enough and that kso cannot create pods elsewhere. kube-scheduler runs deploy/'s configuration
-(profile kso-scheduler, kso as extender) and a second kube-scheduler runs the default profile, which schedules the
-placeholders as a cluster's own scheduler would. kso's settings are the product defaults (interval 10 s, hot at
-least 60 s, exit at 0.8 eps) except the Lease in the kill test. Every node is "hot" by its annotations (cpu ~97%
-used against U* 90%), so kso refuses the pod everywhere; the form the cluster-autoscaler reads is kube-scheduler's
-own verdict on the placeholder: PodScheduled=False, reason Unschedulable.
+(profile kso-scheduler, kso as extender) and a second kube-scheduler runs the default profile, as a cluster's own
+scheduler would: no scheduler serves the placeholders, and it must never bind one. kso's settings are the product
+defaults (interval 10 s, hot at least 60 s, exit at 0.8 eps) except the Lease in the kill test. Every node is
+"hot" by its annotations (cpu ~97% used against U* 90%), so kso refuses the pod everywhere; the form the
+cluster-autoscaler reads is the placeholder's condition PodScheduled=False, reason Unschedulable, which kso writes.
 
 The times measured (creation -> signal, change -> signal gone, kill -> clean) are printed (pytest -s) and asserted
 against the aims: 2 minutes each, and the stated bound after a kill.
@@ -111,7 +111,10 @@ def test_the_signal_appears_when_every_node_is_hot_and_goes_when_load_falls(
         spec = ph.spec
         assert spec.priority == -10 and spec.preemption_policy == "Never"
         [term] = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
-        assert sorted(v for f in term.match_fields for v in f.values) == sorted(nodes)
+        [excluded] = term.match_expressions
+        assert excluded.key == "kubernetes.io/hostname" and excluded.operator == "NotIn"
+        assert set(nodes) <= set(excluded.values), "every node there is, the hot ones included, is excluded"
+        assert not spec.node_name and spec.scheduler_name == "kso-capacity-no-scheduler"
         assert spec.containers[0].resources.requests == {"cpu": "500m", "memory": str(512 * 2**20)}
         assert ph.metadata.owner_references[0].kind == "Lease"
         scrape = parse_metrics(kso.get("/metrics"))

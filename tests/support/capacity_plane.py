@@ -1,8 +1,9 @@
 """The capacity signal on the real control plane: what the tests of ``kso extender`` and ``kso scheduler`` share.
 
 deploy/'s objects are created for real and kso runs with a ServiceAccount token (so the tests also prove deploy/'s
-RBAC is enough); every node is "hot" by its annotations (cpu ~97% used against U* 90%); the form the
-cluster-autoscaler reads is kube-scheduler's own verdict on a placeholder: PodScheduled=False, reason Unschedulable.
+RBAC, admission policy and quota let kso do its work); every node is "hot" by its annotations (cpu ~97% used against
+U* 90%); the form the cluster-autoscaler reads is the placeholder's condition PodScheduled=False, reason
+Unschedulable (kso writes it: no scheduler serves the placeholders).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def placeholders(core: client.CoreV1Api, holder: str | None = None) -> list[Any]
 
 
 def unschedulable(pod: Any) -> bool:
-    """kube-scheduler's own verdict, as the cluster-autoscaler reads it."""
+    """The condition the cluster-autoscaler reads."""
     return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
                for c in (pod.status.conditions or []))
 
