@@ -515,3 +515,35 @@ def test_two_replicas_and_a_failover_keep_one_placeholder_per_pod(plane: tuple[A
 def b_refused(kso: ExtenderProcess) -> bool:
     """The kso at ``kso`` has a refused pod of its own (its gauge)."""
     return metric_sum(parse_metrics(kso.get("/metrics")), "kso_capacity_refused_pods") >= 1
+
+
+def test_a_refused_create_is_backed_off_and_warned_once(plane: tuple[Any, Path],
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The API server refuses a placeholder (here: over capacity.yaml's quota, 403): kso does not try it again every
+    round but after its backoff (interval, doubling), and warns once; the other placeholders are made meanwhile."""
+    import logging
+
+    cp, kubeconfig = plane
+    admin = client.CoreV1Api(cp.api_client())
+    until(lambda: (admin.read_namespaced_resource_quota("kso-capacity-placeholders", NS).status.hard or {}).get(
+        "requests.cpu"), AIM_S, "the quota controller took the quota up")
+    clock = [time.time()]
+    rec = CapacityReconciler(load_api_client(str(kubeconfig)),
+                             CapacitySettings(enabled=True, identity="kso-bo", interval_s=10.0), clock=lambda: clock[0])
+    big = PlaceholderSpec("uid-bo-big", "team-a/huge-0", (("cpu", 900_000.0), ("memory", 2.0**30)), ("n",))
+    small = PlaceholderSpec("uid-bo-small", "team-a/small-0", (("cpu", 100.0), ("memory", 2.0**27)), ("n",))
+    try:
+        with caplog.at_level(logging.DEBUG, logger="kso.capacity"):
+            first = rec.apply([big, small])
+            assert first.failed == [big.name()] and first.created == [small.name()]
+            clock[0] += 5  # within the backoff (10 s): not tried
+            assert rec.apply([big, small]).waiting == [big.name()]
+            clock[0] += 6  # past it: tried, refused again, next wait 20 s
+            assert rec.apply([big, small]).failed == [big.name()]
+            clock[0] += 15
+            assert rec.apply([big, small]).waiting == [big.name()]
+        said = [r for r in caplog.records if "cannot create the placeholder" in r.getMessage()]
+        assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG], [r.getMessage() for r in said]
+        assert "exceeded quota" in said[0].getMessage()
+    finally:
+        rec.clear()
