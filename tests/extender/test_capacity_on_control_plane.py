@@ -58,7 +58,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]
     from benchmarks.controlplane import CONTROLLERS
 
     with started_control_plane() as cp:
-        cp.start_controller_manager(f"{CONTROLLERS},resourcequota")  # capacity.yaml's quota is enforced too
+        # capacity.yaml's quota is enforced too, and PersistentVolumeClaims are bound
+        cp.start_controller_manager(f"{CONTROLLERS},resourcequota,persistentvolume-binder")
         apply_deploy(cp.api_client(), DEPLOY_FILES)
         kubeconfig = service_account_kubeconfig(cp, tmp_path_factory.mktemp("sa") / "kubeconfig")
         yield cp, kubeconfig
@@ -278,7 +279,8 @@ def _bound_pod(name: str, node: str, labels: dict[str, str] | None = None, host_
 def _refused_pods() -> dict[str, dict[str, Any]]:
     """A pod for each reason kube-scheduler removes nodes that kso's placeholder does not copy, and the resources
     that need limits: hostPort (nb-0 holds the port), required anti-affinity to its own kind (nb-1 holds one), topology
-    spread (nb-2 holds one, maxSkew 1), an extended resource and hugepages."""
+    spread (nb-2 holds one, maxSkew 1), an extended resource, hugepages, and a claim on a volume only nb-1 reaches
+    (``_volume_on``)."""
     port = pod_manifest("hostport", cpu="200m", memory="128Mi")
     port["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
     anti = pod_manifest("spread-1", cpu="200m", memory="128Mi", labels={"app": "spread"})
@@ -294,17 +296,35 @@ def _refused_pods() -> dict[str, dict[str, Any]]:
     huge = pod_manifest("huge", cpu="200m", memory="128Mi")
     huge["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "200m", "memory": "128Mi", "hugepages-2Mi": "4Mi"},
                                                   "limits": {"memory": "128Mi", "hugepages-2Mi": "4Mi"}}
-    return {p["metadata"]["name"]: p for p in (port, anti, topo, gpu, huge)}
+    pvc = pod_manifest("pvc", cpu="200m", memory="128Mi")
+    pvc["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    pvc["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    return {p["metadata"]["name"]: p for p in (port, anti, topo, gpu, huge, pvc)}
+
+
+def _volume_on(api: Any, ns: str, node: str) -> None:
+    """PersistentVolumeClaim ``data`` in ``ns``, bound (by kube-controller-manager) to a local PersistentVolume only
+    ``node`` can reach: kube-scheduler offers the pod using it that node alone."""
+    core = client.CoreV1Api(api)
+    core.create_persistent_volume({"metadata": {"name": f"{ns}-pv"}, "spec": {
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "kso-local",
+        "persistentVolumeReclaimPolicy": "Retain", "local": {"path": "/mnt/data"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
+    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "data"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "storageClassName": "kso-local", "resources": {"requests": {"storage": "1Gi"}}}})
+    until(lambda: core.read_namespaced_persistent_volume_claim("data", ns).status.phase == "Bound", AIM_S,
+          "the claim bound to the local volume")
 
 
 def test_no_placeholder_is_ever_bound_and_each_refused_pod_has_exactly_one(plane: tuple[Any, Path], schedulers: Any,
                                                                             tmp_path: Path) -> None:
     """Issue 37's cases on the real control plane, kso as shipped (the placeholders' schedulerName is one no scheduler
     serves) with a default-scheduler running beside it all along: pods refused for a hostPort, self anti-affinity,
-    topology spread (kube-scheduler removed a node kso's placeholder used to fit), an extended resource and
-    hugepages (the API server used to answer 422), then a node added while they wait (hot too: kso refuses them
-    there, so each placeholder is remade excluding it). A watch on kso-capacity sees every placeholder event:
-    none is ever bound, no pod ever has two."""
+    topology spread, a volume only one node reaches (kube-scheduler removed a node kso's placeholder used to fit),
+    an extended resource and hugepages (the API server used to answer 422), then a node added while they wait (hot
+    too: kso refuses them there, so each placeholder is remade excluding it). A watch on kso-capacity sees every
+    placeholder event: none is ever bound, no pod ever has two."""
     from tests.support.capacity_plane import PlaceholderWatch, with_allocatable
 
     cp, kubeconfig = plane
@@ -320,6 +340,7 @@ def test_no_placeholder_is_ever_bound_and_each_refused_pod_has_exactly_one(plane
         for body in (_bound_pod("port-0", "nb-0", host_port=8080), _bound_pod("spread-0", "nb-1", {"app": "spread"}),
                      _bound_pod("ts-0", "nb-2", {"app": "ts"})):
             core.create_namespaced_pod(ns, body)
+        _volume_on(api, ns, "nb-1")
         schedulers(kso.url)
         pods = _refused_pods()
         t0 = time.monotonic()
@@ -343,12 +364,14 @@ def test_no_placeholder_is_ever_bound_and_each_refused_pod_has_exactly_one(plane
         nodes.append("nb-new")
 
         def all_exclude_the_new_node() -> bool:
-            current = placeholders(core)
-            return len(current) == len(pods) and all(
+            # (the pod on the volume only nb-1 reaches is never offered nb-new: its placeholder stays as it is)
+            current = [p for p in placeholders(core) if p.metadata.annotations["kso.io/placeholder-for"] != f"{ns}/pvc"]
+            return len(current) == len(pods) - 1 and all(
                 "nb-new" in e.values for p in current
                 for t in p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
                 for e in t.match_expressions if e.key == "kubernetes.io/hostname")
         until(all_exclude_the_new_node, AIM_S, "every placeholder remade excluding the node added mid-wait")
+        assert len(placeholders(core)) == len(pods)
         time.sleep(5)  # a default-scheduler runs: any placeholder it could bind, it binds within this
         scrape = parse_metrics(kso.get("/metrics"))
         assert metric_sum(scrape, "kso_capacity_placeholders_bound_total") == 0
