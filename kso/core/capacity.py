@@ -305,7 +305,10 @@ def default_identity() -> str:
 
 
 def _rfc3339_micro(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A Lease time (MicroTime). Never on a whole second: the client turns a created Lease's times into datetimes
+    and back with isoformat, which drops a zero fraction, and the API server then refuses the MicroTime (400)."""
+    when = datetime.fromtimestamp(t, UTC)
+    return (when if when.microsecond else when.replace(microsecond=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _seconds(value: Any) -> float | None:

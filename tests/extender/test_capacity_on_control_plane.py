@@ -550,7 +550,7 @@ def test_a_refused_create_is_backed_off_and_warned_once(plane: tuple[Any, Path],
     admin = client.CoreV1Api(cp.api_client())
     until(lambda: (admin.read_namespaced_resource_quota("kso-capacity-placeholders", NS).status.hard or {}).get(
         "requests.cpu"), AIM_S, "the quota controller took the quota up")
-    clock = [time.time()]
+    clock = [float(int(time.time()))]  # a whole second: the Lease's MicroTime must still be accepted
     rec = CapacityReconciler(load_api_client(str(kubeconfig)),
                              CapacitySettings(enabled=True, identity="kso-bo", interval_s=10.0), clock=lambda: clock[0])
     big = PlaceholderSpec("uid-bo-big", "team-a/huge-0", (("cpu", 900_000.0), ("memory", 2.0**30)), ("n",))
