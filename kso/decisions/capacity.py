@@ -44,6 +44,7 @@ from kso.core.capacity import (
     CapacitySettings,
     NodeMarker,
     PlaceholderSpec,
+    exclusion_digest,
     is_placeholder,
 )
 from kso.core.cluster import ClusterState
@@ -317,7 +318,8 @@ class CapacitySignal:
         self.decision = CapacityDecision(eps=safe.eps, exit_ratio=settings.exit_ratio, min_hot_s=settings.min_hot_s,
                                          max_placeholders=settings.max_placeholders)
         self.wanted: list[PlaceholderSpec] = []
-        self.excluded: dict[str, tuple[tuple[str, str], ...]] = {}  # pod uid -> the nodes its placeholder excludes
+        # pod uid -> the nodes its placeholder excludes, their digest, their names
+        self.excluded: dict[str, tuple[tuple[tuple[str, str], ...], str, frozenset[str]]] = {}
         self.keep = KeepDecision(settings.keep_hold_s) if settings.keep_nodes else None
         self.marker = NodeMarker(reconciler.core.api_client, reconciler.owner.identity) if settings.keep_nodes else None
         self.kept: set[str] = set()  # the nodes marked scale-down-disabled, as decided at the last round
@@ -343,13 +345,14 @@ class CapacitySignal:
         nodes: tuple[tuple[str, str], ...] | None = None
         out = []
         for spec in specs:
-            exclude = self.excluded.get(spec.for_uid)
-            if exclude is None or not set(spec.avoid) <= {name for name, _ in exclude}:
+            exclude, digest, names = self.excluded.get(spec.for_uid, ((), "", frozenset()))
+            if not digest or not names.issuperset(spec.avoid):
                 nodes = self.current_nodes() if nodes is None else nodes
                 known = {name for name, _ in nodes}
                 exclude = tuple(sorted({*nodes, *((n, "") for n in spec.avoid if n not in known)}))
-                self.excluded[spec.for_uid] = exclude
-            out.append(replace(spec, exclude=exclude))
+                digest, names = exclusion_digest(exclude), frozenset(name for name, _ in exclude)
+                self.excluded[spec.for_uid] = (exclude, digest, names)
+            out.append(replace(spec, exclude=exclude, exclude_digest=digest))
         wanted = {spec.for_uid for spec in specs}
         for uid in [u for u in self.excluded if u not in wanted]:
             del self.excluded[uid]
