@@ -325,7 +325,7 @@ def test_no_placeholder_is_ever_bound_and_each_refused_pod_has_exactly_one(plane
     an extended resource and hugepages (the API server used to answer 422), then a node added while they wait (hot
     too: kso refuses them there, so each placeholder is remade excluding it). A watch on kso-capacity sees every
     placeholder event: none is ever bound, no pod ever has two."""
-    from tests.support.capacity_plane import PlaceholderWatch, with_allocatable
+    from tests.support.capacity_plane import PlaceholderWatch, add_node_kso_knows, with_allocatable
 
     cp, kubeconfig = plane
     api = cp.api_client()
@@ -360,8 +360,8 @@ def test_no_placeholder_is_ever_bound_and_each_refused_pod_has_exactly_one(plane
         assert gpu.limits == {"nvidia.com/gpu": "1"} and gpu.requests["nvidia.com/gpu"] == "1"
         assert by_pod[f"{ns}/huge"].spec.containers[0].resources.limits == {"hugepages-2Mi": str(4 * 2**20)}
         # a node added mid-wait, hot as well: kso refuses the pods there too and remakes each placeholder
-        create_nodes(api, [with_allocatable(node_manifest("nb-new", "4", "16Gi", annotations=HOT), **extra)])
         nodes.append("nb-new")
+        add_node_kso_knows(api, with_allocatable(node_manifest("nb-new", "4", "16Gi", annotations=HOT), **extra))
 
         def all_exclude_the_new_node() -> bool:
             # (the pod on the volume only nb-1 reaches is never offered nb-new: its placeholder stays as it is)
@@ -499,7 +499,7 @@ def test_two_replicas_and_a_failover_keep_one_placeholder_per_pod(plane: tuple[A
     over to B, which refuses the pod as well while A still holds its placeholder. Each kso reconciles against every
     live kso's placeholders: the pod never has two (a watch sees every event), and the one left goes once the pod is
     placed on a node added for it."""
-    from tests.support.capacity_plane import PlaceholderWatch
+    from tests.support.capacity_plane import PlaceholderWatch, add_node_kso_knows
 
     cp, kubeconfig = plane
     api = cp.api_client()
@@ -517,7 +517,7 @@ def test_two_replicas_and_a_failover_keep_one_placeholder_per_pod(plane: tuple[A
         # a hot node added now: B refuses the pod there too, so the placeholder B wants excludes it and A's (no
         # longer called) does not: two names for one pod, which used to make two placeholders
         nodes.append("fo-3")
-        create_nodes(api, [node_manifest("fo-3", "4", "16Gi", annotations=HOT)])
+        add_node_kso_knows(api, node_manifest("fo-3", "4", "16Gi", annotations=HOT))
         until(lambda: b_refused(b), AIM_S, "B refused the pod")
         time.sleep(25)  # B's rounds (10 s) while A's placeholder stands
         assert len(placeholders(core)) == 1, [p.metadata.name for p in placeholders(core)]

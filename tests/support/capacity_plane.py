@@ -169,3 +169,13 @@ def with_allocatable(manifest: dict[str, Any], **extra: str) -> dict[str, Any]:
     for part in ("capacity", "allocatable"):
         manifest["status"][part].update(extra)
     return manifest
+
+
+def add_node_kso_knows(api: Any, manifest: dict[str, Any], settle_s: float = 5.0) -> None:
+    """Create a node kube-scheduler offers only after kso's cache has it (kso passes a node it does not know yet, so a
+    hot node created outright may take the pod before kso sees it is hot): cordoned first, uncordoned after
+    ``settle_s``."""
+    manifest = {**manifest, "spec": {**manifest.get("spec", {}), "unschedulable": True}}
+    create_nodes(api, [manifest])
+    time.sleep(settle_s)
+    client.CoreV1Api(api).patch_node(manifest["metadata"]["name"], {"spec": {"unschedulable": False}})
