@@ -319,7 +319,7 @@ class ClusterState:
                     self.assumed.pop(pod.uid, None)
                     return
                 self._unbind(old)
-            elif observed_binding and pod.uid not in self.assumed and not is_placeholder(pod.annotations):
+            elif observed_binding and pod.uid not in self.assumed and not is_placeholder(pod):
                 # (a capacity placeholder runs a pause container: it reserves requests but adds no load)
                 self._note_recent(pod)
             self.assumed.pop(pod.uid, None)
