@@ -50,11 +50,41 @@ gc.collect()
 rss0, cpu0, t0 = status("VmRSS"), cpu(), time.perf_counter()
 state = ClusterState()
 watcher = ClusterWatcher(state, api, page_size=500, request_timeout_s=120)
+fetch = [0.0, 0]  # seconds in the pod list's requests (until the body is read), pages
+
+
+class Timed:
+    def __init__(self, resp, t):
+        self.resp, self.t = resp, t
+
+    @property
+    def data(self):
+        data = self.resp.data
+        fetch[0] += time.perf_counter() - self.t
+        fetch[1] += 1
+        return data
+
+    def release_conn(self):
+        self.resp.release_conn()
+
+
+list_fn = watcher._pods.list_fn
+
+
+def timed(*args, **kwargs):
+    if kwargs.get("watch"):
+        return list_fn(*args, **kwargs)
+    t = time.perf_counter()
+    return Timed(list_fn(*args, **kwargs), t)
+
+
+watcher._pods.list_fn = timed
 watcher.start()
 ok = watcher.wait_synced(900)
 wall, cpu1 = time.perf_counter() - t0, cpu()
 out = {"synced": ok, "pods": len(state.pods), "nodes": len(state), "wall_s": wall, "cpu_s": cpu1 - cpu0,
-       "rss_before_mib": rss0, "hwm_mib": status("VmHWM"), "rss_synced_mib": status("VmRSS")}
+       "rss_before_mib": rss0, "fetch_s": fetch[0], "pages": fetch[1],
+       "hwm_mib": status("VmHWM"), "rss_synced_mib": status("VmRSS")}
 watcher.stop(5)
 print(json.dumps(out))
 """
@@ -120,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<6} synced={res['synced']} {res['pods']} pods {res['nodes']} nodes: peak RSS "
                   f"+{res['hwm_mib'] - res['rss_before_mib']:.0f} MiB (VmHWM {res['hwm_mib']:.0f}, before the list "
                   f"{res['rss_before_mib']:.0f}, synced {res['rss_synced_mib']:.0f}), CPU {res['cpu_s']:.1f} s, wall "
-                  f"{res['wall_s']:.1f} s, load {res['load1']:.1f}", flush=True)
+                  f"{res['wall_s']:.1f} s (of which waiting for the {res['pages']} pages of pods {res['fetch_s']:.1f} "
+                  f"s), load {res['load1']:.1f}", flush=True)
     print(f"\nmachine: {machine_line(load)}; load at the end {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"initial list of {args.pods} bound pods on {args.nodes} nodes, page size 500, medians of {args.rounds} "
           "per tree (ABBA):")
