@@ -120,3 +120,27 @@ def test_a_relist_that_fails_half_way_changes_nothing_and_lists_again(server: St
         assert watcher.synced
     finally:
         assert watcher.stop(5)
+
+
+def test_the_listed_cache_is_frozen_out_of_the_collectors_reach_when_asked(server: StandinApiServer) -> None:
+    import gc
+
+    seed(server)
+    for freeze in (False, True):
+        gc.unfreeze()
+        state = ClusterState()
+        watcher = ClusterWatcher(state, api_client_for(server), watch_timeout_s=5, freeze_after_list=freeze)
+        watcher.start()
+        try:
+            assert watcher.wait_synced(5), watcher.stats()
+            frozen = gc.get_freeze_count()
+            pods = list(state.pods.values())
+            collected = {id(o) for o in gc.get_objects()}  # what a full collection walks (not the frozen)
+        finally:
+            assert watcher.stop(5)
+            gc.unfreeze()
+        assert len(pods) == 3
+        if freeze:
+            assert frozen > 0 and not any(id(p) in collected for p in pods)
+        else:
+            assert frozen == 0 and all(id(p) in collected for p in pods)
