@@ -67,6 +67,12 @@ def test_a_list_is_never_held_decoded_as_a_whole(server: StandinApiServer) -> No
         pod = make_pod(f"p{i:04d}", node="n1", cpu="10m", memory="1Mi")
         pod["metadata"]["managedFields"] = bulk
         server.add(PODS, pod)
+    warm = ClusterWatcher(ClusterState(), api_client_for(server), page_size=100, watch_timeout_s=5)
+    warm.start()  # the client's lazy imports and first connections, before anything is traced
+    try:
+        assert warm.wait_synced(20), warm.stats()
+    finally:
+        assert warm.stop(5)
     tracemalloc.start()
     try:
         whole = orjson.loads(orjson.dumps([server.get(PODS, f"default/p{i:04d}") for i in range(1500)]))
