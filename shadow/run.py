@@ -61,11 +61,10 @@ class ShadowWatcher(ClusterWatcher):
             self._seen(event.get("raw_object"), late=False)
         super()._handle(res, event)
 
-    def _replace_pods(self, items: list[Any], relist: bool) -> None:
-        if relist:  # binds made during a watch gap; the first list's bound pods were bound before kso looked
+    def _listed_page(self, res: Reflector, items: list[Any], relist: bool) -> None:
+        if relist and res is self._pods:  # binds made during a watch gap; the first list's were made before kso looked
             for item in items:
                 self._seen(item, late=True)
-        super()._replace_pods(items, relist)
 
     def _seen(self, obj: Any, late: bool) -> None:
         """``obj`` is a bind when it has a node and the cache does not count the pod on one yet. A pod created with

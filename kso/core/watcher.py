@@ -277,7 +277,14 @@ class ClusterWatcher:
         # reads meanwhile); the state changes only once the whole list is in, so the previous contents keep
         # serving until then, and a list that fails half-way changes nothing.
         listing: _NodeListing | _PodListing = _NodeListing(self) if res is self._nodes else _PodListing(self)
-        count, resource_version = self._list_pages(res, listing.add)
+        relist = res.listed.is_set()
+        self._list_begins(res)
+
+        def on_page(items: list[Any]) -> None:
+            self._listed_page(res, items, relist)  # a subclass reads the raw objects while they exist
+            listing.add(items)
+
+        count, resource_version = self._list_pages(res, on_page)
         if not resource_version:
             raise ValueError(f"list of {res.kind} has no metadata.resourceVersion to watch from")
         if isinstance(listing, _NodeListing):
@@ -303,6 +310,14 @@ class ClusterWatcher:
             resource_version,
             time.monotonic() - started,
         )
+
+    def _list_begins(self, res: Reflector) -> None:
+        """A list of ``res`` starts (a subclass drops what it kept of a list that failed half-way)."""
+
+    def _listed_page(self, res: Reflector, items: list[Any], relist: bool) -> None:
+        """One page of a list of ``res``, its raw objects, before they are parsed and dropped (``relist``: a list after
+        the first, i.e. after a watch gap). The cache is not changed yet. For subclasses that keep more of the raw
+        objects than the parsed ones hold (kso scheduler's pod clocks, the shadow's late binds)."""
 
     def _skip(self, kind: str, obj: Any, exc: Exception) -> None:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
