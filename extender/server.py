@@ -86,7 +86,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
             client = kube.load_api_client(config.settings.kubeconfig or None)
         except kube.KubeConfigError as exc:
             raise SystemExit(f"kso: cannot reach the API server ({exc}); use --snapshot or --demo to run offline") from None
-        watcher = ClusterWatcher(state, client, pod_memo=pod_memo)
+        watcher = ClusterWatcher(state, client, pod_memo=pod_memo, freeze_after_list=True)  # gc as below
         watcher.start()
         stop.append(watcher.stop)
         # Binds on the serving loop (kubernetes.aio), a connection for each of the KSO_BIND_THREADS in flight.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from extender.config import Config, load_config
 from kso.core.cluster import ClusterState
+from kso.core.settings import ConfigError, check_dns_name
 from kso.decisions.recent import recent_bind_hold_s
 from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
@@ -108,8 +109,31 @@ def _check(config: SchedulerConfig, names: list[str], address: str, leader_elect
         # node added for it, and the autoscaler would go on adding nodes), and it would join the queue, the QoS
         # table and the plan, which covers every pod of the names served, as demand of its own.
         raise ValueError(f"KSO_CAPACITY_SCHEDULER_NAME={capacity.scheduler_name!r} is a name this scheduler serves: "
-                         "the placeholders stand for pods it refused and must be placed by kube-scheduler's rules "
-                         "alone, not judged again by kso (leave it at kube-scheduler's default-scheduler)")
+                         "the placeholders stand for pods it refused and must never be bound (leave it at its "
+                         "default, a name no scheduler serves)")
+
+
+def _check_lease_access(client: Any, lease: str) -> None:
+    """ConfigError when this identity may not use the Lease KSO_SCHEDULER_LEASE names (the API server's authorizer
+    says so): it would only retry on 403s, never leading."""
+    from scheduler.leader import lease_refusals
+
+    namespace, _, name = lease.partition("/")
+    refused = lease_refusals(client, namespace, name)
+    if refused:
+        raise ConfigError(f"KSO_SCHEDULER_LEASE={lease!r}: this identity may not {', '.join(refused)} that Lease (the "
+                          "API server's authorizer says so), so it would never lead. deploy/scheduler-standalone/"
+                          "rbac.yaml grants kso-system/kso-standalone-scheduler: set KSO_SCHEDULER_LEASE to it, or "
+                          "grant get, create and update on leases there")
+
+
+def check_names(names: list[str]) -> None:
+    """ConfigError for a scheduler name a Pod's spec.schedulerName cannot hold (an empty one included)."""
+    for name in names:
+        try:
+            check_dns_name(name, "dns-subdomain")
+        except ValueError as exc:
+            raise ConfigError(f"--name {name!r}: {exc} (a Pod's spec.schedulerName)") from None
 
 
 def _engine(config: SchedulerConfig, names: list[str], state: ClusterState,
@@ -176,6 +200,8 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
     address = settings.debug_address if debug_address is None else debug_address
     _check(config, names, address, leader_elect)
     client = api_client or kube.load_api_client(kubeconfig or config.extender.settings.kubeconfig or None)
+    if leader_elect and settings.lease:
+        _check_lease_access(client, settings.lease)
     state = ClusterState(pending_pod_memory=1_000_000)
     state.recent_window_s = recent_bind_hold_s(config.extender)
     watcher = SchedulerWatcher(state, client, names=tuple(names), controller_key=settings.controller_key,
@@ -286,7 +312,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     # As `kso extender`: LOG_LEVEL (environment or --config) sets kso's own loggers, not the libraries'.
     logs = config.extender.logs
     configure_logging(logs.level_number, logs.format)
-    names = args.name or config.scheduler.names or [DEFAULT_NAME]
+    names = (config.scheduler.names or [DEFAULT_NAME]) if args.name is None else args.name
+    check_names(names)  # `--name ""`: a ConfigError (kso.cli prints it, exit 2)
     done = threading.Event()
     lost: list[bool] = []
 
@@ -298,6 +325,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         running = start(names, config=config, kubeconfig=args.kubeconfig, seed_compatible=args.seed_compatible,
                         order=args.order, debug_address=args.debug_address, leader_elect=not args.no_leader_elect,
                         identity=args.identity or "", on_lost=on_lost)
+    except ConfigError:  # a Lease this identity may not use: kso.cli prints it, exit 2
+        raise
     except Exception as exc:  # KubeConfigError, a bad lease name or debug address: one line on stderr, exit 1
         print(f"kso scheduler: {exc}", file=sys.stderr)
         return 1

@@ -37,6 +37,7 @@ class SchedulerWatcher(ClusterWatcher):
         self.slo_key = slo_key
         self.relist_s = relist_s
         self.clocks: dict[str, PodClock] = {}  # uid -> clock, every non-terminal pod
+        self._listing_clocks: dict[str, PodClock] = {}  # the clocks of the pod list in progress
         self._seen_bound: dict[str, float] = {}  # uid -> when a pod without a PodScheduled time was first seen bound
         self.clock_lock = threading.Lock()
         self.epoch = 0  # moves when room may have appeared (see the module docstring)
@@ -77,22 +78,30 @@ class SchedulerWatcher(ClusterWatcher):
                 self.epoch += 1
         super()._handle(res, event)
 
-    def _replace_pods(self, items: list[Any], relist: bool) -> None:
+    def _list_begins(self, res: Reflector) -> None:
+        if res is self._pods:
+            self._listing_clocks = {}
+
+    def _listed_page(self, res: Reflector, items: list[Any], relist: bool) -> None:
+        if res is not self._pods:
+            return
+        for item in items:  # the clocks of a list in progress, from each page's raw pods (conditions' times)
+            if isinstance(item, dict):
+                uid = (item.get("metadata") or {}).get("uid")
+                if isinstance(uid, str) and uid:
+                    self._listing_clocks[uid] = self._clock(item)
+
+    def _replace_pods(self, listing: Any, relist: bool) -> None:
         with self.clock_lock:
-            clocks = {}
-            for item in items:
-                if isinstance(item, dict):
-                    uid = (item.get("metadata") or {}).get("uid")
-                    if isinstance(uid, str) and uid:
-                        clocks[uid] = self._clock(item)
+            clocks, self._listing_clocks = self._listing_clocks, {}
             for uid in set(self._seen_bound) - set(clocks):
                 self._seen_bound.pop(uid, None)
             self.clocks = clocks
             self.epoch += 1
-        super()._replace_pods(items, relist)
+        super()._replace_pods(listing, relist)
 
-    def _replace_nodes(self, items: list[Any]) -> None:
-        super()._replace_nodes(items)
+    def _replace_nodes(self, listing: Any) -> None:
+        super()._replace_nodes(listing)
         self.epoch += 1
 
     def clock(self, uid: str) -> PodClock | None:

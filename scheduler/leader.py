@@ -17,6 +17,8 @@ from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from kso.core.logs import FirstWarnings
+
 log = logging.getLogger("kso.scheduler")
 
 
@@ -24,27 +26,96 @@ class ElectionStopped(Exception):
     """Raised inside the election loop once stop() was called."""
 
 
+# The verbs an elector needs on its Lease: read it, take it when missing or expired, renew it.
+LEASE_VERBS = ("get", "create", "update")
+
+
+def lease_refusals(api_client: client.ApiClient, namespace: str, name: str) -> list[str] | None:
+    """The verbs of LEASE_VERBS this identity may not use on Lease ``namespace/name``, by the API server's own
+    authorizer (SelfSubjectAccessReview, which every authenticated identity may ask); None when it cannot be asked."""
+    from kubernetes.client.exceptions import ApiException
+
+    authz = client.AuthorizationV1Api(api_client)
+    refused = []
+    for verb in LEASE_VERBS:
+        attributes = {"group": "coordination.k8s.io", "resource": "leases", "verb": verb, "namespace": namespace}
+        if verb != "create":  # RBAC cannot limit create by name
+            attributes["name"] = name
+        try:
+            review = authz.create_self_subject_access_review(
+                {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                 "spec": {"resourceAttributes": attributes}}, _request_timeout=10)
+        except (ApiException, OSError) as exc:
+            log.warning("cannot check access to the Lease %s/%s (SelfSubjectAccessReview: %s); electing anyway",
+                        namespace, name, getattr(exc, "status", exc))
+            return None
+        if not review.status.allowed:
+            refused.append(verb)
+    return refused
+
+
 class _StoppableLeaseLock(LeaseLock):
     def __init__(self, name: str, namespace: str, identity: str, api_client: client.ApiClient) -> None:
         super().__init__(name, namespace, identity)
         self.api_instance = client.CoordinationV1Api(api_client)
         self.stopped = threading.Event()
+        self._refused = FirstWarnings(log)  # the stock lock swallows its API errors: a 403 is said here, once
 
     def _check(self) -> None:
         if self.stopped.is_set():
             raise ElectionStopped()
 
+    def _said(self, verb: str, exc: Any) -> None:
+        status = getattr(exc, "status", None)
+        if status == 403:
+            self._refused.log((verb, status), "leader election: the API server refused to %s the Lease %s/%s (403): "
+                              "this identity needs get, create and update on it (deploy/scheduler-standalone/rbac.yaml "
+                              "grants kso-system/kso-standalone-scheduler: KSO_SCHEDULER_LEASE); still trying",
+                              verb, self.namespace, self.name)
+
     def get(self, name: str, namespace: str) -> Any:
         self._check()
-        return super().get(name, namespace)
+        ok, found = super().get(name, namespace)
+        if not ok:
+            self._said("get", found)
+        return ok, found
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
         self._check()
-        return bool(super().create(name, namespace, election_record))
+        return self._logged("create", lambda: super(_StoppableLeaseLock, self).create(name, namespace, election_record))
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         self._check()
-        return bool(super().update(name, namespace, updated_record))
+        return self._logged("update", lambda: super(_StoppableLeaseLock, self).update(name, namespace, updated_record))
+
+    def _logged(self, verb: str, call: Callable[[], Any]) -> bool:
+        """The stock create/update log a failure only at the "leaderelection" logger's ERROR with the whole body
+        (or not at all) and return False: a 403 is said once on kso's log here."""
+        from kubernetes.client.exceptions import ApiException
+
+        real = self.api_instance
+        errors: list[ApiException] = []
+
+        class Recording:
+            def __getattr__(self, attr: str) -> Any:
+                method = getattr(real, attr)
+
+                def call_(*a: Any, **kw: Any) -> Any:
+                    try:
+                        return method(*a, **kw)
+                    except ApiException as exc:
+                        errors.append(exc)
+                        raise
+                return call_
+
+        self.api_instance = Recording()
+        try:
+            ok = bool(call())
+        finally:
+            self.api_instance = real
+        if not ok and errors:
+            self._said(verb, errors[-1])
+        return ok
 
 
 class LeaderElector:

@@ -68,11 +68,13 @@ class ShadowWatcher(ClusterWatcher):
                     self.counterfactual.note_gone(uid)
         super()._handle(res, event)
 
-    def _replace_pods(self, items: list[Any], relist: bool) -> None:
-        if relist:  # binds made during a watch gap; the first list's bound pods were bound before kso looked
+    def _listed_page(self, res: Reflector, items: list[Any], relist: bool) -> None:
+        if relist and res is self._pods:  # binds made during a watch gap; the first list's were made before kso looked
             for item in items:
                 self._seen(item, late=True)
-        super()._replace_pods(items, relist)
+
+    def _replace_pods(self, listing: Any, relist: bool) -> None:
+        super()._replace_pods(listing, relist)
         if relist and self.counterfactual is not None:  # pods deleted in the gap are off kso's schedule too
             self.counterfactual.note_listed(frozenset(self.state.pods))
 

@@ -243,6 +243,7 @@ class _Replay(AutoscalerSteps):
         view = self.view
         view.step = k
         policy.setup(view)
+        policy.observe(view)  # what monitoring knows at the switch (a policy sizes its per-node state here)
         for pod in sorted(view.running.values(), key=lambda p: (p.bound_step, p.index)):
             policy.bound(pod, view.node_names[pod.node], view)
 

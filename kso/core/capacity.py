@@ -1,22 +1,47 @@
 """The capacity signal's Kubernetes side: placeholder pods that show the cluster-autoscaler the demand kso refuses.
 
 The cluster-autoscaler simulates scheduling without extenders, so a pod kso refuses on every node still "fits" by
-requests and no node is added. For each such pod kso keeps one placeholder pod: the same requests, node selector,
-tolerations and required node affinity, plus required ``matchFields`` ``metadata.name NotIn`` each node kso
-refuses it on (the hot nodes). kube-scheduler finds no node for it (``PodScheduled=False``, reason
-``Unschedulable``), which is the condition the autoscaler scales up for; the autoscaler's template of a new node
-is named ``template-node-for-...``, so the placeholder fits there, and a node is added.
+requests and no node is added. For each such pod kso keeps one placeholder pod that the autoscaler finds
+unschedulable on every existing node and schedulable on a new one, and that can never take capacity itself.
 
-Why placeholders, and why this form (the autoscaler's own rules, see its FAQ and simulator):
+What a placeholder copies from its pod, and why:
+
+* its requests (cpu and memory at least 1m / 1Mi: the namespace's quota counts them), with limits equal to the
+  requests for hugepages and extended resources only (the API server refuses those without an equal limit):
+  the autoscaler sizes the new node by them;
+* its nodeSelector and required node affinity terms: the autoscaler picks a node group whose template satisfies
+  them;
+* its tolerations of NoSchedule and NoExecute taints (without tolerationSeconds): the taints the autoscaler's
+  simulation filters on; PreferNoSchedule only scores.
+
+Nothing else: no ports, volumes, claims, inter-pod (anti-)affinity or topology spread. Instead every node that
+exists when the placeholder is made is excluded by a required node affinity ``kubernetes.io/hostname NotIn [every
+node's hostname label]`` (plus ``metadata.name NotIn`` for a node without that label): no existing node fits it,
+whatever kube-scheduler refused the pod there for (a port, anti-affinity, spread, a volume's zone), while the
+autoscaler's template of a new node carries a made-up name in that label (``template-node-for-...``) and fits.
+At 5,000 nodes with 43-character hostnames the Pod is ~231 KB (the API server takes 3 MiB, etcd 1.5 MiB). A node
+added later is not excluded until kso refuses the pod there too: then a new placeholder excludes every node again.
+
+Never bound: its schedulerName (``KSO_CAPACITY_SCHEDULER_NAME``) is one no scheduler serves, so kso writes the
+condition the autoscaler reads itself (``PodScheduled=False``, reason ``Unschedulable``; the autoscaler lists
+unschedulable pods by that condition, whatever their scheduler, unless its ``--allowed-scheduler-names`` leaves
+the name out). deploy/capacity.yaml's admission policy refuses any Binding in the namespace, and a placeholder
+found bound anyway is deleted at once and counted (``kso_capacity_placeholders_bound_total``).
+
+Why this form (the autoscaler's own rules, see its FAQ and simulator):
 
 * Priority -10 (the PriorityClass of deploy/capacity.yaml): the autoscaler ignores pods below its
-  ``--expendable-pods-priority-cutoff`` (default -10), so -10 is the lowest priority that still scales up, and it
-  is below every pod without a class (0): real pods preempt a placeholder. ``preemptionPolicy: Never``: a
-  placeholder never preempts anything itself.
-* Node names, not a node label: the autoscaler builds a node group's template from one of its existing nodes,
-  labels included, so a "hot" label on every node would be on the template too and nothing would fit there.
-  The same holds for a taint not under the autoscaler's startup/status prefixes; a taint also refuses every pod
-  (not only the ones kso judged) and needs write access to every Node. Names change nothing on any node.
+  ``--expendable-pods-priority-cutoff`` (default -10), so -10 is the lowest priority that still scales up.
+  ``preemptionPolicy: Never``: a placeholder never preempts anything.
+* Node names and hostnames, not a node label: the autoscaler builds a node group's template from one of its
+  existing nodes, labels included, so a "hot" label on every node would be on the template too and nothing would
+  fit there. The same holds for a taint not under the autoscaler's startup/status prefixes; a taint also refuses
+  every pod (not only the ones kso judged) and needs write access to every Node. The hostname label is the one
+  label the autoscaler rewrites on its template.
+
+One signal per pod: each kso reconciles against every live kso's placeholders (one list of the namespace): it
+makes none for a pod another live kso holds one for, and of two made in the same round the kso whose identity
+sorts last deletes its own.
 
 Fail safe: every placeholder is labelled ``app.kubernetes.io/managed-by: kso`` and with the identity of the kso
 that made it, and has an owner reference to that kso's Lease (renewed while it runs). kso deletes its own
@@ -32,8 +57,10 @@ nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` 
 in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
 <identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
 left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
-stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired.
-Needs ``patch`` on nodes (deploy/optional/capacity-node-marks.yaml).
+stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in
+every namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while
+its Lease is current there). Needs ``patch`` on nodes and ``list`` on leases cluster-wide
+(deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken off).
 """
 
 from __future__ import annotations
@@ -48,10 +75,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kso.core.logs import FirstWarnings
-from kso.core.resources import CPU, PODS
+from kso.core.resources import CPU, MEMORY, PODS
 from kso.core.settings import setting
 
 log = logging.getLogger("kso.capacity")
@@ -72,9 +99,29 @@ SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 MARKED_BY = "kso.io/scale-down-disabled-by"
 
 
-def is_placeholder(annotations: dict[str, str]) -> bool:
-    """A pod kso made to stand for refused demand (by its annotation)."""
-    return PLACEHOLDER_FOR in annotations
+# Every kso's capacity Lease is named LEASE_PREFIX + its identity (as a DNS label), and owns its placeholders.
+LEASE_PREFIX = "kso-capacity-"
+# The node label the placeholders exclude every current node by (the cluster-autoscaler's template node carries
+# its own made-up name in it, so a template still fits; kube-scheduler and the autoscaler both evaluate it).
+HOSTNAME = "kubernetes.io/hostname"
+# The scheduler name of the placeholders by default: one no scheduler serves, so nothing ever binds one; kso
+# writes the PodScheduled=False/Unschedulable condition the cluster-autoscaler reads itself.
+UNSERVED_SCHEDULER = "kso-capacity-no-scheduler"
+UNSCHEDULABLE_MESSAGE = ("kso capacity placeholder for {pod}: kso's safe filter refused the pod on every node it was "
+                         "offered; no existing node may take this placeholder")
+
+
+class _OwnedPod(Protocol):
+    owner_kind: str
+    owner_name: str
+
+
+def is_placeholder(pod: _OwnedPod) -> bool:
+    """A pod kso made to stand for refused demand: its controller is a kso capacity Lease. An owner reference, not an
+    annotation or a label a tenant could put on its own pods to hide them from kso's load and drain accounting: a
+    pod owned by a Lease that does not exist in its namespace is deleted by the garbage collector, and
+    deploy/capacity.yaml's admission policy admits pods in kso-capacity only of the placeholder's shape."""
+    return pod.owner_kind == "Lease" and pod.owner_name.startswith(LEASE_PREFIX)
 
 
 @dataclass
@@ -82,15 +129,16 @@ class CapacitySettings:
     enabled: bool = setting("KSO_CAPACITY_SIGNAL", False,
                             help="show the cluster-autoscaler the demand kso refuses on every node, as placeholder pods "
                                  "(needs deploy/capacity.yaml: the namespace, PriorityClass and RBAC)")
-    namespace: str = setting("KSO_CAPACITY_NAMESPACE", "kso-capacity",
+    namespace: str = setting("KSO_CAPACITY_NAMESPACE", "kso-capacity", kind="dns-label",
                              help="namespace of the placeholder pods and of kso's capacity Lease")
-    priority_class: str = setting("KSO_CAPACITY_PRIORITY_CLASS", "kso-capacity-placeholder",
+    priority_class: str = setting("KSO_CAPACITY_PRIORITY_CLASS", "kso-capacity-placeholder", kind="dns-subdomain",
                                   help="PriorityClass of the placeholders (value -10: the autoscaler's expendable-pods "
                                        "cutoff, below every pod without a class)")
     image: str = setting("KSO_CAPACITY_IMAGE", "registry.k8s.io/pause:3.10", help="the placeholders' container image")
-    scheduler_name: str = setting("KSO_CAPACITY_SCHEDULER_NAME", "default-scheduler",
-                                  help="scheduler of the placeholders: one judging them by kube-scheduler's rules alone, as the "
-                                       "autoscaler simulates them (not kso), that marks them PodScheduled=False")
+    scheduler_name: str = setting("KSO_CAPACITY_SCHEDULER_NAME", UNSERVED_SCHEDULER, kind="dns-subdomain",
+                                  help="schedulerName of the placeholders: one no scheduler serves, so none is ever bound "
+                                       "(kso marks them PodScheduled=False/Unschedulable itself, what the autoscaler "
+                                       "reads); deploy/capacity.yaml's admission policy admits only this name")
     interval_s: float = setting("KSO_CAPACITY_INTERVAL_S", 10.0, lo=0.5, hi=600,
                                 help="how often the signal is re-judged and written, seconds")
     lease_s: float = setting("KSO_CAPACITY_LEASE_S", 60.0, lo=5, hi=3600,
@@ -118,25 +166,40 @@ class CapacitySettings:
 
 @dataclass(frozen=True, slots=True)
 class PlaceholderSpec:
-    """One placeholder: the refused pod it stands for and where it must not go (kso.decisions.capacity decides)."""
+    """One placeholder: the refused pod it stands for, the nodes hot for it (kso.decisions.capacity decides) and
+    the nodes it excludes (every node that existed when it was made: no existing node fits it, whatever
+    kube-scheduler filtered the pod on)."""
 
     for_uid: str
     for_key: str  # namespace/name
     requests: tuple[tuple[str, float], ...]  # resource -> canonical quantity (kso.core.resources)
-    avoid: tuple[str, ...]  # node names (sorted)
+    avoid: tuple[str, ...]  # the nodes hot for the pod (sorted)
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
     required_terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] = ()
+    # (node name, its kubernetes.io/hostname label or "") of every node to exclude, sorted; empty: ``avoid``
+    exclude: tuple[tuple[str, str], ...] = ()
+    # exclusion_digest(exclude), when the caller has it: hashing 5,000 nodes takes ~8 ms, and a round names each
+    # placeholder several times
+    exclude_digest: str = ""
+
+    def excluded(self) -> tuple[tuple[str, str], ...]:
+        return self.exclude or tuple((name, "") for name in self.avoid)
 
     def digest(self) -> str:
         """A short hash of everything that shapes the pod (its spec cannot change after creation: a new spec is a
-        new pod)."""
-        text = json.dumps([self.for_uid, self.requests, self.avoid, self.node_selector, self.tolerations,
-                           self.required_terms], separators=(",", ":"))
+        new pod). The hot nodes are not in it: the exclusion covers them."""
+        text = json.dumps([self.for_uid, self.requests, self.exclude_digest or exclusion_digest(self.excluded()),
+                           self.node_selector, self.tolerations, self.required_terms], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def name(self) -> str:
         return f"kso-capacity-{self.digest()}"
+
+
+def exclusion_digest(exclude: Iterable[tuple[str, str]]) -> str:
+    """The hash of an exclusion (PlaceholderSpec.exclude), as PlaceholderSpec.digest takes it."""
+    return hashlib.sha256(json.dumps(list(exclude), separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def quantity(resource: str, value: float) -> str:
@@ -144,6 +207,22 @@ def quantity(resource: str, value: float) -> str:
     if resource == CPU:
         return f"{math.ceil(value)}m"
     return str(math.ceil(value))
+
+
+def needs_limit(resource: str) -> bool:
+    """The API server refuses a request of this resource without an equal limit: hugepages, and extended resources
+    (a name with a domain other than kubernetes.io's, e.g. nvidia.com/gpu; "requests.*" names are quota's)."""
+    if resource.startswith("hugepages-"):
+        return True
+    domain, slash, _ = resource.partition("/")
+    if not slash or resource.startswith("requests."):
+        return False
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+# The taint effects the autoscaler's simulation (kube-scheduler's TaintToleration filter) checks; a toleration of
+# PreferNoSchedule only scores, so a placeholder does not carry it.
+FILTERED_EFFECTS = ("", "NoSchedule", "NoExecute")
 
 
 @dataclass
@@ -155,15 +234,27 @@ class Owner:
     lease_uid: str = ""
 
 
+def node_exclusion(excluded: Iterable[tuple[str, str]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The requirements (matchExpressions, matchFields) that no node in ``excluded`` satisfies: one
+    ``kubernetes.io/hostname NotIn`` listing every hostname label (one requirement, any number of values), and a
+    ``metadata.name NotIn`` per node without that label (the API server takes exactly one value for In / NotIn on a
+    node field)."""
+    hosts = sorted({host for _, host in excluded if host})
+    bare = sorted({name for name, host in excluded if not host})
+    expressions = [{"key": HOSTNAME, "operator": "NotIn", "values": hosts}] if hosts else []
+    fields = [{"key": "metadata.name", "operator": "NotIn", "values": [name]} for name in bare]
+    return expressions, fields
+
+
 def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owner: Owner) -> dict[str, Any]:
-    """The Pod of ``spec``: requests only (no limits), a pause container, no service account token, removed at once
-    (grace 0), owned by this kso's Lease."""
-    # One requirement per node: the API server takes exactly one value for In / NotIn on a node field.
-    avoid_term = [{"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in spec.avoid]
+    """The Pod of ``spec``: a pause container with the pod's requests (limits equal to them only where the API server
+    requires them), a scheduler no one runs, every existing node excluded, no service account token, removed at
+    once (grace 0), owned by this kso's Lease."""
+    avoid_exprs, avoid_fields = node_exclusion(spec.excluded())
     terms: list[dict[str, Any]] = []
     for term in spec.required_terms or ((),):
         # kso.core.objects keeps a term's matchFields as "field:<key>" expressions beside its matchExpressions
-        expressions, fields = [], list(avoid_term)
+        expressions, fields = list(avoid_exprs), list(avoid_fields)
         for key, op, vals in term:
             item = {"key": key.removeprefix("field:"), "operator": op,
                     **({"values": list(vals)} if op not in ("Exists", "DoesNotExist") else {})}
@@ -177,7 +268,13 @@ def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owne
             terms.append(entry)
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}} \
         if terms else None
-    requests = {r: quantity(r, v) for r, v in spec.requests if r != PODS and v > 0}
+    # At least 1m cpu and 1Mi memory: the namespace's ResourceQuota counts both, and the API server refuses a pod
+    # without them under such a quota (a refused pod may request neither).
+    requests = {CPU: "1m", MEMORY: str(2**20), **{r: quantity(r, v) for r, v in spec.requests if r != PODS and v > 0}}
+    resources: dict[str, Any] = {"requests": requests}
+    limits = {r: q for r, q in requests.items() if needs_limit(r)}
+    if limits:
+        resources["limits"] = limits
     meta: dict[str, Any] = {
         "name": spec.name(), "namespace": settings.namespace,
         "labels": {MANAGED_BY: "kso", COMPONENT: PLACEHOLDER_COMPONENT, HOLDER: owner.identity},
@@ -193,16 +290,17 @@ def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owne
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},  # the namespace enforces "restricted"
-        "containers": [{"name": "placeholder", "image": settings.image, "resources": {"requests": requests},
+        "containers": [{"name": "placeholder", "image": settings.image, "resources": resources,
                         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "runAsNonRoot": True, "runAsUser": 65535,
                                             "capabilities": {"drop": ["ALL"]}}}],
     }
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod_spec["tolerations"] = [{k: v for k, v in (("key", key), ("operator", op), ("value", value),
-                                                      ("effect", effect)) if v} for key, op, value, effect in spec.tolerations]
+    tolerations = [{k: v for k, v in (("key", key), ("operator", op), ("value", value), ("effect", effect)) if v}
+                   for key, op, value, effect in spec.tolerations if effect in FILTERED_EFFECTS]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     if affinity:
         pod_spec["affinity"] = affinity
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
@@ -215,7 +313,10 @@ def default_identity() -> str:
 
 
 def _rfc3339_micro(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A Lease time (MicroTime). Never on a whole second: the client turns a created Lease's times into datetimes
+    and back with isoformat, which drops a zero fraction, and the API server then refuses the MicroTime (400)."""
+    when = datetime.fromtimestamp(t, UTC)
+    return (when if when.microsecond else when.replace(microsecond=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _seconds(value: Any) -> float | None:
@@ -236,6 +337,13 @@ class ApplyResult:
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    bound: list[str] = field(default_factory=list)  # found bound to a node (by anyone's doing): deleted at once
+    elsewhere: list[str] = field(default_factory=list)  # wanted, but another live kso holds one for the same pod
+    waiting: list[str] = field(default_factory=list)  # a create that failed, not tried again before its backoff
+
+
+# A create refused by the API server is tried again after interval x 2^(failures - 1), at most this long, seconds.
+CREATE_BACKOFF_MAX_S = 300.0
 
 
 class CapacityReconciler:
@@ -251,8 +359,10 @@ class CapacityReconciler:
         self.coord = client.CoordinationV1Api(api_client)
         self.clock = clock
         identity = settings.identity or default_identity()
-        self.owner = Owner(identity, lease_name=f"kso-capacity-{_dns_label(identity)}")
+        self.owner = Owner(identity, lease_name=f"{LEASE_PREFIX}{_dns_label(identity)}")
         self.ns = settings.namespace
+        self._refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
+        self._backoff: dict[str, tuple[int, float]] = {}  # placeholder name -> (creates refused in a row, next try)
 
     # ---- selectors ---------------------------------------------------------------------------
     @property
@@ -274,13 +384,20 @@ class CapacityReconciler:
                 "spec": {"holderIdentity": self.owner.identity, "leaseDurationSeconds": int(math.ceil(self.settings.lease_s)),
                          "renewTime": now, "acquireTime": now}}
         try:
-            lease = self.coord.patch_namespaced_lease(self.owner.lease_name, self.ns,
-                                                      {"spec": {"renewTime": now,
-                                                                "leaseDurationSeconds": body["spec"]["leaseDurationSeconds"]}})
+            try:
+                lease = self.coord.patch_namespaced_lease(
+                    self.owner.lease_name, self.ns,
+                    {"spec": {"renewTime": now, "leaseDurationSeconds": body["spec"]["leaseDurationSeconds"]}})
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                lease = self.coord.create_namespaced_lease(self.ns, body)
         except ApiException as exc:
-            if exc.status != 404:
-                raise
-            lease = self.coord.create_namespaced_lease(self.ns, body)
+            if exc.status == 403:
+                self._refused.log(("lease", 403), "capacity: the API server refused this kso's Lease %s/%s (403 %s): "
+                                  "its ServiceAccount needs deploy/capacity.yaml's Role in %s", self.ns,
+                                  self.owner.lease_name, _message(exc), self.ns)
+            raise
         self.owner.lease_uid = lease.metadata.uid
 
     # ---- placeholders ------------------------------------------------------------------------
@@ -296,36 +413,108 @@ class CapacityReconciler:
         except ApiException as exc:
             if exc.status == 404:
                 return True
-            log.warning("capacity: cannot delete placeholder %s/%s: %s %s", self.ns, name, exc.status, exc.reason)
+            self._refused.log(("delete", exc.status), "capacity: cannot delete placeholder %s/%s: %s %s", self.ns,
+                              name, exc.status, _message(exc))
             return False
 
-    def apply(self, specs: Iterable[PlaceholderSpec]) -> ApplyResult:
-        """Renew the Lease, then create the placeholders of ``specs`` that are missing and delete this kso's others."""
+    def mark_unschedulable(self, name: str, for_key: str) -> bool:
+        """Write the condition the cluster-autoscaler reads (PodScheduled=False, reason Unschedulable) on placeholder
+        ``name``: no scheduler serves its schedulerName, so no one else does."""
         from kubernetes.client.exceptions import ApiException
 
+        now = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                           "message": UNSCHEDULABLE_MESSAGE.format(pod=for_key),
+                                           "lastTransitionTime": now, "lastProbeTime": None}]}}
+        try:
+            self.core.patch_namespaced_pod_status(name, self.ns, body,
+                                                  _content_type="application/strategic-merge-patch+json")
+            return True
+        except ApiException as exc:
+            if exc.status != 404:
+                hint = " (needs patch on pods/status: deploy/capacity.yaml's Role)" if exc.status == 403 else ""
+                self._refused.log(("status", exc.status), "capacity: cannot mark placeholder %s/%s Unschedulable%s: "
+                                  "%s %s", self.ns, name, hint, exc.status, _message(exc))
+            return False
+
+    def _create(self, spec: PlaceholderSpec, name: str, now: float, result: ApplyResult) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        failures, next_try = self._backoff.get(name, (0, 0.0))
+        if now < next_try:
+            result.waiting.append(name)
+            return
+        try:
+            self.core.create_namespaced_pod(self.ns, placeholder_manifest(spec, self.settings, self.owner))
+        except ApiException as exc:
+            if exc.status == 409:  # made already (by this kso, in a round whose answer was lost)
+                self._backoff.pop(name, None)
+                result.kept.append(name)
+                return
+            failures += 1
+            wait = min(self.settings.interval_s * 2 ** (failures - 1), CREATE_BACKOFF_MAX_S)
+            self._backoff[name] = (failures, now + wait)
+            self._refused.log(("create", exc.status), "capacity: cannot create the placeholder of %s: %s %s (tried "
+                              "again in %.0f s, doubling to %.0f s; further refusals with this status are logged at "
+                              "DEBUG)", spec.for_key, exc.status, _message(exc), wait, CREATE_BACKOFF_MAX_S)
+            result.failed.append(name)
+            return
+        self._backoff.pop(name, None)
+        result.created.append(name)
+        self.mark_unschedulable(name, spec.for_key)
+
+    def apply(self, specs: Iterable[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
+        """Renew the Lease, then make the namespace hold one placeholder per wanted pod: create this kso's missing
+        ones (unless another live kso, in ``live``, holds one for the same pod: one signal per pod) and delete its
+        others. Any placeholder found bound to a node is deleted at once; one found without its Unschedulable
+        condition gets it."""
         self.renew()
+        now = self.clock()
+        live = {self.owner.identity} if live is None else live | {self.owner.identity}
         wanted = {spec.name(): spec for spec in specs}
         result = ApplyResult()
-        have = {p.metadata.name for p in self._list(self.mine) if p.metadata.deletion_timestamp is None}
-        for name in sorted(have - wanted.keys()):
+        mine: dict[str, Any] = {}
+        held_by: dict[str, set[str]] = {}  # pod uid -> the other live holders with a placeholder for it
+        for pod in self._list(self.ALL_PLACEHOLDERS):
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            name = pod.metadata.name
+            if pod.spec.node_name:  # never meant to happen (no scheduler serves it, admission refuses the binding)
+                log.warning("capacity: placeholder %s/%s was bound to node %s: deleted", self.ns, name,
+                            pod.spec.node_name)
+                if self._delete_pod(name):
+                    result.bound.append(name)
+                continue
+            holder = (pod.metadata.labels or {}).get(HOLDER, "")
+            if holder == self.owner.identity:
+                mine[name] = pod
+            elif holder in live:
+                uid = (pod.metadata.annotations or {}).get(PLACEHOLDER_FOR_UID, "")
+                held_by.setdefault(uid, set()).add(holder)
+        for name in sorted(mine.keys() - wanted.keys()):
             (result.deleted if self._delete_pod(name) else result.failed).append(name)
         for name, spec in wanted.items():
-            if name in have:
-                result.kept.append(name)
+            others = held_by.get(spec.for_uid, set())
+            # Two live kso holding one each for the same pod (both created in the same round): the one whose
+            # identity sorts first keeps its own, the other deletes its own.
+            if others and (name not in mine or min(others) < self.owner.identity):
+                if name in mine and self._delete_pod(name):
+                    result.deleted.append(name)
+                result.elsewhere.append(name)
                 continue
-            try:
-                self.core.create_namespaced_pod(self.ns, placeholder_manifest(spec, self.settings, self.owner))
-                result.created.append(name)
-            except ApiException as exc:
-                if exc.status == 409:  # another kso made the same one (same refused pod, same nodes)
-                    result.kept.append(name)
-                else:
-                    log.warning("capacity: cannot create placeholder for %s: %s %s", spec.for_key, exc.status,
-                                _message(exc))
-                    result.failed.append(name)
-        if result.created or result.deleted:
-            log.info("capacity: placeholders created %d, deleted %d, kept %d", len(result.created),
-                     len(result.deleted), len(result.kept))
+            pod = mine.get(name)
+            if pod is None:
+                self._create(spec, name, now, result)
+                continue
+            result.kept.append(name)
+            if not _marked_unschedulable(pod):
+                self.mark_unschedulable(name, spec.for_key)
+        for name in [n for n in self._backoff if n not in wanted]:
+            del self._backoff[name]
+        if result.created or result.deleted or result.bound:
+            log.info("capacity: placeholders created %d, deleted %d (bound %d), kept %d, held by another kso %d",
+                     len(result.created), len(result.deleted), len(result.bound), len(result.kept),
+                     len(result.elsewhere))
         return result
 
     def clear(self) -> list[str]:
@@ -353,6 +542,27 @@ class CapacityReconciler:
         if reaped:
             log.info("capacity: deleted %d placeholders of kso instances that are gone", len(reaped))
         return reaped
+
+    def live_holders_everywhere(self) -> set[str] | None:
+        """The identities whose capacity Lease is current in any namespace: every install's kso (each install keeps
+        its Leases in its own KSO_CAPACITY_NAMESPACE). None when this kso may not list Leases cluster-wide
+        (deploy/optional/capacity-node-marks.yaml grants it): then no other kso's mark may be judged gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            leases = self.coord.list_lease_for_all_namespaces(label_selector=self.ALL_LEASES, _request_timeout=10).items
+        except ApiException as exc:
+            self._refused.log(("leases-everywhere", exc.status), "capacity: cannot list capacity Leases in every "
+                              "namespace (%s %s; deploy/optional/capacity-node-marks.yaml grants it): the node marks "
+                              "of other kso instances are left alone", exc.status, _message(exc))
+            return None
+        now = self.clock()
+        live = {self.owner.identity}
+        for lease in leases:
+            renewed = _seconds(lease.spec.renew_time) or _seconds(lease.metadata.creation_timestamp) or 0.0
+            if now - renewed <= float(lease.spec.lease_duration_seconds or self.settings.lease_s):
+                live.add((lease.metadata.labels or {}).get(HOLDER, ""))
+        return live
 
     def live_holders(self) -> set[str]:
         """The identities of the kso instances whose Lease is current (this one's always); the expired Leases are
@@ -477,6 +687,11 @@ class NodeMarker:
         if done:
             log.info("capacity: took the scale-down-disabled marks of gone kso instances off %d nodes", len(done))
         return done
+
+
+def _marked_unschedulable(pod: Any) -> bool:
+    return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+               for c in ((pod.status.conditions if pod.status else None) or []))
 
 
 def _message(exc: Any) -> str:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,6 +53,26 @@ def _annotation_float(annotations: dict[str, str], key: str) -> float:
     if not math.isfinite(value) or value < 0:
         return math.nan
     return value
+
+
+@dataclass(slots=True, eq=False)
+class PlanCopy:
+    """What a plan's build reads of a ClusterState, copied under its lock in one go (``ClusterState.plan_copy``), so
+    that the build itself runs without the lock the request path needs: C-level copies of the store's dicts and
+    lists, numpy copies of the columns gathered for the known nodes, no per-pod Python work. The NodeInfo and PodInfo
+    objects are shared (nothing changes them in place)."""
+
+    names: list[str]  # the known nodes, in the store's order
+    nodes: list[NodeInfo | None]  # each one's NodeInfo
+    requested: np.ndarray  # (n, R) sum of the requests of the pods bound (or assumed) there, by ``columns``
+    columns: dict[str, int]  # resource -> column of ``requested``
+    mean_free: np.ndarray  # (n, 2) kube-safe-scheduler's annotations: cpu milli, memory MB; NaN missing
+    std_free: np.ndarray
+    occupied: set[str]  # names of the nodes some pod is bound (or assumed) on
+    bound: list[str]  # uids of the pods bound (or assumed) on a node
+    pending: list[PodInfo]  # pods seen without a node, oldest first
+    version: int  # the store's version when copied
+    age_s: float  # the store's age_seconds() when copied
 
 
 class ClusterState:
@@ -319,7 +339,7 @@ class ClusterState:
                     self.assumed.pop(pod.uid, None)
                     return
                 self._unbind(old)
-            elif observed_binding and pod.uid not in self.assumed and not is_placeholder(pod.annotations):
+            elif observed_binding and pod.uid not in self.assumed and not is_placeholder(pod):
                 # (a capacity placeholder runs a pause container: it reserves requests but adds no load)
                 self._note_recent(pod)
             self.assumed.pop(pod.uid, None)
@@ -454,6 +474,18 @@ class ClusterState:
         """The rows of ``names`` (in that order) gathered from the columns; unknown names get the sentinel row.
         ``stable``: ``names`` is a list its owner never changes in place, whose view is remembered (ViewMemo)."""
         return self.views.view(names, stable)
+
+    def plan_copy(self) -> PlanCopy:
+        """A consistent copy of what a plan's build reads (PlanCopy), taken under the lock in O(nodes + pods) C-level
+        copies (a few ms at 150k pods, against most of a second for a build under the lock)."""
+        with self.lock:
+            names = list(self.row_of)
+            rows = np.fromiter(self.row_of.values(), dtype=np.intp, count=len(names))
+            nodes = self._nodes
+            return PlanCopy(names, [nodes[r] for r in rows.tolist()], self.requested.take(rows, axis=0),
+                            dict(self.columns), self.mean_free.take(rows, axis=0), self.std_free.take(rows, axis=0),
+                            set(self._pods_by_node), list(self.pods), list(self._pending.values()), self.version,
+                            self.age_seconds())
 
     def pods_on(self, name: str) -> list[PodInfo]:
         with self.lock:

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,7 +43,9 @@ def setting(env: str, default: Any, kind: str = "", lo: float | None = None, hi:
     """A dataclass field read from environment variable ``env``.
 
     kind: "" (type of the default), "percent" (integer 0..100), "choice:A,B,C" (case-insensitive),
-    "list" (comma-separated strings), "weights" (name=int,name=int).
+    "list" (comma-separated strings), "weights" (name=int,name=int), "dns-label" (a Kubernetes object name that
+    must be an RFC 1123 label: a namespace), "dns-subdomain" (an RFC 1123 subdomain: a PriorityClass, a scheduler
+    name).
     """
     meta = {"env": env, "kind": kind, "lo": lo, "hi": hi, "help": help, "default": default}
     DECLARED.setdefault(env, meta)
@@ -62,8 +65,31 @@ def choices(kind: str) -> list[str]:
     return kind[len("choice:"):].split(",") if kind.startswith("choice:") else []
 
 
+# RFC 1123, as the API server validates names (k8s.io/apimachinery/pkg/util/validation).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_dns_name(raw: str, kind: str) -> str:
+    """``raw`` if it is a DNS label (``kind`` "dns-label", at most 63 characters) or subdomain ("dns-subdomain", at
+    most 253) as Kubernetes names must be; else ValueError saying what is wrong."""
+    label = kind == "dns-label"
+    limit, pattern = (63, _DNS_LABEL) if label else (253, _DNS_SUBDOMAIN)
+    what = "an RFC 1123 DNS label" if label else "an RFC 1123 DNS subdomain"
+    if not raw:
+        raise ValueError(f"empty; must be {what}")
+    if len(raw) > limit:
+        raise ValueError(f"{len(raw)} characters; must be {what} of at most {limit}")
+    if not pattern.fullmatch(raw):
+        rule = "lower-case letters, digits and '-'" + ("" if label else " in '.'-separated parts")
+        raise ValueError(f"not {what} ({rule}, starting and ending with a letter or digit)")
+    return raw
+
+
 def _parse(raw: str, default: Any, kind: str, lo: float | None, hi: float | None) -> Any:
     raw = raw.strip()
+    if kind in ("dns-label", "dns-subdomain"):
+        return check_dns_name(raw, kind)
     if kind == "percent":
         value = int(raw)
         if not 0 <= value <= 100:
@@ -231,6 +257,10 @@ def describe_values(meta: Mapping[str, Any]) -> str:
         return "comma-separated"
     if kind == "weights":
         return "name=weight,..."
+    if kind == "dns-label":
+        return "DNS label"
+    if kind == "dns-subdomain":
+        return "DNS subdomain"
     if isinstance(default, bool):
         return "true, false"
     if isinstance(default, (int, float)):

@@ -7,6 +7,7 @@ parse, and a big cluster's pod list would take seconds and hundreds of MB as mod
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import threading
@@ -20,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kso.core.cluster import ClusterState
 from kso.core.kube import HTTP_GONE, api_message
-from kso.core.objects import ObjectError, PodInfo, PodMemo, node_from_k8s
+from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s
 
 log = logging.getLogger("kso.core.kube")
 
@@ -89,8 +90,13 @@ class ClusterWatcher:
         relist_after_failures: int = 5,
         assume_grace_s: float = 30.0,
         pod_memo: PodMemo | None = None,
+        freeze_after_list: bool = False,
     ) -> None:
         self.state = state
+        # After each complete list, move what the process holds (the cache just listed: at 150k pods, a million
+        # objects) out of the garbage collector's reach (gc.freeze): otherwise every full collection walks it, a
+        # 300 ms pause of every thread, filter's included. For a process that owns its collector (the extender).
+        self.freeze_after_list = freeze_after_list
         # Pods are parsed through the extender's memo: kube-scheduler asks about each pending pod as the watch has
         # just seen it, so its filter call need not parse it again, and most of a pod's later events (its bind, the
         # first step of its deletion) change nothing a parse reads, so the watch need not either.
@@ -227,7 +233,10 @@ class ClusterWatcher:
         log.warning("kube watcher %s (retrying)", text, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
 
     # ---- list --------------------------------------------------------------------------------
-    def _list_pages(self, res: Reflector) -> tuple[list[Any], str]:
+    def _list_pages(self, res: Reflector, on_page: Callable[[list[Any]], None]) -> tuple[int, str]:
+        """List ``res`` page by page, handing each page's items to ``on_page`` before the next page is asked for
+        (so that a big list is never held decoded as a whole: each page is parsed, and its dicts dropped, as it
+        comes). Returns (items listed, the list's resourceVersion)."""
         kwargs: dict[str, Any] = {
             "limit": self.page_size,
             "_preload_content": False,
@@ -235,7 +244,7 @@ class ClusterWatcher:
         }
         if res.field_selector:
             kwargs["field_selector"] = res.field_selector
-        items: list[Any] = []
+        count = 0
         resource_version = ""
         while True:
             resp = res.list_fn(**kwargs)
@@ -248,43 +257,67 @@ class ClusterWatcher:
             page = body.get("items") or []
             if not isinstance(page, list):
                 raise ValueError(f"list of {res.kind}: items is not an array")
-            items.extend(page)
             meta = body.get("metadata") or {}
             # Every page of a continued list is the snapshot of the first one, at its resourceVersion.
             resource_version = resource_version or str(meta.get("resourceVersion") or "")
             token = meta.get("continue")
+            count += len(page)
+            del body  # the page's dicts live only as long as on_page needs them
+            on_page(page)
+            del page
             if not token:
-                return items, resource_version
+                return count, resource_version
             if self._stop.is_set():
                 raise InterruptedError("stopping")
             kwargs["_continue"] = token
 
     def _list(self, res: Reflector) -> None:
         started = time.monotonic()
-        items, resource_version = self._list_pages(res)
+        # Each page is parsed as it arrives (outside the state lock: parsing is most of the work, and the extender
+        # reads meanwhile); the state changes only once the whole list is in, so the previous contents keep
+        # serving until then, and a list that fails half-way changes nothing.
+        listing: _NodeListing | _PodListing = _NodeListing(self) if res is self._nodes else _PodListing(self)
+        relist = res.listed.is_set()
+        self._list_begins(res)
+
+        def on_page(items: list[Any]) -> None:
+            self._listed_page(res, items, relist)  # a subclass reads the raw objects while they exist
+            listing.add(items)
+
+        count, resource_version = self._list_pages(res, on_page)
         if not resource_version:
             raise ValueError(f"list of {res.kind} has no metadata.resourceVersion to watch from")
-        # Parse outside the state lock: it is most of the work, and the extender reads meanwhile.
-        if res is self._nodes:
-            self._replace_nodes(items)
+        if isinstance(listing, _NodeListing):
+            self._replace_nodes(listing)
         else:
-            self._replace_pods(items, relist=res.listed.is_set())
+            self._replace_pods(listing, relist=res.listed.is_set())
         res.resource_version = resource_version
         first = not res.listed.is_set()
         res.listed.set()
         if not first:
             with self._counter_lock:
                 self.relists += 1
+        if self.freeze_after_list:
+            gc.collect(1)  # the young garbage, not the whole heap
+            gc.freeze()
         if self._nodes.listed.is_set() and self._pods.listed.is_set():
             self.state.mark_synced("api")
             self._synced.set()
         log.info(
             "listed %d %s at resourceVersion %s in %.2fs",
-            len(items),
+            count,
             res.kind,
             resource_version,
             time.monotonic() - started,
         )
+
+    def _list_begins(self, res: Reflector) -> None:
+        """A list of ``res`` starts (a subclass drops what it kept of a list that failed half-way)."""
+
+    def _listed_page(self, res: Reflector, items: list[Any], relist: bool) -> None:
+        """One page of a list of ``res``, its raw objects, before they are parsed and dropped (``relist``: a list after
+        the first, i.e. after a watch gap). The cache is not changed yet. For subclasses that keep more of the raw
+        objects than the parsed ones hold (kso scheduler's pod clocks, the shadow's late binds)."""
 
     def _skip(self, kind: str, obj: Any, exc: Exception) -> None:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -294,47 +327,21 @@ class ClusterWatcher:
             self.skipped += 1
         log.warning("skipping unusable %s %s: %s", kind, name or "(unnamed)", exc)
 
-    def _replace_nodes(self, items: list[Any]) -> None:
-        parsed = []
-        # Names of every listed node, parsable or not: an unparsable update keeps the last good
-        # version (as the watch does), it does not make the node disappear.
-        listed: set[str] = set()
-        for item in items:
-            meta = item.get("metadata") if isinstance(item, dict) else None
-            if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-                listed.add(meta["name"])
-            try:
-                parsed.append(node_from_k8s(item))
-            except ObjectError as exc:
-                self._skip("node", item, exc)
+    def _replace_nodes(self, listing: _NodeListing) -> None:
         with self.state.lock:
-            for node in parsed:
+            for node in listing.parsed:
                 self.state.upsert_node(node)
             for name in self.state.node_names():
-                if name not in listed:
+                if name not in listing.listed:
                     self.state.remove_node(name)
 
-    def _replace_pods(self, items: list[Any], relist: bool) -> None:
-        self.pod_memo.reserve(len(items) + len(items) // 4)  # every listed pod, and room for those to come
-        parsed: list[PodInfo] = []
-        listed: set[str] = set()
-        for item in items:
-            meta = item.get("metadata") if isinstance(item, dict) else None
-            if isinstance(meta, dict) and isinstance(meta.get("uid"), str):
-                listed.add(meta["uid"])
-            try:
-                pod = self.pod_memo.parse(item)
-            except ObjectError as exc:
-                self._skip("pod", item, exc)
-                continue
-            if pod.uid:
-                parsed.append(pod)
+    def _replace_pods(self, listing: _PodListing, relist: bool) -> None:
         with self.state.lock:
-            for pod in parsed:
+            for pod in listing.parsed:
                 # After a gap (re-list), a pod that got bound meanwhile is a recent placement too.
                 self._apply_pod(pod, observed_binding=relist)
             now = time.time()
-            gone = (set(self.state.pods) | self._known_pods) - listed
+            gone = (set(self.state.pods) | self._known_pods) - listing.listed
             for uid in gone:
                 assumed_at = self.state.assumed.get(uid)
                 if assumed_at is not None and now - assumed_at < self.assume_grace_s:
@@ -434,3 +441,48 @@ class ClusterWatcher:
             res.resource_version = resource_version
 
 
+class _NodeListing:
+    """The nodes of one list, parsed page by page."""
+
+    def __init__(self, watcher: ClusterWatcher) -> None:
+        self.watcher = watcher
+        self.parsed: list[NodeInfo] = []
+        # Names of every listed node, parsable or not: an unparsable update keeps the last good version (as the
+        # watch does), it does not make the node disappear.
+        self.listed: set[str] = set()
+
+    def add(self, items: list[Any]) -> None:
+        for item in items:
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                self.listed.add(meta["name"])
+            try:
+                self.parsed.append(node_from_k8s(item))
+            except ObjectError as exc:
+                self.watcher._skip("node", item, exc)
+
+
+class _PodListing:
+    """The pods of one list, parsed page by page through the watcher's pod memo."""
+
+    def __init__(self, watcher: ClusterWatcher) -> None:
+        self.watcher = watcher
+        self.parsed: list[PodInfo] = []
+        self.listed: set[str] = set()  # uids of every listed pod, parsable or not
+        self.count = 0
+
+    def add(self, items: list[Any]) -> None:
+        memo = self.watcher.pod_memo
+        self.count += len(items)
+        memo.reserve(self.count + self.count // 4)  # every pod listed so far, and room for those to come
+        for item in items:
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            if isinstance(meta, dict) and isinstance(meta.get("uid"), str):
+                self.listed.add(meta["uid"])
+            try:
+                pod = memo.parse(item)
+            except ObjectError as exc:
+                self.watcher._skip("pod", item, exc)
+                continue
+            if pod.uid:
+                self.parsed.append(pod)

@@ -32,17 +32,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kso.core.capacity import (
+    HOSTNAME,
     ApplyResult,
     CapacityReconciler,
     CapacitySettings,
     NodeMarker,
     PlaceholderSpec,
+    exclusion_digest,
     is_placeholder,
 )
 from kso.core.cluster import ClusterState
@@ -146,7 +148,7 @@ class RefusalLog:
         def recorded(call: Call) -> PredicateResult:
             result: PredicateResult = original(call)
             # (a preemption call, with victims freed, judges a subset of nodes for another question: not recorded)
-            if call.freed is None and refused_everywhere(result) and not is_placeholder(call.pod.annotations):
+            if call.freed is None and refused_everywhere(result) and not is_placeholder(call.pod):
                 self.record(call.pod, call.view.names)
             return result
 
@@ -203,7 +205,7 @@ MIRROR_POD = "kubernetes.io/config.mirror"  # the kubelet's annotation on a stat
 def moved_by_drain(pod: PodInfo) -> bool:
     """A pod the autoscaler's scale-down would move to another node: not a placeholder (kso's own, recreated
     anywhere), a DaemonSet's (it runs on every node) or a static pod's mirror (it stays with its node)."""
-    return not (is_placeholder(pod.annotations) or pod.owner_kind == "DaemonSet" or MIRROR_POD in pod.annotations)
+    return not (is_placeholder(pod) or pod.owner_kind == "DaemonSet" or MIRROR_POD in pod.annotations)
 
 
 def refused_on_every_other(agent: SafeAgent, view: NodeView, pod: PodInfo, offerable: np.ndarray | None = None,
@@ -284,7 +286,13 @@ class CapacityMetrics:
                               "Placeholder pods written, by action: created, deleted, failed, reaped (another kso's, "
                               "its Lease expired)", ["action"], registry=registry)
 
+        self.bound = Counter("kso_capacity_placeholders_bound_total",
+                             "Placeholder pods found bound to a node (none should ever be: no scheduler serves them, "
+                             "admission refuses their binding), each deleted at once", registry=registry)
+
     def count(self, result: ApplyResult, reaped: list[str]) -> None:
+        if result.bound:
+            self.bound.inc(len(result.bound))
         for action, names in (("created", result.created), ("deleted", result.deleted), ("failed", result.failed),
                               ("reaped", reaped)):
             if names:
@@ -310,6 +318,8 @@ class CapacitySignal:
         self.decision = CapacityDecision(eps=safe.eps, exit_ratio=settings.exit_ratio, min_hot_s=settings.min_hot_s,
                                          max_placeholders=settings.max_placeholders)
         self.wanted: list[PlaceholderSpec] = []
+        # pod uid -> the nodes its placeholder excludes, their digest, their names
+        self.excluded: dict[str, tuple[tuple[tuple[str, str], ...], str, frozenset[str]]] = {}
         self.keep = KeepDecision(settings.keep_hold_s) if settings.keep_nodes else None
         self.marker = NodeMarker(reconciler.core.api_client, reconciler.owner.identity) if settings.keep_nodes else None
         self.kept: set[str] = set()  # the nodes marked scale-down-disabled, as decided at the last round
@@ -319,6 +329,35 @@ class CapacitySignal:
         self._thread: threading.Thread | None = None
         self._life = threading.Lock()  # start and stop, from the serving thread and the leader-election thread
 
+    def current_nodes(self) -> tuple[tuple[str, str], ...]:
+        """(name, kubernetes.io/hostname label or "") of every node in the cluster now."""
+        out = []
+        for name in self.state.node_names():
+            node = self.state.node(name)
+            out.append((name, node.labels.get(HOSTNAME, "") if node is not None else ""))
+        return tuple(sorted(out))
+
+    def excluding(self, specs: list[PlaceholderSpec]) -> list[PlaceholderSpec]:
+        """Each placeholder with the nodes it excludes: every node there was when it was made (so no existing node
+        fits it, whatever kube-scheduler refused the pod there for: ports, inter-pod affinity, topology spread,
+        volumes, claims), kept while it covers every node hot for the pod (a node added later is not excluded
+        until kso refuses the pod there too: then every current node again, in a new placeholder)."""
+        nodes: tuple[tuple[str, str], ...] | None = None
+        out = []
+        for spec in specs:
+            exclude, digest, names = self.excluded.get(spec.for_uid, ((), "", frozenset()))
+            if not digest or not names.issuperset(spec.avoid):
+                nodes = self.current_nodes() if nodes is None else nodes
+                known = {name for name, _ in nodes}
+                exclude = tuple(sorted({*nodes, *((n, "") for n in spec.avoid if n not in known)}))
+                digest, names = exclusion_digest(exclude), frozenset(name for name, _ in exclude)
+                self.excluded[spec.for_uid] = (exclude, digest, names)
+            out.append(replace(spec, exclude=exclude, exclude_digest=digest))
+        wanted = {spec.for_uid for spec in specs}
+        for uid in [u for u in self.excluded if u not in wanted]:
+            del self.excluded[uid]
+        return out
+
     def _pending_uids(self) -> set[str]:
         return {p.uid for p in self.state.pending_pods()}
 
@@ -327,19 +366,24 @@ class CapacitySignal:
         pending = self._pending_uids()
         refusals = self.log.pending(pending.__contains__)
         risks = {r.pod.uid: node_risks(self.agent, self.state, r) for r in refusals}
-        self.wanted = self.decision.step(self.clock(), refusals, risks)
+        self.wanted = self.excluding(self.decision.step(self.clock(), refusals, risks))
         self.refused = len(refusals)
         # Gone instances' placeholders first: one of the same refused pod and nodes has the name this kso's would
         # have (it is "kept", not created, while it exists), so deleting it after would leave no signal for a round.
         live = self.reconciler.live_holders()
         reaped = self.reconciler.reap(live)
-        result = self.reconciler.apply(self.wanted)
+        result = self.reconciler.apply(self.wanted, live)
         self.metrics.count(result, reaped)
         if self.keep is not None and self.marker is not None:
             needed = needed_nodes(self.agent, self.state, self.settings.keep_below, self.marker.marked)
             self.kept = self.keep.step(self.clock(), needed, self.state.node_names())
             nodes = self.marker.nodes()  # one listing for both (a mark reap takes off still shows in it: next round)
-            self.marker.reap(live, nodes)
+            # Marks are cluster-wide, Leases per install: a mark is another install's while that install's Lease
+            # is current in its own namespace (judged against this namespace alone, two installs took each other's
+            # marks off every round).
+            everywhere = self.reconciler.live_holders_everywhere()
+            if everywhere is not None:
+                self.marker.reap(live | everywhere, nodes)
             self.marker.apply(self.kept, nodes)
         return self.wanted
 

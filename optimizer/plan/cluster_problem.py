@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from forecasting.types import NodeForecast
-from kso.core.cluster import ClusterState
+from kso.core.cluster import ClusterState, PlanCopy
 from kso.core.node_costs import DEFAULT_COST_KEY
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY
@@ -95,45 +95,78 @@ def problem_from_state(state: ClusterState, forecasts: dict[str, dict[str, NodeF
     fresh forecast is judged on kube-safe-scheduler's load annotations when it has them, else on its
     bound pods' requests (no spread). With ``scheduler_names``, only pending pods whose
     spec.schedulerName is one of them are planned (no schedulerName = default-scheduler); bound pods of
-    every scheduler count as load either way."""
+    every scheduler count as load either way. The state's lock is held only to copy what the build reads
+    (ClusterState.plan_copy), not for the build: the request path needs that lock."""
+    return problem_from_copy(state.plan_copy(), forecasts, u_star, eps, pending, cost_key, class_usage,
+                             max_forecast_age_s, now, scheduler_names)
+
+
+def plannable(pods: list[PodInfo], scheduler_names: Sequence[str] = ()) -> list[PodInfo]:
+    """The pods a plan places: unbound, not terminal, and (with ``scheduler_names``) for one of those schedulers."""
+    names = set(scheduler_names)
+    return [p for p in pods if not p.node_name and not p.terminal
+            and (not names or (p.scheduler_name or DEFAULT_SCHEDULER) in names)]
+
+
+def _usable(f: NodeForecast | None, now: float, max_forecast_age_s: float) -> bool:
+    return f is not None and not f.stale and f.age_s(now) <= max_forecast_age_s and math.isfinite(f.mean)
+
+
+def copy_has_statistics(copy: PlanCopy, forecasts: dict[str, dict[str, NodeForecast]] | None,
+                        max_forecast_age_s: float = 900.0, now: float | None = None) -> bool:
+    """Whether the problem built from ``copy`` would know the current load of some ready node (a fresh forecast or
+    load annotations; extender.plan_cache.has_load_statistics of that problem), without building it."""
     now = time.time() if now is None else now
     forecasts = forecasts or {}
-    pods = pending if pending is not None else state.pending_pods()
+    annotated = np.isfinite(copy.mean_free).any(axis=1).tolist()
+    for i, info in enumerate(copy.nodes):
+        if info is None or not info.ready:
+            continue
+        if annotated[i]:
+            return True
+        per = forecasts.get(copy.names[i])
+        if per and any(_usable(per.get(FORECAST_NAMES[r]), now, max_forecast_age_s) for r in LOAD_RESOURCES):
+            return True
+    return False
+
+
+def problem_from_copy(copy: PlanCopy, forecasts: dict[str, dict[str, NodeForecast]] | None, u_star: float,
+                      eps: float, pending: list[PodInfo] | None = None, cost_key: str = DEFAULT_COST_KEY,
+                      class_usage: dict[str, UsageModel] | None = None, max_forecast_age_s: float = 900.0,
+                      now: float | None = None, scheduler_names: Sequence[str] = ()) -> PlacementProblem:
+    """problem_from_state's build, from a copy of the state (no lock held)."""
+    now = time.time() if now is None else now
+    forecasts = forecasts or {}
+    pods = pending if pending is not None else copy.pending
     nodes: list[PlanNode] = []
     ages: list[float] = []
-    with state.lock:
-        for name in state.node_names():
-            info = state.node(name)
-            if info is None or not info.ready:
-                continue
-            on_node = state.pods_on(name)
-            requested: dict[str, float] = {}
-            for p in on_node:
-                for r, v in p.requests.items():
-                    requested[r] = requested.get(r, 0.0) + v
-            load = {}
-            view = state.view([name])
-            for ri, r in enumerate(LOAD_RESOURCES):
-                f = forecasts.get(name, {}).get(FORECAST_NAMES[r])
-                cap = info.allocatable.get(r, 0.0)
-                # kube-safe-scheduler's annotations are in millicores and MB; STAT_SCALE converts to them.
-                free_mean, free_std = view.mean_free[0, ri] / STAT_SCALE[ri], view.std_free[0, ri] / STAT_SCALE[ri]
-                if f is not None and not f.stale and f.age_s(now) <= max_forecast_age_s and math.isfinite(f.mean):
-                    load[r] = NodeLoad(f.mean * cap, f.std * cap if math.isfinite(f.std) else 0.0, "forecast")
-                    ages.append(f.age_s(now))
-                elif math.isfinite(free_mean):  # no forecast: the node's annotations, as the safe agent does
-                    load[r] = NodeLoad(max(cap - free_mean, 0.0), free_std if math.isfinite(free_std) else 0.0,
-                                       "annotations")
-                else:
-                    load[r] = NodeLoad(source="requests")
-            nodes.append(PlanNode(name, dict(info.allocatable), requested, load,
-                                  node_cost(info.labels, info.annotations, cost_key), info, bool(on_node)))
-        baseline = list(state.pods)
-    names = set(scheduler_names)
-    ours = [p for p in pods if not names or (p.scheduler_name or DEFAULT_SCHEDULER) in names]
-    classes = group_classes([p for p in ours if not p.node_name and not p.terminal], class_usage)
-    input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": state.age_seconds()}
-    return PlacementProblem(nodes, classes, u_star, eps, input_ages, baseline)
+    columns = list(copy.columns.items())
+    for i, name in enumerate(copy.names):
+        info = copy.nodes[i]
+        if info is None or not info.ready:
+            continue
+        row = copy.requested[i].tolist()
+        requested = {r: row[c] for r, c in columns if row[c] != 0.0}
+        load = {}
+        per = forecasts.get(name, {})
+        for ri, r in enumerate(LOAD_RESOURCES):
+            f = per.get(FORECAST_NAMES[r])
+            cap = info.allocatable.get(r, 0.0)
+            # kube-safe-scheduler's annotations are in millicores and MB; STAT_SCALE converts to them.
+            free_mean, free_std = copy.mean_free[i, ri] / STAT_SCALE[ri], copy.std_free[i, ri] / STAT_SCALE[ri]
+            if f is not None and _usable(f, now, max_forecast_age_s):
+                load[r] = NodeLoad(f.mean * cap, f.std * cap if math.isfinite(f.std) else 0.0, "forecast")
+                ages.append(f.age_s(now))
+            elif math.isfinite(free_mean):  # no forecast: the node's annotations, as the safe agent does
+                load[r] = NodeLoad(max(cap - free_mean, 0.0), free_std if math.isfinite(free_std) else 0.0,
+                                   "annotations")
+            else:
+                load[r] = NodeLoad(source="requests")
+        nodes.append(PlanNode(name, dict(info.allocatable), requested, load,
+                              node_cost(info.labels, info.annotations, cost_key), info, name in copy.occupied))
+    classes = group_classes(plannable(pods, scheduler_names), class_usage)
+    input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": copy.age_s}
+    return PlacementProblem(nodes, classes, u_star, eps, input_ages, list(copy.bound))
 
 
 POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour

@@ -43,7 +43,8 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 # Roles the manifests bind to that Kubernetes itself creates.
 BUILTIN_CLUSTER_ROLES = {"system:kube-scheduler", "system:volume-scheduler"}
 BUILTIN_ROLES = {("kube-system", "extension-apiserver-authentication-reader")}
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 
 # k8s.io/kube-scheduler config/v1 types.go (KubeSchedulerConfiguration, KubeSchedulerProfile, Extender,
 # ExtenderTLSConfig, ExtenderManagedResource) and component-base LeaderElectionConfiguration.
@@ -405,6 +406,7 @@ SCHEDULER_POD_NEEDS = [
     *[("", "configmaps", v, *PLAN) for v in ("get", "list", "watch")],
     # the capacity signal (kso/core/capacity.py): its placeholders and its own Lease, in kso-capacity only
     *[("", "pods", v, "kso-capacity", None) for v in ("list", "create", "delete")],
+    ("", "pods/status", "patch", "kso-capacity", None),  # PodScheduled=False/Unschedulable: no scheduler serves them
     *[("coordination.k8s.io", "leases", v, "kso-capacity", None) for v in ("list", "create", "patch", "delete")],
     # + the leader-election lease, named in the scheduler configuration (test below)
 ]
@@ -790,6 +792,21 @@ def test_capacity_manifests_match_what_kso_writes() -> None:
     quota = _one("ResourceQuota", "kso-capacity-placeholders")
     assert quota["metadata"]["namespace"] == defaults.namespace
     assert int(quota["spec"]["hard"]["pods"]) >= 2 * defaults.max_placeholders
+    assert {"requests.cpu", "requests.memory"} <= set(quota["spec"]["hard"])
+    assert quota["spec"]["scopeSelector"]["matchExpressions"] == [
+        {"scopeName": "PriorityClass", "operator": "In", "values": [defaults.priority_class]}]
+    # the admission policy admits exactly what kso's defaults write, in kso's namespace only
+    policy = _one("ValidatingAdmissionPolicy", "kso-capacity-placeholders")["spec"]
+    values = {v["name"]: v["expression"] for v in policy["variables"]}
+    assert values["image"] == repr(defaults.image) and values["priorityClass"] == repr(defaults.priority_class)
+    assert values["schedulerName"] == repr(defaults.scheduler_name)
+    ns_only = {"matchLabels": {"kubernetes.io/metadata.name": defaults.namespace}}
+    assert policy["matchConstraints"]["namespaceSelector"] == ns_only and policy["failurePolicy"] == "Fail"
+    rules = {r for rule in policy["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    assert {"pods", "bindings", "pods/binding"} <= rules, "both ways of binding a pod are refused"
+    vapb = _one("ValidatingAdmissionPolicyBinding", "kso-capacity-placeholders")["spec"]
+    assert vapb["policyName"] == "kso-capacity-placeholders" and vapb["validationActions"] == ["Deny"]
+    assert vapb["matchResources"]["namespaceSelector"] == ns_only
     binding = _one("RoleBinding", "kso-capacity-signal")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": _deployment()["spec"]["template"]["spec"][
         "serviceAccountName"], "namespace": "kso-system"}]
@@ -805,3 +822,4 @@ def test_capacity_manifests_match_what_kso_writes() -> None:
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert "limits" not in c["resources"] and c["resources"]["requests"] == {"cpu": "250m", "memory": str(2**30)}
+    assert pod["spec"]["schedulerName"] == defaults.scheduler_name and "nodeName" not in pod["spec"]

@@ -83,7 +83,7 @@ def test_the_capacity_signal_gets_the_extenders_role_in_its_namespace_only() -> 
     assert role["metadata"]["namespace"] == "kso-capacity"
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
-    assert granted == {("", "pods", v) for v in ("list", "create", "delete")} | {
+    assert granted == {("", "pods", v) for v in ("list", "create", "delete")} | {("", "pods/status", "patch")} | {
         ("coordination.k8s.io", "leases", v) for v in ("list", "create", "patch", "delete")}
     cluster_role = _one("ClusterRole")
     assert not any(v in rule["verbs"] for rule in cluster_role["rules"] for v in ("create", "delete", "update", "patch")

@@ -27,15 +27,19 @@ from optimizer.plan.placement_plan import PlacementPlan, write_plan
 from optimizer.settings import PlanSettings
 from tests.support.fixtures import make_node, make_pod, make_state
 
-NODES = [make_node(f"n{i}", cpu="4", memory="8Gi") for i in range(1, 4)]
+# measured, nearly idle: the plan pulls only onto nodes whose load kso sees (kso/decisions/sight.py)
+IDLE = {"mean-free-cpu": "3900", "std-free-cpu": "50", "mean-free-memory": "8000", "std-free-memory": "50"}
+NODES = [make_node(f"n{i}", cpu="4", memory="8Gi", annotations=IDLE) for i in range(1, 4)]
+UNMEASURED = [make_node(f"n{i}", cpu="4", memory="8Gi") for i in range(1, 4)]
 PENDING = [make_pod(f"p{i}", cpu="1", memory="1Gi") for i in range(1, 4)]
 
 
 @contextmanager
-def plan_extender(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[tuple[Client, Extender, PlanCache]]:
+def plan_extender(tmp_path: Path, env: dict[str, str] | None = None, nodes: list[dict[str, Any]] = NODES
+                  ) -> Iterator[tuple[Client, Extender, PlanCache]]:
     env = {"KSO_PLAN_FILE": str(tmp_path / "plan.json"), **(env or {})}
     config = load_config({"KSO_AGENTS": "safe,pigeon", **env})
-    state = make_state(NODES, PENDING)
+    state = make_state(nodes, PENDING)
     cache = PlanCache(config.plan, state)
     ext = Extender(config, state, RecordingBinder(), plan=cache)
     cache.on_event = lambda kind, detail: ext.metrics.plan_events.labels(kind).inc()
@@ -143,7 +147,8 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
     """Out of the box the background solve waits for load statistics: with none (no forecast, no load
     annotations) a binpack plan would fill nodes by requests alone, so the agents decide and the metric
     says why. Once a node carries kube-safe-scheduler's load annotations, the plan is solved in its child."""
-    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_INTERVAL_S": "5"}) as (client, ext, cache):
+    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_INTERVAL_S": "5"},
+                       nodes=UNMEASURED) as (client, ext, cache):
         jobs = start_plan_jobs(ext, solve=True, first_solve_delay_s=0.1)
         assert jobs is not None
         try:
@@ -152,9 +157,9 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
                 time.sleep(0.2)
             assert metric(client, 'kso_plan_solves_total{result="no-statistics"}') >= 1
             assert cache.describe()["plan"] is None
-            annotated = make_node("n1", cpu="4", memory="8Gi", annotations={
-                "mean-free-cpu": "3500", "std-free-cpu": "100", "mean-free-memory": "7000", "std-free-memory": "100"})
-            ext.state.upsert_node(node_from_k8s(annotated))
+            for name in ("n1", "n2", "n3"):  # the plan then pulls onto them: their load is measured
+                ext.state.upsert_node(node_from_k8s(make_node(name, cpu="4", memory="8Gi", annotations={
+                    "mean-free-cpu": "3500", "std-free-cpu": "100", "mean-free-memory": "7000", "std-free-memory": "100"})))
             deadline = time.time() + 90
             while cache.describe()["plan"] is None and time.time() < deadline:
                 time.sleep(0.2)
@@ -169,7 +174,8 @@ def test_background_solve_in_a_separate_process(tmp_path: Path) -> None:
 
 
 def test_without_statistics_the_plan_is_solved_when_asked(tmp_path: Path) -> None:
-    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_WITHOUT_STATISTICS": "true"}) as (_, ext, cache):
+    with plan_extender(tmp_path, {"KSO_SOLVER_TIME_LIMIT_S": "5", "KSO_PLAN_WITHOUT_STATISTICS": "true"},
+                       nodes=UNMEASURED) as (_, ext, cache):
         solver = PlanSolver(cache, usage=lambda state: {})
         try:
             assert solver.solve() is not None

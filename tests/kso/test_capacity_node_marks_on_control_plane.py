@@ -136,3 +136,51 @@ def test_the_marks_of_a_killed_kso_are_taken_off_once_its_lease_expires(plane: t
         assert marks(core, keep) == (None, None) and marks(core, theirs) == ("true", None)
     finally:
         delete_nodes(api, [keep, theirs, *hot])
+
+
+def test_two_installs_leave_each_others_marks_alone_and_take_a_gone_installs_off(plane: tuple[Any, Path],
+                                                                                  tmp_path: Path) -> None:
+    """Two installs, each with its own KSO_CAPACITY_NAMESPACE (B's: kso-capacity-b, with capacity.yaml's Role bound
+    there): B's mark on a node A does not need stays while B's Lease is current (A finds it in B's namespace; it
+    used to look in its own only and take B's marks off every round), and goes once that Lease expires. B is kso's
+    own reconciler and marker with the ServiceAccount's token, as B's kso would run them."""
+    import yaml
+
+    from kso.core.capacity import CapacityReconciler, CapacitySettings, NodeMarker
+    from kso.core.kube import load_api_client
+    from tests.support.capacity_plane import DEPLOY
+
+    cp, kubeconfig = plane
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    new_namespace(core, "kso-capacity-b")
+    for doc in yaml.safe_load_all((DEPLOY / "capacity.yaml").read_text()):
+        if doc and doc["kind"] in ("Role", "RoleBinding"):
+            doc["metadata"]["namespace"] = "kso-capacity-b"
+            (rbac.create_namespaced_role if doc["kind"] == "Role" else rbac.create_namespaced_role_binding)(
+                "kso-capacity-b", doc)
+    (keep, theirs), hot = marked_pool(api, "ti")
+    sa = load_api_client(str(kubeconfig))
+    lease_s = 15.0
+    b = CapacityReconciler(sa, CapacitySettings(enabled=True, namespace="kso-capacity-b", identity="kso-install-b",
+                                                lease_s=lease_s))
+    b.renew()
+    assert NodeMarker(sa, "kso-install-b").apply([hot[0]]).marked == [hot[0]]
+    a = start_kso(kubeconfig, tmp_path / "a.log", KSO_CAPACITY_IDENTITY="kso-install-a", KSO_CAPACITY_KEEP_NODES="true",
+                  KSO_CAPACITY_INTERVAL_S="1")
+    try:
+        until(lambda: marks(core, keep) == ("true", "kso-install-a"), AIM_S, "A marks the node it needs")
+        b.renew()  # B's Lease current for lease_s from now
+        flips = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < lease_s - 5:  # A's rounds (1 s) while B's Lease is current
+            flips += marks(core, hot[0]) != ("true", "kso-install-b")
+            time.sleep(0.5)
+        assert flips == 0, "A took the mark of a live install off"
+        until(lambda: marks(core, hot[0]) == (None, None), lease_s + 30, "B's mark taken off once its Lease expired")
+        print(f"\ntwo installs: B's mark kept through {lease_s - 5:g} s of A's rounds (1 s) while B's Lease was "
+              f"current ({flips} flips), taken off {time.monotonic() - t0 - lease_s:.1f} s after it expired")
+    finally:
+        a.stop()
+        delete_nodes(api, [keep, theirs, *hot])

@@ -3,6 +3,8 @@ which placeholders follow), the placeholder Pod it writes, and which filter answ
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,9 +14,12 @@ from kso.core.capacity import (
     HOLDER,
     MANAGED_BY,
     PLACEHOLDER_FOR,
+    UNSERVED_SCHEDULER,
     CapacitySettings,
     Owner,
+    PlaceholderSpec,
     is_placeholder,
+    needs_limit,
     placeholder_manifest,
 )
 from kso.core.objects import pod_from_k8s
@@ -146,32 +151,64 @@ def test_placeholders_are_only_for_refused_pods_and_never_more_than_the_cap(n_po
 def test_the_placeholder_pod_is_what_the_autoscaler_reads() -> None:
     raw = make_pod("web-1", cpu="1500m", memory="3Gi")
     raw["spec"]["nodeSelector"] = {"pool": "general"}
-    raw["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
+    raw["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"},
+                                  {"key": "soft", "operator": "Exists", "effect": "PreferNoSchedule"},
+                                  {"key": "gone", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
     raw["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]}}}
     pod = pod_from_k8s(raw)
-    spec = spec_for(pod, ("n1", "n2"))
+    # every current node excluded: n1 and n2 by their hostname label, n3 (no label) by its name
+    spec = replace(spec_for(pod, ("n1", "n2")), exclude=(("n1", "h1"), ("n2", "h2"), ("n3", "")))
     settings_ = CapacitySettings()
     m = placeholder_manifest(spec, settings_, Owner("kso-a", "kso-capacity-kso-a", "lease-uid"))
     meta, body = m["metadata"], m["spec"]
     assert meta["namespace"] == "kso-capacity"
     assert meta["labels"] == {MANAGED_BY: "kso", COMPONENT: "capacity-placeholder", HOLDER: "kso-a"}
-    assert is_placeholder(meta["annotations"]) and meta["annotations"][PLACEHOLDER_FOR] == "default/web-1"
+    assert meta["annotations"][PLACEHOLDER_FOR] == "default/web-1"
     assert meta["ownerReferences"][0]["kind"] == "Lease" and meta["ownerReferences"][0]["uid"] == "lease-uid"
     assert body["priorityClassName"] == "kso-capacity-placeholder"
+    assert body["schedulerName"] == UNSERVED_SCHEDULER, "no scheduler serves it: never bound"
+    assert "nodeName" not in body
     assert body["terminationGracePeriodSeconds"] == 0 and body["automountServiceAccountToken"] is False
     assert body["containers"][0]["resources"] == {"requests": {"cpu": "1500m", "memory": str(3 * 1024**3)}}
     assert body["nodeSelector"] == {"pool": "general"}
-    assert body["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
+    # the taints the autoscaler's simulation filters on only, without tolerationSeconds
+    assert body["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"},
+                                   {"key": "gone", "operator": "Exists", "effect": "NoExecute"}]
     terms = body["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    # one requirement per hot node (the API server takes one value per node-field requirement)
-    avoid = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("n1", "n2")]
-    # each of the pod's ORed terms keeps its own rules and gets the hot nodes ANDed in
-    assert terms == [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}], "matchFields": avoid},
-                     {"matchFields": [*avoid, {"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]
+    hosts = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h1", "h2"]}
+    bare = {"key": "metadata.name", "operator": "NotIn", "values": ["n3"]}
+    # each of the pod's ORed terms keeps its own rules and gets the exclusion ANDed in
+    assert terms == [{"matchExpressions": [hosts, {"key": "zone", "operator": "In", "values": ["a", "b"]}],
+                      "matchFields": [bare]},
+                     {"matchExpressions": [hosts],
+                      "matchFields": [bare, {"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]
     assert meta["name"] == spec.name() and len(meta["name"]) <= 63
-    assert spec_for(pod, ("n1",)).name() != spec.name(), "another set of hot nodes is another pod (spec is immutable)"
+    assert replace(spec, exclude=(("n1", "h1"),)).name() != spec.name(), "another exclusion is another pod"
+    assert replace(spec, avoid=("n1",)).name() == spec.name(), "the hot nodes are covered by the exclusion"
+
+
+def test_is_placeholder_reads_the_owner_not_an_annotation_a_tenant_can_set() -> None:
+    raw = make_pod("sneaky")
+    raw["metadata"]["annotations"] = {PLACEHOLDER_FOR: "default/x"}
+    assert not is_placeholder(pod_from_k8s(raw))
+    raw["metadata"]["ownerReferences"] = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "controller": True,
+                                           "name": "kso-capacity-kso-a", "uid": "u"}]
+    assert is_placeholder(pod_from_k8s(raw))
+    raw["metadata"]["ownerReferences"][0]["kind"] = "ReplicaSet"
+    assert not is_placeholder(pod_from_k8s(raw))
+
+
+def test_extended_resources_and_hugepages_get_limits_equal_to_requests_and_nothing_else_does() -> None:
+    assert needs_limit("nvidia.com/gpu") and needs_limit("hugepages-2Mi") and needs_limit("example.org/fpga")
+    assert not any(needs_limit(r) for r in ("cpu", "memory", "ephemeral-storage", "pods", "kubernetes.io/x",
+                                            "requests.nvidia.com/gpu"))
+    spec = PlaceholderSpec("u", "ns/gpu", (("cpu", 500.0), ("hugepages-2Mi", 2.0 * 2**21), ("memory", 2.0**30),
+                                           ("nvidia.com/gpu", 1.0)), ("n1",))
+    res = placeholder_manifest(spec, CapacitySettings(), Owner("kso-a"))["spec"]["containers"][0]["resources"]
+    assert res["limits"] == {"hugepages-2Mi": str(2 * 2**21), "nvidia.com/gpu": "1"}
+    assert all(res["requests"][r] == q for r, q in res["limits"].items())
 
 
 def test_a_refusal_is_every_node_refused_or_passed_only_by_the_hold_release() -> None:
@@ -225,7 +262,8 @@ def test_a_node_is_needed_while_a_pod_the_autoscaler_would_move_is_refused_on_ev
     ds["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "d",
                                           "controller": True}]
     ph = make_pod("ph", cpu="200m", node="warm")
-    ph["metadata"]["annotations"] = {PLACEHOLDER_FOR: "default/x"}
+    ph["metadata"]["ownerReferences"] = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "controller": True,
+                                          "name": "kso-capacity-kso-a", "uid": "l"}]
     nodes = [make_node("keep", annotations=warm), make_node("hot", annotations=HOT), make_node("warm", annotations=warm),
              make_node("busy", annotations=warm)]
     pods = [make_pod("p", cpu="1500m", node="keep"), ds, ph, make_pod("b", cpu="2400m", node="busy")]

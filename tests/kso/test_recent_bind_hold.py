@@ -63,14 +63,16 @@ def test_the_extender_holds_a_bind_until_the_window_has_seen_it() -> None:
 
 def test_a_placeholder_bound_by_kube_scheduler_is_not_recent_load() -> None:
     """The capacity signal's placeholders run a pause container: their binds add nothing to kso's view of the node."""
-    from kso.core.capacity import PLACEHOLDER_FOR
+    # a placeholder is known by its owner, a kso capacity Lease (kso.core.capacity.is_placeholder)
+    owner = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": "kso-capacity-kso-a", "uid": "l",
+              "controller": True}]
 
     state = make_state([make_node("n1")])
     pending = make_pod("kso-capacity-x", cpu="2", memory="2Gi", namespace="kso-capacity")
-    pending["metadata"]["annotations"] = {PLACEHOLDER_FOR: "team-a/web-0"}
+    pending["metadata"]["ownerReferences"] = owner
     state.upsert_pod(pod_from_k8s(pending))
     bound = make_pod("kso-capacity-x", cpu="2", memory="2Gi", namespace="kso-capacity", node="n1")
-    bound["metadata"]["annotations"] = {PLACEHOLDER_FOR: "team-a/web-0"}
+    bound["metadata"]["ownerReferences"] = owner
     state.upsert_pod(pod_from_k8s(bound), observed_binding=True)
     assert state.recent[state.row_of["n1"]].tolist() == [0.0, 0.0]
     other = make_pod("web-1", cpu="2", memory="2Gi", node="n1")

@@ -31,7 +31,7 @@ class RecordingReconciler:
         self.calls: list[tuple[str, Any]] = []
         self.applied = threading.Event()
 
-    def apply(self, specs: list[PlaceholderSpec]) -> ApplyResult:
+    def apply(self, specs: list[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
         self.calls.append(("apply", [s.for_key for s in specs]))
         self.applied.set()
         return ApplyResult(created=[s.name() for s in specs])
@@ -98,3 +98,24 @@ def test_the_signal_runs_once_per_term_and_each_term_ends_with_its_placeholders_
     terms = "".join({"clear": "c", "reap": "r", "apply": "a"}[k] for k in kinds).split("cr")[1:]
     assert len(terms) == 2 and all(t.startswith("ra") and t.endswith("c") and t.count("c") == 1 for t in terms), kinds
     assert ("apply", ["default/web"]) in reconciler.calls
+
+
+def test_a_placeholder_excludes_every_node_and_is_remade_only_when_a_node_it_lets_in_turns_hot() -> None:
+    """Every node there is when the placeholder is made is excluded (by its hostname label; by name without one),
+    hot or not; a node added later leaves the placeholder as it is until kso refuses the pod there too."""
+    from kso.core.objects import node_from_k8s
+
+    nodes = [make_node(f"hot-{i}", cpu="4", memory="8Gi", annotations=HOT) for i in range(2)]
+    other = make_node("other", cpu="4", memory="8Gi")
+    other["metadata"]["labels"] = {}  # no hostname label
+    sched, signal, _ = scheduler_with_signal([*nodes, other], [kso_pod("web", "500m", "web", "0.9")])
+    state = signal.state
+    signal.log.record(state.pending_pods()[0], ["hot-0", "hot-1"])
+    [spec] = signal.tick()
+    assert spec.exclude == (("hot-0", "hot-0"), ("hot-1", "hot-1"), ("other", ""))
+    state.upsert_node(node_from_k8s(make_node("new", cpu="4", memory="8Gi", annotations=HOT)))
+    [same] = signal.tick()
+    assert same.name() == spec.name(), "a node added later: the placeholder stays"
+    signal.log.record(state.pending_pods()[0], ["new"])  # kso refused the pod on the new node too
+    [remade] = signal.tick()
+    assert ("new", "new") in remade.exclude and remade.name() != spec.name()

@@ -4,10 +4,11 @@ kube-scheduler of the default profile v1.36.2, etcd; no kubelet).
 kso scheduler runs as deploy/scheduler-standalone/ runs it (``kso scheduler --name kso --identity NAME``, leader
 election on the Lease kso-system/kso-standalone-scheduler) with a token of its ServiceAccount, whose RBAC is exactly
 deploy/scheduler-standalone/rbac.yaml, capacity-rbac.yaml and the Role of deploy/capacity.yaml: the tests also
-prove those rules are enough. The kube-scheduler of the default profile schedules the placeholders, as a cluster's
-own scheduler would. Every node is "hot" by its annotations, so the safe agent refuses the pod everywhere; the
-form the cluster-autoscaler reads is kube-scheduler's own verdict on the placeholder: PodScheduled=False, reason
-Unschedulable. Only the replica holding the scheduler's Lease judges pods, so only it keeps placeholders.
+prove those rules are enough. A kube-scheduler of the default profile runs, as a cluster's own scheduler would; no
+scheduler serves the placeholders. Every node is "hot" by its annotations, so the safe agent refuses the pod
+everywhere; the form the cluster-autoscaler reads is the placeholder's condition PodScheduled=False, reason
+Unschedulable, which kso writes. Only the replica holding the scheduler's Lease judges pods, so only it keeps
+placeholders. The start-time checks (a Lease the RBAC does not grant, bad names) run here too.
 
 The times measured are printed (pytest -s) and asserted against the aims: 2 minutes each, and the stated bound
 after a kill (KSO_CAPACITY_LEASE_S + KSO_CAPACITY_INTERVAL_S, once another replica leads).
@@ -91,8 +92,8 @@ def capacity_leases(api: Any) -> set[str]:
 
 def test_the_signal_appears_when_every_node_is_hot_and_goes_when_capacity_appears(plane: tuple[Any, Path],
                                                                                    tmp_path: Path) -> None:
-    """A pod kso scheduler refuses on every node gets a placeholder kube-scheduler finds Unschedulable; a new node
-    (what the autoscaler adds) takes the placeholder and the pod, and the placeholder is deleted. A stopped kso
+    """A pod kso scheduler refuses on every node gets an Unschedulable placeholder; a new node (what the autoscaler
+    adds) takes the pod, and the placeholder is deleted (it is never bound). A stopped kso
     scheduler (SIGTERM) deletes its placeholders and its capacity Lease."""
     cp, kubeconfig = plane
     api = cp.api_client()
@@ -108,9 +109,12 @@ def test_the_signal_appears_when_every_node_is_hot_and_goes_when_capacity_appear
         assert not core.read_namespaced_pod("api", ns).spec.node_name, "kso scheduler refused the pod on every node"
         assert ph.metadata.labels[HOLDER] == "sched-ca", "the identity is the one kso scheduler was started with"
         spec = ph.spec
-        assert spec.priority == -10 and spec.preemption_policy == "Never" and spec.scheduler_name == "default-scheduler"
+        assert spec.priority == -10 and spec.preemption_policy == "Never"
+        assert spec.scheduler_name == "kso-capacity-no-scheduler" and not spec.node_name, "no scheduler serves it"
         [term] = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
-        assert sorted(v for f in term.match_fields for v in f.values) == sorted(nodes)
+        [excluded] = term.match_expressions
+        assert excluded.key == "kubernetes.io/hostname" and excluded.operator == "NotIn"
+        assert set(nodes) <= set(excluded.values), "every node there is excluded"
         assert spec.containers[0].resources.requests == {"cpu": "1", "memory": str(2**30)}
         assert ph.metadata.owner_references[0].kind == "Lease"
         scrape = metrics(kso)
@@ -180,3 +184,59 @@ def test_only_the_leader_keeps_placeholders_and_a_killed_leader_leaves_nothing_p
             b.stop()
         delete_nodes(api, nodes)
     assert not placeholders(core), "the stopped leader deleted its own"
+
+
+def _run_kso(kubeconfig: Path, *args: str, timeout: float = 60, **env: str) -> Any:
+    import subprocess
+
+    e = {**os.environ, "KUBECONFIG": str(kubeconfig), "KSO_CAPACITY_SIGNAL": "true", **env}
+    e.pop("KSO_CLUSTER_SOURCE", None)
+    root = Path(__file__).resolve().parents[2]
+    e["PYTHONPATH"] = os.pathsep.join([str(root), *([e["PYTHONPATH"]] if e.get("PYTHONPATH") else [])])
+    return subprocess.run([os.environ.get("PYTHON", "python3"), "-m", "kso.cli", *args], env=e, cwd=root,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bad_names_and_a_lease_the_rbac_does_not_grant_fail_at_start(plane: tuple[Any, Path]) -> None:
+    """kso scheduler as its ServiceAccount: the default KSO_SCHEDULER_LEASE (kube-system/kso-scheduler), which
+    deploy/scheduler-standalone/rbac.yaml does not grant, is refused before anything runs (the API server's own
+    authorizer is asked), as are `--name ""` and a capacity namespace that is not a DNS label: one line, exit 2,
+    no traceback."""
+    _, kubeconfig = plane
+    cases = [
+        (("scheduler", "--name", SCHEDULER), {}, "KSO_SCHEDULER_LEASE='kube-system/kso-scheduler': this identity may "
+                                                 "not get, create, update that Lease"),
+        (("scheduler", "--name", ""), {"KSO_SCHEDULER_LEASE": LEASE}, "--name '': empty"),
+        (("scheduler", "--name", SCHEDULER), {"KSO_SCHEDULER_LEASE": LEASE, "KSO_CAPACITY_NAMESPACE": "Bad_NS"},
+         "KSO_CAPACITY_NAMESPACE='Bad_NS' (environment): not an RFC 1123 DNS label"),
+    ]
+    for argv, env, said in cases:
+        t0 = time.monotonic()
+        done = _run_kso(kubeconfig, *argv, **env)
+        assert done.returncode == 2, (argv, env, done.returncode, done.stderr[-2000:])
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+        print(f"\n{' '.join(argv)} {env}: exit 2 in {time.monotonic() - t0:.1f} s: {done.stderr.strip()[-300:]}")
+
+
+def test_a_lease_refused_after_start_is_logged_once(plane: tuple[Any, Path], tmp_path: Path) -> None:
+    """The Lease check passes at start, then the Role granting the Lease is removed (a real 403 from the API
+    server's authorizer): kso scheduler says so on its log, once, instead of retrying silently."""
+    from kubernetes.client import RbacAuthorizationV1Api
+
+    cp, kubeconfig = plane
+    rbac = RbacAuthorizationV1Api(cp.api_client())
+    kso = start_kso_scheduler(kubeconfig, tmp_path / "kso.log", "kso-403", KSO_CAPACITY_SIGNAL="false")
+    role = rbac.read_namespaced_role("kso-standalone-scheduler", "kso-system")
+    try:
+        until(lambda: "holds the lease" in (tmp_path / "kso.log").read_text(), AIM_S, "kso scheduler leads")
+        rbac.delete_namespaced_role("kso-standalone-scheduler", "kso-system")
+        said = "the API server refused to get the Lease kso-system/kso-standalone-scheduler (403)"
+        until(lambda: said in (tmp_path / "kso.log").read_text(), AIM_S, "the refused renewal logged")
+        time.sleep(6)  # more renewals (retry period 2 s) are refused meanwhile
+        text = (tmp_path / "kso.log").read_text()
+        assert text.count("the API server refused to get the Lease") == 1, text[-3000:]
+    finally:
+        kso.stop()
+        body = client.ApiClient().sanitize_for_serialization(role)
+        body["metadata"] = {"name": "kso-standalone-scheduler", "namespace": "kso-system"}
+        rbac.create_namespaced_role("kso-system", body)

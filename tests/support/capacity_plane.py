@@ -1,8 +1,9 @@
 """The capacity signal on the real control plane: what the tests of ``kso extender`` and ``kso scheduler`` share.
 
 deploy/'s objects are created for real and kso runs with a ServiceAccount token (so the tests also prove deploy/'s
-RBAC is enough); every node is "hot" by its annotations (cpu ~97% used against U* 90%); the form the
-cluster-autoscaler reads is kube-scheduler's own verdict on a placeholder: PodScheduled=False, reason Unschedulable.
+RBAC, admission policy and quota let kso do its work); every node is "hot" by its annotations (cpu ~97% used against
+U* 90%); the form the cluster-autoscaler reads is the placeholder's condition PodScheduled=False, reason
+Unschedulable (kso writes it: no scheduler serves the placeholders).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def placeholders(core: client.CoreV1Api, holder: str | None = None) -> list[Any]
 
 
 def unschedulable(pod: Any) -> bool:
-    """kube-scheduler's own verdict, as the cluster-autoscaler reads it."""
+    """The condition the cluster-autoscaler reads."""
     return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
                for c in (pod.status.conditions or []))
 
@@ -121,3 +122,60 @@ def capacity_appears(api: Any, ns: str, pod: str, new_node: str, holder: str) ->
     until(lambda: core.read_namespaced_pod(pod, ns).spec.node_name == new_node, AIM_S, f"the pod bound to {new_node}")
     until(lambda: not placeholders(core, holder), AIM_S, "the placeholder deleted once the pod was bound")
     return gone, time.monotonic() - t0
+
+
+class PlaceholderWatch:
+    """Every placeholder event in kso-capacity from a watch (not polling: a bind between two polls is seen too):
+    the placeholders ever bound to a node, and the most placeholders held at once for one refused pod."""
+
+    def __init__(self, api: Any) -> None:
+        import threading
+
+        from kubernetes import watch
+
+        self.core = client.CoreV1Api(api)
+        self.bound: dict[str, str] = {}  # placeholder name -> node
+        self.live: dict[str, str] = {}  # placeholder name -> the pod it stands for
+        self.most: dict[str, int] = {}  # pod -> the most placeholders it had at once
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        selector = "app.kubernetes.io/managed-by=kso,app.kubernetes.io/component=capacity-placeholder"
+        try:
+            for event in self._watch.stream(self.core.list_namespaced_pod, NS, label_selector=selector,
+                                            timeout_seconds=3600):
+                pod = event["object"]
+                name = pod.metadata.name
+                if pod.spec.node_name:
+                    self.bound[name] = pod.spec.node_name
+                if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
+                    self.live.pop(name, None)
+                    continue
+                self.live[name] = (pod.metadata.annotations or {}).get(PLACEHOLDER_FOR, "")
+                for key in set(self.live.values()):
+                    count = sum(1 for k in self.live.values() if k == key)
+                    self.most[key] = max(self.most.get(key, 0), count)
+        except Exception:  # noqa: BLE001 - stopped, or the control plane went away
+            return
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def with_allocatable(manifest: dict[str, Any], **extra: str) -> dict[str, Any]:
+    """A node manifest (benchmarks.e2e.node_manifest) with more allocatable resources (extended ones, hugepages)."""
+    for part in ("capacity", "allocatable"):
+        manifest["status"][part].update(extra)
+    return manifest
+
+
+def add_node_kso_knows(api: Any, manifest: dict[str, Any], settle_s: float = 5.0) -> None:
+    """Create a node kube-scheduler offers only after kso's cache has it (kso passes a node it does not know yet, so a
+    hot node created outright may take the pod before kso sees it is hot): cordoned first, uncordoned after
+    ``settle_s``."""
+    manifest = {**manifest, "spec": {**manifest.get("spec", {}), "unschedulable": True}}
+    create_nodes(api, [manifest])
+    time.sleep(settle_s)
+    client.CoreV1Api(api).patch_node(manifest["metadata"]["name"], {"spec": {"unschedulable": False}})

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not OPENB_NODES.exists(), reason=f"no openb trac
 
 def test_matrix_runs_every_cell_without_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--nodes", "30", "--modes", "names,full", "--node-sets", "all", "--requests", "20",
-                     "--warmup", "3", "--variants", "2", "--max-cell-seconds", "2"]) == 0
+                     "--warmup", "3", "--variants", "2", "--max-cell-seconds", "10"]) == 0
     out = capsys.readouterr().out
     table = out[out.rindex("nodes mode"):].splitlines()[1:]
     rows = [line.split() for line in table if line.startswith("   30 ") and "RSS" not in line]

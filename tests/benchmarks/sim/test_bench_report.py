@@ -110,7 +110,7 @@ def test_aims_paired_by_seed_the_default_configuration_and_the_oracle_by_hand() 
     # 140/104 - 1 = +34.6%, 142/106 - 1 = +34.0%; outside the band
     assert any(ln.startswith("  - `kso:capacity=placeholder`: node-h +34.3% ± ") for ln in lines)
     # kso (104.5/50/30) has less of everything but pod-time served, which these rows lack (NaN): not dominated
-    default = next(ln for ln in lines if ln.startswith("- **`kso`, kso's default configuration**"))
+    default = next(ln for ln in lines if ln.startswith("- **`kso`, kso as deploy/ ships it**"))
     assert "not dominated on every axis" in default
     # the oracle (108/2/0 and 110/3/2): kso:capacity=placeholder (140/1/0, 142/2/2) has no more of either harm
     oracle = next(ln for ln in lines if ln.startswith("- **At `oracle`'s harm**"))

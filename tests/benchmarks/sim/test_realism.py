@@ -117,3 +117,14 @@ def test_warm_start_places_the_warm_up_pods_with_the_default_policy_then_hands_o
     assert policy.setup_step == 2 and policy.asked == [3]
     assert sorted(policy.told) == sorted([(warm.pods[0].name, f"n{warm.pods[0].node}", 2),
                                           (warm.pods[1].name, f"n{warm.pods[1].node}", 2), ("p2", "n0", 3)])
+
+
+@pytest.mark.parametrize("name", ["trimaran-tlp", "trimaran-lvrb", "trimaran-lroc", "koordinator", "default-most",
+                                  "oracle", "kso"])
+def test_every_policy_takes_over_a_warm_cluster(name: str) -> None:
+    """The peers keep per-node state sized when they first observe the cluster: handed a running cluster, they are
+    shown it before being told of its pods (a warm start once failed on every peer with an IndexError)."""
+    pods = [(1000, GIB, 0, 99, [0.5] * 8, [0.5] * 8)] * 2 + [(1000, GIB, 3, 99, [0.5] * 8, [0.5] * 8)]
+    warm = run(scenario([4000, 4000], pods, 8), make_policy(name, 0), rules=EngineRules(warmup_s=600),
+               warm_start=make_policy("default", 0))
+    assert warm.start == "warm" and all(p.node >= 0 for p in warm.pods)
