@@ -28,6 +28,7 @@ from benchmarks.e2e import (
     scheduler_config,
 )
 from extender.client import ExtenderClient
+from tests.e2e.test_kube_scheduler_extender import wait_kso_sees
 
 # 4 cores / 16 GiB with 1 core and 4 GiB measured in use (kube-safe-scheduler's annotation units: millicores, MB)
 MEASURED = {"mean-free-cpu": "3000", "std-free-cpu": "100", "forcasted-free-cpu": "3000",
@@ -44,14 +45,6 @@ MAX_SPREAD_MILLI, MIN_SPREAD_MILLI = 2400, 700
 def kso(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtenderProcess]:
     with kso_process(control_plane.kubeconfig, tmp_path_factory.mktemp("kso") / "kso.log") as ext:
         yield ext
-
-
-def wait_nodes(kso: ExtenderProcess, core: client.CoreV1Api, timeout: float = 30.0) -> None:
-    want = len(core.list_node().items)
-    deadline = time.monotonic() + timeout
-    while metric_sum(parse_metrics(kso.get("/metrics")), "kso_node_cache_nodes") != want:
-        assert time.monotonic() < deadline, f"kso's node cache did not reach {want} nodes"
-        time.sleep(0.2)
 
 
 def explain(kso: ExtenderProcess, pod: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
@@ -73,7 +66,7 @@ def test_a_burst_into_unmeasured_nodes_is_spread_not_packed(control_plane: Any, 
     nodes = [node_manifest(f"{group}-{i:02d}", "4", "16Gi", labels={"kso-test/group": group}) for i in range(12)]
     create_nodes(api, nodes)
     try:
-        wait_nodes(kso, core)
+        wait_kso_sees(kso, core)
         before = parse_metrics(kso.get("/metrics"))
         # mixed shapes (pigeon-holing's adaptive bin packing packs varied demand; equal pods it spreads anyway)
         shapes = (("100m", "256Mi"), ("1", "2Gi"), ("300m", "3Gi"), ("50m", "128Mi"))
@@ -120,7 +113,7 @@ def test_a_node_added_mid_run_is_not_packed_until_its_load_is_measured(control_p
         for pod in running:
             pod["spec"]["nodeName"] = f"{group}-new"
         create_pods(api, kube_namespace, running)
-        wait_nodes(kso, core)
+        wait_kso_sees(kso, core)
         pod = pod_manifest("next", cpu="200m", memory="256Mi", node_selector=labels)
         pod["metadata"].update(namespace=kube_namespace, uid="uid-next")
         deadline = time.monotonic() + 30
