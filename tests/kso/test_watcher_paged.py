@@ -4,7 +4,6 @@ is in, and a list that fails half-way (its continue token expired) changes nothi
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -13,17 +12,9 @@ import orjson
 
 from kso.core.cluster import ClusterState
 from kso.core.watcher import ClusterWatcher, Reflector
+from tests.support.kube_cases import wait_for
 from tests.support.kube_standin import PODS, StandinApiServer, make_pod
 from tests.support.standin_cases import api_client_for, seed
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def observe_lists(res: Reflector, seen: Callable[[dict[str, Any]], None]) -> None:
@@ -120,7 +111,7 @@ def test_a_relist_that_fails_half_way_changes_nothing_and_lists_again(server: St
         expire_next_continue[0] = True
         server.force_gone(2)  # both watches get 410 on their next request: both resources are listed again
         server.drop_watches()
-        assert wait_for(lambda: watcher.relists >= 1 and "late" in {p.name for p in state.pods.values()})
+        assert wait_for(lambda: watcher.relists >= 1 and "late" in {p.name for p in state.pods.values()}, 5.0)
         assert state_at_continue == [11]  # the failed list had not touched the state
         assert {p.name for p in state.pods.values()} == {p.name for p in before.values()} | {"late"}
         assert watcher.synced

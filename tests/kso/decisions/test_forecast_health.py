@@ -9,7 +9,6 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -21,17 +20,9 @@ from extender.server import build
 from kso.core.net import free_port
 from tests.support import prom_server as ps
 from tests.support.fixtures import make_node
+from tests.support.kube_cases import wait_for
 
 ANNOTATED = {"mean-free-cpu": "3000", "std-free-cpu": "100", "mean-free-memory": "6000", "std-free-memory": "100"}
-
-
-def _wait(pred: Any, timeout: float = 30.0) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _snapshot(tmp_path: Path, *nodes: tuple[str, dict[str, str] | None]) -> dict[str, str]:
@@ -59,7 +50,7 @@ def test_a_source_that_never_answers_is_counted_logged_once_and_said_in_readyz(c
     running = build(config)
     try:
         ext = running.extender
-        assert _wait(lambda: ext.forecast_status.consecutive_failures >= 3, 30)
+        assert wait_for(lambda: ext.forecast_status.consecutive_failures >= 3, 30)
         with BackgroundServer(create_app(ext)) as srv:
             c = Client(srv.port)
             text = c.get("/metrics")[1].decode()
@@ -100,7 +91,7 @@ def test_forecast_age_and_nodes_then_prometheus_dies(prom: ps.PromServer, caplog
     try:
         ext = running.extender
         store = ext.forecast_health.store
-        assert _wait(lambda: store.status.successes >= 2, 60), store.describe()
+        assert wait_for(lambda: store.status.successes >= 2, 60), store.describe()
         with BackgroundServer(create_app(ext)) as srv:
             c = Client(srv.port)
             text = c.get("/metrics")[1].decode()
@@ -115,11 +106,11 @@ def test_forecast_age_and_nodes_then_prometheus_dies(prom: ps.PromServer, caplog
             assert fc["without_load_data_since"] is None and fc["last_read"] == "incremental"
             prom.stop()
             try:
-                assert _wait(lambda: store.status.consecutive_failures >= 2, 30)
+                assert wait_for(lambda: store.status.consecutive_failures >= 2, 30)
                 text = c.get("/metrics")[1].decode()
                 assert _metric(text, "kso_forecast_refresh_failures_total", '{reason="unreachable"}') >= 2
                 # the last forecasts stay in use until they are stale, then nothing is fresh
-                assert _wait(lambda: orjson.loads(c.get("/readyz")[1])["forecasts"]["nodes_by_load_data"]["forecast"] == 0,
+                assert wait_for(lambda: orjson.loads(c.get("/readyz")[1])["forecasts"]["nodes_by_load_data"]["forecast"] == 0,
                              120)
                 status, body = c.get("/readyz")
                 fc = orjson.loads(body)["forecasts"]
@@ -129,7 +120,7 @@ def test_forecast_age_and_nodes_then_prometheus_dies(prom: ps.PromServer, caplog
                 assert since == pytest.approx(store.fresh_until(), abs=1.0)  # when the freshest forecast went stale
             finally:
                 prom.start()
-            assert _wait(lambda: store.status.consecutive_failures == 0, 60)
+            assert wait_for(lambda: store.status.consecutive_failures == 0, 60)
     finally:
         running.close()
     lines = [r.getMessage() for r in caplog.records if r.name == "kso.forecasting.store" and r.levelno >= logging.WARNING]
