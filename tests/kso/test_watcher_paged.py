@@ -13,7 +13,7 @@ import orjson
 from kso.core.cluster import ClusterState
 from kso.core.watcher import ClusterWatcher, Reflector
 from tests.support.kube_cases import wait_for
-from tests.support.kube_standin import PODS, StandinApiServer, make_pod
+from tests.support.kube_standin import NODES, PODS, StandinApiServer, make_pod
 from tests.support.standin_cases import api_client_for, seed
 
 
@@ -109,9 +109,13 @@ def test_a_relist_that_fails_half_way_changes_nothing_and_lists_again(server: St
         before = dict(state.pods)
         assert len(before) == 11  # a, b, c and x0-x7 (pending "pending" is not bound; "done" is terminal)
         expire_next_continue[0] = True
-        server.force_gone(2)  # both watches get 410 on their next request: both resources are listed again
+        # Both watches open (a watch still being set up would miss the cut below and stream on until its timeout).
+        assert server.wait_for_watches(2)
+        for resource in (NODES, PODS):  # each watch gets 410 on its next request: both resources are listed again
+            server.force_gone(1, resource)
         server.drop_watches()
-        assert wait_for(lambda: watcher.relists >= 1 and "late" in {p.name for p in state.pods.values()}, 5.0)
+        assert wait_for(lambda: watcher.relists >= 1 and "late" in {p.name for p in state.pods.values()}, 5.0), (
+            watcher.stats())
         assert state_at_continue == [11]  # the failed list had not touched the state
         assert {p.name for p in state.pods.values()} == {p.name for p in before.values()} | {"late"}
         assert watcher.synced

@@ -203,7 +203,7 @@ class StandinApiServer:
         self._history: list[_Change] = []
         self._history_rvs: list[int] = []
         self._compacted_rv = 0
-        self._force_gone = 0
+        self._force_gone: dict[str | None, int] = {}  # resource (None: any) -> watch requests still to get 410
         self._partitioned = False
         self._stopping = False
         self._watch_sockets: set[socket.socket] = set()
@@ -364,10 +364,11 @@ current-context: {context}
         with self._cond:
             self._compacted_rv = self._rv
 
-    def force_gone(self, count: int = 1) -> None:
-        """The next ``count`` watch requests get 410 whatever resourceVersion they ask for."""
+    def force_gone(self, count: int = 1, resource: str | None = None) -> None:
+        """The next ``count`` watch requests (of ``resource`` only, when given) get 410 whatever resourceVersion
+        they ask for."""
         with self._cond:
-            self._force_gone += count
+            self._force_gone[resource] = self._force_gone.get(resource, 0) + count
 
     def drop_watches(self) -> int:
         """Cut every open watch connection (as a load balancer or apiserver restart would)."""
@@ -551,11 +552,12 @@ current-context: {context}
             body["metadata"]["uid"] = old["metadata"]["uid"]
             return 200, self.put_object(resource, body)
 
-    def watch_gone(self, rv: int) -> bool:
+    def watch_gone(self, rv: int, resource: str) -> bool:
         with self._cond:
-            if self._force_gone > 0:
-                self._force_gone -= 1
-                return True
+            for key in (resource, None):
+                if self._force_gone.get(key, 0) > 0:
+                    self._force_gone[key] -= 1
+                    return True
             return rv < self._compacted_rv
 
     def watch_events(
@@ -724,7 +726,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         timeout_s = float(query.get("timeoutSeconds") or 1800)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1") and standin.bookmark_interval_s > 0
-        gone = standin.watch_gone(after)
+        gone = standin.watch_gone(after, resource)
         too_old = f"too old resource version: {after} ({standin.resource_version})"
         if gone and standin.gone_as_http:
             self._send_json(410, _status(410, "Expired", too_old))
