@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from decisions.engine import InputError
 from extender.bind_queue import BindQueue, RateLimitedLog
 from extender.protocol import (
     Limits,
@@ -42,7 +43,6 @@ from extender.protocol import (
 )
 from extender.verbs import Extender
 from forecasting.quality import REGISTRY as FORECAST_INPUT_REGISTRY
-from kso.decisions.engine import InputError
 
 log = logging.getLogger("kso.extender.http")
 

@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from decisions.agents import AGENTS
 from forecasting.source_settings import ForecastSourceSettings, prometheus_url_set
 from kso.core.capacity import CapacitySettings
 from kso.core.logs import LogSettings
 from kso.core.settings import ConfigError, load_settings, read_config_file, setting
-from kso.decisions.agents import AGENTS
 from optimizer.settings import PlanSettings
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class ExtenderSettings(ForecastSourceSettings):
     # Predicates used by the combined /filter; empty = every predicate of the enabled agents.
     filters: list[str] = setting("KSO_FILTERS", [], kind="list",
                                  help="predicates of the combined /filter; empty = every predicate of the enabled agents")
-    # See before you pack (kso/decisions/sight.py): kso's packing priorities and the plan pull pods only onto nodes whose
+    # See before you pack (decisions/sight.py): kso's packing priorities and the plan pull pods only onto nodes whose
     # load is measured, and not past this share of allocatable bound there since the statistics last saw the node.
     pack_unseen_max: int = setting("KSO_PACK_UNSEEN_MAX", 25, kind="percent",
                                    help="packing (pigeon-holing, the plan) pulls pods only onto nodes with load statistics "

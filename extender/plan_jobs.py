@@ -7,9 +7,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from decisions.engine import DecisionEngine
 from extender.plan_cache import PlanCache, PlanSolver, prometheus_usage
 from kso.core.cluster import ClusterState
-from kso.decisions.engine import DecisionEngine
 
 log = logging.getLogger("kso.extender")
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kso.decisions.engine import InputError, names_ok
+from decisions.engine import InputError, names_ok
 
 
 class ProtocolError(InputError):

@@ -8,9 +8,9 @@ from operator import itemgetter
 import numpy as np
 import orjson
 
+from decisions.agents.base import MAX_PRIORITY
 from kso.core.cluster import ClusterState
 from kso.core.views import LastKept, NodeView
-from kso.decisions.agents.base import MAX_PRIORITY
 
 
 def host_score_entries(name: str) -> list[bytes]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decisions.forecasts import forecast_health, start_forecasts
+from decisions.recent import recent_bind_hold_s
 from extender.config import Config
 from extender.plan_jobs import make_plan_cache, start_plan_jobs
 from extender.verbs import Extender
@@ -24,8 +26,6 @@ from kso.core.logs import configure_logging, uvicorn_level
 from kso.core.objects import PodMemo
 from kso.core.snapshot import load_snapshot
 from kso.core.stats import NodeStatsSource
-from kso.decisions.forecasts import forecast_health, start_forecasts
-from kso.decisions.recent import recent_bind_hold_s
 
 log = logging.getLogger("kso.extender")
 
@@ -112,7 +112,7 @@ def build(config: Config, stats: NodeStatsSource | None = None, state: ClusterSt
         plan.on_event = extender.metrics.plan_event
         plan.load_file()  # a restarted extender answers from the last plan at once
     if config.capacity.enabled:
-        from kso.decisions.capacity import start_capacity_signal
+        from decisions.capacity import start_capacity_signal
 
         stop.append(start_capacity_signal(extender, state, client, config.capacity))
     return Running(extender, stop, client)

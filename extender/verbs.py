@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from decisions.agents.base import Call
+from decisions.engine import DecisionEngine, EngineConfig, PlanSlots
 from extender.protocol import KNOWN_PODS, BindingArgs, ExtenderArgs, Limits, PreemptionArgs
 from extender.replies import HostScoreReplies
 from kso.core.binder import Binder, BindError, RecordingBinder
@@ -19,8 +21,6 @@ from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo, PodMemo, pod_from_k8s
 from kso.core.stats import NodeStatsSource
 from kso.core.views import NodeView
-from kso.decisions.agents.base import Call
-from kso.decisions.engine import DecisionEngine, EngineConfig, PlanSlots
 
 log = logging.getLogger("kso.extender")
 

@@ -138,6 +138,7 @@ def add_commands(sub: Any) -> None:
 
 def settings_sections() -> list[tuple[str, list[type]]]:
     """Every settings class of kso, by section of the configuration table (``kso settings``)."""
+    from decisions.agents import AGENTS
     from extender.config import ExtenderSettings
     from forecasting.prometheus import PrometheusSettings
     from forecasting.store import StoreSettings
@@ -145,7 +146,6 @@ def settings_sections() -> list[tuple[str, list[type]]]:
     from kso.core.capacity import CapacitySettings
     from kso.core.logs import LogSettings
     from kso.core.settings import ConfigFileSettings
-    from kso.decisions.agents import AGENTS
     from optimizer.settings import PlanSettings
     from scheduler.core import SchedulerSettings
 

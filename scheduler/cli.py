@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from decisions.recent import recent_bind_hold_s
 from extender.config import Config, load_config
 from kso.core.cluster import ClusterState
 from kso.core.settings import ConfigError, check_dns_name
-from kso.decisions.recent import recent_bind_hold_s
 from scheduler.core import Scheduler, SchedulerSettings
 from scheduler.qos import ORDERS
 
 if TYPE_CHECKING:
+    from decisions.engine import DecisionEngine
     from kso.core.capacity import CapacitySettings
-    from kso.decisions.engine import DecisionEngine
 
 log = logging.getLogger("kso.scheduler")
 DEFAULT_NAME = "kso"
@@ -57,11 +57,11 @@ class RunningScheduler:
     # The plan's background jobs (reload, reconcile, re-solve) while this replica leads, else None: a standby
     # replica neither solves nor polls.
     leader_jobs: Any = None
-    # The capacity signal (KSO_CAPACITY_SIGNAL, kso.decisions.capacity), run while this replica leads: only the
+    # The capacity signal (KSO_CAPACITY_SIGNAL, decisions.capacity), run while this replica leads: only the
     # leader judges pods, so only its refusals exist to show.
     capacity: Any = None
     # Where the safe agent's load data comes from, the forecasts' age and failed refreshes
-    # (kso.decisions.forecasts.ForecastHealth): /metrics and the status page; None without forecasts.
+    # (decisions.forecasts.ForecastHealth): /metrics and the status page; None without forecasts.
     forecast_health: Any = None
 
     @property
@@ -140,9 +140,9 @@ def _engine(config: SchedulerConfig, names: list[str], state: ClusterState,
             stops: list[Callable[[], Any]]) -> DecisionEngine:
     """The decision engine (the extender's agents, forecasts and plan cache), scoring for this scheduler (the
     plan's jobs start on leading: ``lead_plan``)."""
+    from decisions.engine import DecisionEngine
+    from decisions.forecasts import start_forecasts
     from extender.plan_jobs import make_plan_cache
-    from kso.decisions.engine import DecisionEngine
-    from kso.decisions.forecasts import start_forecasts
 
     ext = with_cost_agent(config.extender, config.scheduler.cost_weight)
     problems = ext.validate()
@@ -234,9 +234,9 @@ def start(names: list[str], *, config: SchedulerConfig | None = None, env: Mappi
 
 def _forecast_health(engine: DecisionEngine | None, state: ClusterState, config: SchedulerConfig,
                      scheduler: Scheduler) -> Any:
-    """The forecasts' health (kso.decisions.forecasts.ForecastHealth) on the scheduler's /metrics, with the gauges the
+    """The forecasts' health (decisions.forecasts.ForecastHealth) on the scheduler's /metrics, with the gauges the
     extender's engine registry has of its own (last success, age, failures in a row); None without forecasts."""
-    from kso.decisions.forecasts import forecast_health
+    from decisions.forecasts import forecast_health
 
     prometheus = config.extender.prometheus
     health = forecast_health(engine, state, prometheus.url if prometheus is not None else "")
@@ -247,9 +247,9 @@ def _forecast_health(engine: DecisionEngine | None, state: ClusterState, config:
 
 def _capacity(engine: DecisionEngine | None, state: ClusterState, client: Any, settings: CapacitySettings,
               scheduler: Scheduler) -> Any:
-    """The capacity signal, as ``kso extender`` runs it (kso.decisions.capacity.capacity_signal), its gauges on the
+    """The capacity signal, as ``kso extender`` runs it (decisions.capacity.capacity_signal), its gauges on the
     scheduler's /metrics; started while leading (``_run``)."""
-    from kso.decisions.capacity import capacity_signal
+    from decisions.capacity import capacity_signal
 
     if engine is None:
         log.warning("KSO_CAPACITY_SIGNAL is on but --seed-compatible judges no pod with the safe agent: "

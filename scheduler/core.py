@@ -25,15 +25,15 @@ import numpy as np
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter
 
+from decisions.agents.base import MAX_PRIORITY, Call
+from decisions.engine import DecisionEngine
+from decisions.sight import least_requested
 from kso.core.binder import Binder, SyncBinder
 from kso.core.cluster import ClusterState
 from kso.core.logs import FirstWarnings
 from kso.core.node_costs import CostKeySettings
 from kso.core.objects import PodInfo
 from kso.core.settings import setting
-from kso.decisions.agents.base import MAX_PRIORITY, Call
-from kso.decisions.engine import DecisionEngine
-from kso.decisions.sight import least_requested
 from scheduler.feasibility import (
     failed_message,
     hightower_choice,
@@ -314,7 +314,7 @@ class Scheduler:
         weight = sum(ext.weights[p] for p in per)
         mean = sum(ext.weights[p] * s for p, s in per.items()) / weight if weight else np.zeros(len(ok))
         if ext.packing and not ext.sight(call)[2]:
-            # see before you pack (kso/decisions/sight.py): packing was withheld where kso cannot see, and where
+            # see before you pack (decisions/sight.py): packing was withheld where kso cannot see, and where
             # kube-scheduler would then spread by its own LeastAllocated score, this front end breaks equal scores
             # toward the least requested node (SPREAD_TIE is below any difference of the weighted means)
             mean = mean + SPREAD_TIE * least_requested(call.view)

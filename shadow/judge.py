@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from decisions.engine import DecisionEngine
 from kso.core.objects import PodInfo
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.views import NodeView
-from kso.decisions.engine import DecisionEngine
 from scheduler.feasibility import resource_reasons, rule_reasons
 from shadow.counterfactual import Counterfactual
 

@@ -15,7 +15,7 @@ report; kso's schedule holds a few numbers per judged pod alive and per node; th
 metrics are numbers.
 
 Outages: the API server's are the watch's (kso.core.watcher: retried with backoff, a re-list after a gap, the cache
-serving meanwhile); Prometheus's leave the forecasts to the node annotations (kso.decisions.forecasts) and the
+serving meanwhile); Prometheus's leave the forecasts to the node annotations (decisions.forecasts) and the
 outcome reads waiting: a failed read is logged when the outage starts and ends, and retried every
 scrape interval with the records kept.
 """
@@ -101,7 +101,7 @@ class ShadowWatcher(ClusterWatcher):
 class Shadow:
     """The binds' judgement (a worker thread) and their outcomes and report (another), over ``state``."""
 
-    engine: Any  # kso.decisions.engine.DecisionEngine
+    engine: Any  # decisions.engine.DecisionEngine
     state: ClusterState
     settings: ShadowSettings
     outcomes: Any  # shadow.outcomes.Outcomes, or None without Prometheus
@@ -111,7 +111,7 @@ class Shadow:
     tally: Tally = field(default_factory=Tally)
     clock: Callable[[], float] = time.time
     eps: float = 0.3
-    # where the safe agent's load data comes from (kso.decisions.forecasts.ForecastHealth); None without forecasts
+    # where the safe agent's load data comes from (decisions.forecasts.ForecastHealth); None without forecasts
     forecast_health: Any = None
 
     # the --records file (shadow.records.RecordsFile); None without one
@@ -427,13 +427,13 @@ def start(env: Mapping[str, str] | None = None, config_file: str | None = None, 
     """Start ``kso shadow`` in background threads (the CLI waits on it; tests call it). The configuration is the
     extender's (extender.config.load_config: ``env`` over ``config_file``) plus ShadowSettings (``fixed``: its fields
     that are not settings, e.g. ``settle_s``)."""
+    from decisions.engine import DecisionEngine
+    from decisions.forecasts import forecast_health, start_forecasts
+    from decisions.recent import recent_bind_hold_s
     from extender.config import load_config
     from forecasting.history_names import HistoryNames
     from forecasting.store import StoreSettings
     from kso.core import kube
-    from kso.decisions.engine import DecisionEngine
-    from kso.decisions.forecasts import forecast_health, start_forecasts
-    from kso.decisions.recent import recent_bind_hold_s
     from shadow.outcomes import Outcomes, check_horizon
 
     config = load_config(env, config_file)

@@ -1,7 +1,7 @@
 """The layers never import upward: kso's domain <- forecasting <- optimizer <- the decision engine
-(kso.decisions) <- extender <- scheduler <- the ``kso`` command and benchmarks. Every import of every module
+(decisions) <- extender <- scheduler <- the ``kso`` command and benchmarks. Every import of every module
 counts, lazy ones inside functions included, and so does ``importlib.import_module`` with a literal name.
-The scheduler takes its decisions from kso.decisions, not from the extender's HTTP layer."""
+The scheduler takes its decisions from the decision engine (decisions/), not from the extender's HTTP layer."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "shadow")
-# Lowest first. kso.cli is the command: on top, beside the benchmarks (each may import the other); kso.decisions
+PACKAGES = ("kso", "forecasting", "optimizer", "decisions", "extender", "scheduler", "benchmarks", "shadow")
+# Lowest first. kso.cli is the command: on top, beside the benchmarks (each may import the other); decisions/
 # is the decision engine, between the optimizer and the extender; everything else under kso/ is the domain at the
 # bottom. ``kso shadow`` (shadow/) judges with the scheduler's pieces: above them, beside the command.
-LAYERS = {"kso": 0, "forecasting": 1, "optimizer": 2, "kso.decisions": 3, "extender": 4, "scheduler": 5, "kso.cli": 6,
+LAYERS = {"kso": 0, "forecasting": 1, "optimizer": 2, "decisions": 3, "extender": 4, "scheduler": 5, "kso.cli": 6,
           "benchmarks": 6, "shadow": 6}
 # What scheduler/ may use of extender/: kso's configuration (extender.config), the plan cache's jobs
-# (extender.plan_jobs, beside the plan cache) and the logging setup. Its decisions come from kso.decisions.
+# (extender.plan_jobs, beside the plan cache) and the logging setup. Its decisions come from the decision engine (decisions/).
 SCHEDULER_USES_OF_EXTENDER = ("extender.config", "extender.plan_jobs", "extender.server.configure_logging")
 
 
 def layer_of(module: str) -> int | None:
     """The layer of a dotted module name, None for modules outside the project (stdlib, libraries)."""
-    for sub in ("kso.cli", "kso.decisions"):
+    for sub in ("kso.cli",):
         if module == sub or module.startswith(sub + "."):
             return LAYERS[sub]
     return LAYERS.get(module.split(".")[0])
@@ -99,7 +99,7 @@ def test_imports_are_found_wherever_they_are(source: str, module: str, is_packag
 
 def test_layers_of_the_command_and_the_domain() -> None:
     assert layer_of("kso.cli") > layer_of("scheduler.cli") > layer_of("extender.server") > layer_of("optimizer.plan")  # type: ignore[operator]
-    assert layer_of("extender.verbs") > layer_of("kso.decisions.engine") > layer_of("optimizer.plan")  # type: ignore[operator]
-    assert layer_of("kso.decisions") == layer_of("kso.decisions.agents.safe") > layer_of("kso.core.cluster")  # type: ignore[operator]
+    assert layer_of("extender.verbs") > layer_of("decisions.engine") > layer_of("optimizer.plan")  # type: ignore[operator]
+    assert layer_of("decisions") == layer_of("decisions.agents.safe") > layer_of("kso.core.cluster")  # type: ignore[operator]
     assert layer_of("optimizer.plan") > layer_of("forecasting.models") > layer_of("kso.core.kube") == layer_of("kso") == 0  # type: ignore[operator]
     assert layer_of("numpy") is None and layer_of("benchmarks.demo") == layer_of("kso.cli")

@@ -50,7 +50,7 @@ deletes the placeholders and Lease of an identity whose Lease has expired. Delet
 lets the garbage collector delete its placeholders. kso lists, creates and deletes only pods and Leases carrying
 those labels, in its own namespace; it writes no Node unless node marks are on (below).
 
-Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; kso.decisions.capacity decides which nodes): the
+Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; decisions.capacity decides which nodes): the
 autoscaler's scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso
 would refuse them there, and the drained pods then order a node back through their placeholders. kso annotates the
 nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node
@@ -166,7 +166,7 @@ class CapacitySettings:
 
 @dataclass(frozen=True, slots=True)
 class PlaceholderSpec:
-    """One placeholder: the refused pod it stands for, the nodes hot for it (kso.decisions.capacity decides) and
+    """One placeholder: the refused pod it stands for, the nodes hot for it (decisions.capacity decides) and
     the nodes it excludes (every node that existed when it was made: no existing node fits it, whatever
     kube-scheduler filtered the pod on)."""
 

@@ -15,7 +15,7 @@ from kso.core.settings import setting
 @dataclass
 class SafeBoundSettings:
     """U* and eps, the safe bound's two settings (kube-safe-scheduler's variables): declared here only, so the
-    safe agent (kso.decisions.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
+    safe agent (decisions.agents.safe.SafeParams) and the plan (optimizer.settings.PlanSettings), which both
     inherit them, judge nodes alike."""
 
     utilization: int = setting("SAFEUTILIZATION", 90, kind="percent",

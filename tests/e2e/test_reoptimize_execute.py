@@ -80,7 +80,7 @@ def test_reoptimize_execute_evicts_within_the_pdb_and_kso_places_replacements(co
     ns = kube_namespace
     hot = "t4-hot"
     nodes = [node_manifest(hot, "4", "16Gi", labels={"kso-test/group": "t4"}, annotations=HOT)]
-    # the cool nodes measured at 10% (kso's plans pull only onto nodes whose load it sees: kso/decisions/sight.py)
+    # the cool nodes measured at 10% (kso's plans pull only onto nodes whose load it sees: decisions/sight.py)
     cool = {"mean-free-cpu": "7200", "std-free-cpu": "100", "mean-free-memory": "29491", "std-free-memory": "100"}
     nodes += [node_manifest(f"t4-cool-{i}", "8", "32Gi", labels={"kso-test/group": "t4"}, annotations=cool)
               for i in range(3)]

@@ -27,7 +27,7 @@ from optimizer.plan.placement_plan import PlacementPlan, write_plan
 from optimizer.settings import PlanSettings
 from tests.support.fixtures import make_node, make_pod, make_state
 
-# measured, nearly idle: the plan pulls only onto nodes whose load kso sees (kso/decisions/sight.py)
+# measured, nearly idle: the plan pulls only onto nodes whose load kso sees (decisions/sight.py)
 IDLE = {"mean-free-cpu": "3900", "std-free-cpu": "50", "mean-free-memory": "8000", "std-free-memory": "50"}
 NODES = [make_node(f"n{i}", cpu="4", memory="8Gi", annotations=IDLE) for i in range(1, 4)]
 UNMEASURED = [make_node(f"n{i}", cpu="4", memory="8Gi") for i in range(1, 4)]

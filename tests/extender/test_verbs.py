@@ -12,14 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from decisions.agents.base import Call, PredicateResult
+from decisions.engine import InputError
 from extender.config import load_config
 from extender.protocol import ExtenderArgs, dumps, parse_extender_args
 from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.decisions.agents.base import Call, PredicateResult
-from kso.decisions.engine import InputError
 from tests.support.decision_cases import (
     SETTINGS,
     full_body,
@@ -38,7 +38,7 @@ from tests.support.view_cases import (
 def reference_filter(ext: Extender, args: ExtenderArgs, predicates: list[str]) -> dict[str, Any]:
     """Extender.filter before Verdicts (NodeNames mode): dict-of-lists bookkeeping per node. Uses the
     extender's predicates, so it judges exactly as the fast path does."""
-    from kso.decisions.engine import run_guarded
+    from decisions.engine import run_guarded
 
     pod = pod_from_k8s(args.pod)
     view = ext.state.view(args.node_names or [])

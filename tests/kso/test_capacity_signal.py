@@ -9,6 +9,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decisions.agents.base import PredicateResult
+from decisions.agents.safe import RELEASE_NOTE, SafeAgent, SafeParams
+from decisions.capacity import CapacityDecision, Refusal, RefusalLog, node_risks, refused_everywhere, spec_for
 from kso.core.capacity import (
     COMPONENT,
     HOLDER,
@@ -23,9 +26,6 @@ from kso.core.capacity import (
     placeholder_manifest,
 )
 from kso.core.objects import pod_from_k8s
-from kso.decisions.agents.base import PredicateResult
-from kso.decisions.agents.safe import RELEASE_NOTE, SafeAgent, SafeParams
-from kso.decisions.capacity import CapacityDecision, Refusal, RefusalLog, node_risks, refused_everywhere, spec_for
 from tests.support.fixtures import make_node, make_pod, make_state
 
 EPS = 0.3
@@ -255,7 +255,7 @@ def test_a_node_is_needed_while_a_pod_the_autoscaler_would_move_is_refused_on_ev
     'warm' and 'busy' (55% used + P > U*): needed. 'warm' holds a DaemonSet pod and a placeholder only (the drain
     moves neither): not needed. 'busy' is 60% requested (the autoscaler never removes it): not judged, unless kso
     marked it. With a 'cool' node (P and 'b' fit there safely) nothing is needed."""
-    from kso.decisions.capacity import moved_by_drain, needed_nodes
+    from decisions.capacity import moved_by_drain, needed_nodes
 
     warm = {**HOT, "mean-free-cpu": "1800", "forcasted-free-cpu": "1800"}
     ds = make_pod("ds", cpu="200m", node="warm")
@@ -280,7 +280,7 @@ def test_a_node_is_needed_while_a_pod_the_autoscaler_would_move_is_refused_on_ev
 
 
 def test_a_mark_stays_hold_s_after_the_node_was_last_needed_and_goes_with_the_node() -> None:
-    from kso.decisions.capacity import KeepDecision
+    from decisions.capacity import KeepDecision
 
     d = KeepDecision(hold_s=60.0)
     assert d.step(0.0, {"a"}, {"a", "b"}) == {"a"}
@@ -297,8 +297,8 @@ def test_needed_nodes_judges_each_pod_on_the_other_nodes_as_a_view_without_its_o
     import random
     from typing import Any
 
-    from kso.decisions.agents.base import Call
-    from kso.decisions.capacity import feasible, moved_by_drain, needed_nodes, requested_share
+    from decisions.agents.base import Call
+    from decisions.capacity import feasible, moved_by_drain, needed_nodes, requested_share
 
     def per_node_views(agent: SafeAgent, state: Any, below: float) -> set[str]:
         names = state.node_names()

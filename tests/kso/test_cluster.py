@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from decisions.agents.base import Call
+from decisions.agents.image import ImageAgent, ImageParams
 from kso.core import cluster as cluster_module
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
 from kso.core.views import image_sizes_scan
-from kso.decisions.agents.base import Call
-from kso.decisions.agents.image import ImageAgent, ImageParams
 from tests.support.decision_cases import (
     IMAGE_NAMES,
     SETTINGS,

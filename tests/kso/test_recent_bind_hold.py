@@ -1,5 +1,5 @@
 """Recent binds count at their requests until the load statistics can have seen them: the hold is derived from the
-statistics source's window (kso.decisions.recent), not a fixed 300 s."""
+statistics source's window (decisions.recent), not a fixed 300 s."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from decisions.recent import range_seconds, recent_bind_hold_s
 from extender.config import load_config
 from extender.server import build
 from kso.core.objects import pod_from_k8s
-from kso.decisions.recent import range_seconds, recent_bind_hold_s
 from tests.support.fixtures import make_node, make_pod, make_state
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from decisions.capacity import CapacitySignal
+from decisions.engine import DecisionEngine
 from extender.config import load_config
 from kso.core.binder import RecordingBinder
 from kso.core.capacity import ApplyResult, CapacitySettings, Owner, PlaceholderSpec
-from kso.decisions.capacity import CapacitySignal
-from kso.decisions.engine import DecisionEngine
 from scheduler.core import Scheduler, SchedulerSettings, StaticClocks
 from tests.support.fixtures import make_node, make_state
 from tests.support.scheduler_cases import Recorded, kso_pod

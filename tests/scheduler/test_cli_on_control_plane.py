@@ -397,7 +397,7 @@ def test_seed_compatible_prices_nodes_by_kso_plan_cost_key(control_plane: Any, k
 
 def test_a_burst_into_unmeasured_nodes_is_spread_not_piled(control_plane: Any, kube_namespace: str,
                                                            nodes: Any) -> None:
-    """See before you pack (kso/decisions/sight.py) in kso scheduler, default agents: 8 equal nodes with no load
+    """See before you pack (decisions/sight.py) in kso scheduler, default agents: 8 equal nodes with no load
     statistics, 32 pods of mixed shapes at once. Packing is withheld on every node, and kso scheduler, which has no
     kube-scheduler score to fall back on, breaks the equal scores toward the least requested node: each node ends
     near its fair share (1,450m) instead of the first node in name order (or pigeon-holing's choice) taking most."""

@@ -20,9 +20,9 @@ def test_memory_is_bounded_by_the_queue_and_the_pending_cap() -> None:
     counted: a shadow that cannot keep up or cannot reach Prometheus holds a bounded number of either."""
     from dataclasses import replace
 
+    from decisions.engine import DecisionEngine
     from extender.config import load_config
     from forecasting.prometheus import PrometheusSettings
-    from kso.decisions.engine import DecisionEngine
     from shadow.judge import judge
     from shadow.outcomes import Outcomes
     from shadow.run import Shadow
@@ -86,7 +86,7 @@ def test_help_imports_neither_the_engine_nor_a_heavy_library() -> None:
     # (the layers' bare packages are looked up for the other commands' lines: empty, as in tests/kso/test_cli.py)
     heavy = sorted(m for m in imported if m.split(".")[0] in ("numpy", "scipy", "kubernetes", "prometheus_client")
                    or (m.split(".")[0] in ("extender", "scheduler", "forecasting") and "." in m)
-                   or m in ("shadow.run", "kso.decisions"))
+                   or m in ("shadow.run", "decisions"))
     assert not heavy, heavy
 
 
@@ -130,9 +130,9 @@ def test_the_state_survives_a_restart(tmp_path: Path, caplog: pytest.LogCaptureF
     """KSO_SHADOW_STATE: the totals, the binds waiting for their outcome, the misses and safety changes are saved and
     read by the next shadow (kso shadow restarted: a week of judgements is not lost); a file that does not parse is
     moved aside with a warning and the shadow starts afresh."""
+    from decisions.engine import DecisionEngine
     from extender.config import load_config
     from forecasting.prometheus import PrometheusSettings
-    from kso.decisions.engine import DecisionEngine
     from shadow.judge import NodeOutcome
     from shadow.outcomes import Outcomes
     from shadow.run import Shadow

@@ -12,10 +12,10 @@ import orjson
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from decisions.agents.base import Call
+from decisions.agents.image import image_locality_score
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.decisions.agents.base import Call
-from kso.decisions.agents.image import image_locality_score
 from tests.support.fixtures import make_node, make_pod
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

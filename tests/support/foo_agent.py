@@ -1,6 +1,6 @@
 """Agent ``foo``: the template, kept for tests (it is not in the production registry). Its predicate passes
-every node and its priority gives every node 1. Copy this file into kso/decisions/agents/ to start an agent,
-then add one line to kso/decisions/agents/__init__.py. ``foo_registered`` lends it to the registry for a test."""
+every node and its priority gives every node 1. Copy this file into decisions/agents/ to start an agent,
+then add one line to decisions/agents/__init__.py. ``foo_registered`` lends it to the registry for a test."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kso.decisions.agents import AGENTS
-from kso.decisions.agents.base import Agent, Call, PredicateResult
+from decisions.agents import AGENTS
+from decisions.agents.base import Agent, Call, PredicateResult
 
 
 @dataclass

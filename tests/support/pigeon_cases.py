@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kso.decisions.agents.pigeon import (
+from decisions.agents.pigeon import (
     PigeonAgent,
     PigeonParams,
 )

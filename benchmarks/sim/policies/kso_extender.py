@@ -200,7 +200,7 @@ class KsoExtenderPolicy(Policy):
             raise ValueError(f"{self.name}: mark_hold must be a whole number of steps >= 0 and mark_below in (0, 1], "
                              f"not {mark_hold!r} and {mark_below!r}")
         self.mark, self.mark_hold, self.mark_below = mark, int(mark_hold), float(mark_below)
-        self._keep: Any = None  # mark="refused": kso.decisions.capacity.KeepDecision (when each node was last needed)
+        self._keep: Any = None  # mark="refused": decisions.capacity.KeepDecision (when each node was last needed)
         self.stats, self.judge, self.capacity = stats, judge, capacity
         self.exit_ratio, self.max_placeholders = float(exit_ratio), int(max_placeholders)
         self.mode = f"{self.mode}; {STATS_MODES[stats]}; {JUDGE_MODES[judge]}; {CAPACITY_MODES[capacity]}"
@@ -378,8 +378,8 @@ class KsoExtenderPolicy(Policy):
         no size); a tainted node keeps the taint until that risk is at most exit_ratio x eps."""
         if self.capacity not in ("taint", "both") or self.safe is None:
             return None
+        from decisions.agents.base import Call
         from kso.core.objects import pod_from_k8s
-        from kso.decisions.agents.base import Call
 
         if self._tainted_nodes is None:
             self._tainted_nodes = np.zeros(len(sim.node_names), dtype=bool)
@@ -395,10 +395,10 @@ class KsoExtenderPolicy(Policy):
 
     def scale_down_disabled(self, sim: SimView) -> np.ndarray | None:
         """mark="refused": the nodes to annotate scale-down-disabled now (the rule in the module's docstring: the
-        product's, kso.decisions.capacity's ``refused_on_every_other`` and ``KeepDecision``)."""
+        product's, decisions.capacity's ``refused_on_every_other`` and ``KeepDecision``)."""
         if self.mark == "none" or self.safe is None:
             return None
-        from kso.decisions.capacity import KeepDecision
+        from decisions.capacity import KeepDecision
 
         t0 = time.perf_counter()
         if self._keep is None:
@@ -422,8 +422,8 @@ class KsoExtenderPolicy(Policy):
     def _pods_refused_elsewhere(self, pods: list[SimPod], node: int, sim: SimView) -> bool:
         """Some pod of ``pods`` (bound on ``node``), at the size kso judges it, is refused by the safe agent on every
         other ready node kube-scheduler could offer it by its requests, and at least one such node exists."""
+        from decisions.capacity import refused_on_every_other
         from kso.core.objects import pod_from_k8s
-        from kso.decisions.capacity import refused_on_every_other
 
         others = np.flatnonzero(sim.active & ~sim.no_schedule)
         others = others[others != node]

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from decisions.agents.base import MAX_PRIORITY, Agent, Call
 from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
 from kso.core.settings import setting
 from kso.core.views import LastKept
-from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 
 A_BINPACK = "A_BINPACK"
 LOAD_BALANCE = "LOAD_BALANCE"

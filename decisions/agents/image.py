@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from decisions.agents.base import MAX_PRIORITY, Agent, Call
 from kso.core.objects import NodeInfo
 from kso.core.resources import MIB
 from kso.core.settings import setting
-from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 
 MIN_THRESHOLD = 23 * MIB  # ImageLocality's minThreshold
 MAX_CONTAINER_THRESHOLD = 1000 * MIB  # maxContainerThreshold, per container

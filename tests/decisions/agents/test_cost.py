@@ -1,4 +1,4 @@
-"""kso.decisions.agents.cost: the cost agent's score."""
+"""decisions.agents.cost: the cost agent's score."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kso.decisions.agents.cost import cost_score
+from decisions.agents.cost import cost_score
 
 
 def test_cost_score() -> None:

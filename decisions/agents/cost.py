@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from decisions.agents.base import MAX_PRIORITY, Agent, Call
 from kso.core.node_costs import CostKeySettings as CostParams  # KSO_PLAN_COST_KEY, the one cost key of kso
-from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 from optimizer.plan.cluster_problem import node_cost
 
 

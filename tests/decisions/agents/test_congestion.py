@@ -1,4 +1,4 @@
-"""kso.decisions.agents.congestion: the congestion score equals the seed's rule."""
+"""decisions.agents.congestion: the congestion score equals the seed's rule."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.support.decision_cases import (
 def test_congestion_score_equals_the_seed_rule(factors: list[float], factor_max: int) -> None:
     """cf = min(v, MAX) if v is a positive integer else 0; score = round-half-away-from-zero(10 (1 - cf / MAX)),
     value by value in Python."""
-    from kso.decisions.agents.congestion import congestion_score
+    from decisions.agents.congestion import congestion_score
 
     def rule(v: float) -> int:
         cf = min(v, factor_max) if (math.isfinite(v) and v > 0 and v == math.floor(v)) or v == math.inf else 0.0

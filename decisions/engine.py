@@ -16,17 +16,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from decisions.agents import AGENTS
+from decisions.agents.base import MAX_PRIORITY, Agent, Call, Predicate, PredicateResult, Priority
+from decisions.agents.safe import SafeAgent
+from decisions.metrics import DecisionMetrics
+from decisions.sight import seen_nodes
 from kso.core.cluster import ClusterState
 from kso.core.logs import fields
 from kso.core.objects import NodeInfo, ObjectError, PodInfo, PodMemo, node_from_k8s, pod_from_k8s
 from kso.core.resources import CPU, MEMORY
 from kso.core.stats import AnnotationStats, NodeStatsSource
 from kso.core.views import LastKept, NodeView
-from kso.decisions.agents import AGENTS
-from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call, Predicate, PredicateResult, Priority
-from kso.decisions.agents.safe import SafeAgent
-from kso.decisions.metrics import DecisionMetrics
-from kso.decisions.sight import seen_nodes
 
 log = logging.getLogger("kso.extender")
 
@@ -168,7 +168,7 @@ class DecisionEngine:
             log.warning("KSO_FILTERS names predicates no enabled agent has: %s (ignored)", ", ".join(unknown))
         self.filters = [p for p in wanted if p in self.predicates]
         self.weights = {p: w for p, w in self.settings.weights.items() if p in self.priorities and w > 0}
-        # see before you pack (kso/decisions/sight.py): the weighted priorities that pack, and how far past what the
+        # see before you pack (decisions/sight.py): the weighted priorities that pack, and how far past what the
         # statistics saw they may still pull
         self.packing = frozenset(p for a in self.agents.values() for p in a.packing if p in self.weights)
         self.max_unseen = getattr(self.settings, "pack_unseen_max", 25) / 100.0
@@ -354,7 +354,7 @@ class DecisionEngine:
         return ~np.isnan(self.stats.free_stats(call.view).mean_free) & (call.view.stat_capacity() > 0)
 
     def sight(self, call: Call) -> tuple[np.ndarray, np.ndarray, bool]:
-        """(measured, seen, every node seen) of the call's nodes (kso/decisions/sight.py), kept for the same read-only
+        """(measured, seen, every node seen) of the call's nodes (decisions/sight.py), kept for the same read-only
         statistics, recent binds and allocatable (a remembered view's: most calls)."""
         got = call.memo.get("sight")
         if got is None:

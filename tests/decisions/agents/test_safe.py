@@ -1,4 +1,4 @@
-"""kso.decisions.agents.safe: the safe agent's inputs, risks, reasons and scores equal the full computation they
+"""decisions.agents.safe: the safe agent's inputs, risks, reasons and scores equal the full computation they
 replaced."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from decisions.agents.base import Call, PredicateResult
+from decisions.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
 from kso.core.safety import beta_cases
-from kso.decisions.agents.base import Call, PredicateResult
-from kso.decisions.agents.safe import RESOURCE_NAMES, RiskMemo, SafeAgent, SafeInputs, SafeParams
 from tests.support.decision_cases import (
     SETTINGS,
     tricky,
@@ -211,8 +211,8 @@ def test_safe_agent_without_statistics_equals_the_full_computation(nodes: list[t
 def test_safe_inputs_from_the_kept_base_equal_the_reference(seed: int) -> None:
     """SafeAgent._inputs (the view's pod-independent part kept, the pod's demand added) against _inputs_from (every
     step from the view), field by field, bit for bit; twice, the second from the kept base."""
-    from kso.decisions.agents.base import Call
-    from kso.decisions.agents.safe import SafeAgent, SafeParams
+    from decisions.agents.base import Call
+    from decisions.agents.safe import SafeAgent, SafeParams
 
     rng = random.Random(seed)
     state = ClusterState()

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from kso.decisions.agents.base import Agent
-from kso.decisions.agents.congestion import CongestionAgent
-from kso.decisions.agents.cost import CostAgent
-from kso.decisions.agents.image import ImageAgent
-from kso.decisions.agents.pigeon import PigeonAgent
-from kso.decisions.agents.safe import SafeAgent
+from decisions.agents.base import Agent
+from decisions.agents.congestion import CongestionAgent
+from decisions.agents.cost import CostAgent
+from decisions.agents.image import ImageAgent
+from decisions.agents.pigeon import PigeonAgent
+from decisions.agents.safe import SafeAgent
 
 AGENTS: dict[str, type[Agent]] = {
     SafeAgent.name: SafeAgent,

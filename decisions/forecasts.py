@@ -142,7 +142,7 @@ class ForecastHealth:
 
     def register(self, registry: Any, basics: bool = False) -> None:
         """Add the metrics to a prometheus_client registry; ``basics``: also the last-success, age and consecutive
-        failure gauges (kso.decisions.metrics.DecisionMetrics.watch_forecasts gives the engine's registry those)."""
+        failure gauges (decisions.metrics.DecisionMetrics.watch_forecasts gives the engine's registry those)."""
         registry.register(_HealthCollector(self, basics))
 
 

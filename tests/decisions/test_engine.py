@@ -1,4 +1,4 @@
-"""kso.decisions.engine: the combined scores, the call's nodes from full Node objects, and a bad pod refused whatever
+"""decisions.engine: the combined scores, the call's nodes from full Node objects, and a bad pod refused whatever
 was parsed before."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from decisions.agents.base import Call
+from decisions.engine import InputError
 from extender.config import load_config
 from extender.protocol import parse_extender_args
 from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.decisions.agents.base import Call
-from kso.decisions.engine import InputError
 from tests.support.decision_cases import (
     full_body,
     go_node,

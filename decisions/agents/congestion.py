@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from decisions.agents.base import MAX_PRIORITY, Agent, Call
 from kso.core.settings import setting
 from kso.core.views import LastKept
-from kso.decisions.agents.base import MAX_PRIORITY, Agent, Call
 
 
 @dataclass

@@ -1,11 +1,11 @@
-"""kso.decisions.agents.image (and congestion) without annotations or images: the rule's scores."""
+"""decisions.agents.image (and congestion) without annotations or images: the rule's scores."""
 
 from __future__ import annotations
 
+from decisions.agents.base import Call
+from decisions.agents.image import ImageAgent, ImageParams
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.decisions.agents.base import Call
-from kso.decisions.agents.image import ImageAgent, ImageParams
 from tests.support.decision_cases import (
     reference_image_locality,
 )
@@ -13,7 +13,7 @@ from tests.support.fixtures import make_node, make_pod
 
 
 def test_congestion_and_image_scores_without_annotations_or_images_equal_the_rule() -> None:
-    from kso.decisions.agents.congestion import CongestionAgent, CongestionParams, congestion_score
+    from decisions.agents.congestion import CongestionAgent, CongestionParams, congestion_score
 
     state = ClusterState()
     for i in range(5):

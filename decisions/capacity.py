@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from decisions.agents.base import Call, PredicateResult
+from decisions.agents.safe import RELEASE_NOTE, SafeAgent
 from kso.core.capacity import (
     HOSTNAME,
     ApplyResult,
@@ -51,8 +53,6 @@ from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.core.placement import rule_violation
 from kso.core.views import NodeView
-from kso.decisions.agents.base import Call, PredicateResult
-from kso.decisions.agents.safe import RELEASE_NOTE, SafeAgent
 
 log = logging.getLogger("kso.capacity")
 

@@ -81,8 +81,8 @@ def test_safe_agent_uses_prometheus_forecasts(prom: ps.PromServer, tmp_path: Pat
 
 def test_without_prometheus_there_are_no_forecasts() -> None:
     """Forecasts are off unless Prometheus is configured: no store, no job, the safe agent reads the annotations."""
+    from decisions.forecasts import start_forecasts
     from extender.config import load_config
-    from kso.decisions.forecasts import start_forecasts
 
     assert start_forecasts(load_config({})) is None
     assert start_forecasts(load_config({"KSO_FORECAST_SOURCE": "NONE", "KSO_PROMETHEUS_URL": "http://127.0.0.1:9"})) is None

@@ -1,11 +1,11 @@
-"""kso.decisions.metrics: one registry per engine (several engines live in one process), the cache gauges read at
+"""decisions.metrics: one registry per engine (several engines live in one process), the cache gauges read at
 each scrape, and the kept children of labelled metrics."""
 
 from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from kso.decisions.metrics import DecisionMetrics
+from decisions.metrics import DecisionMetrics
 
 
 def test_engines_in_one_process_keep_their_own_registries_and_read_the_cache_at_each_scrape() -> None:

@@ -1,4 +1,4 @@
-"""See before you pack (kso/decisions/sight.py): kso's packing priority and the plan pull pods only onto nodes whose
+"""See before you pack (decisions/sight.py): kso's packing priority and the plan pull pods only onto nodes whose
 load is measured and not past KSO_PACK_UNSEEN_MAX of allocatable bound since; the filter is untouched."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import numpy as np
 import orjson
 import pytest
 
+from decisions.sight import seen_nodes, unseen_share
 from extender.config import load_config
 from extender.protocol import parse_extender_args
 from extender.verbs import Extender
 from kso.core.binder import RecordingBinder
 from kso.core.cluster import ClusterState
 from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.decisions.sight import seen_nodes, unseen_share
 from tests.support.fixtures import make_node, make_pod
 
 # 4 cores / 8 GiB, 1 core and 2 GiB of measured use (mean-free in millicores and MB), a little spread

@@ -1,4 +1,4 @@
-"""kso.decisions.agents.pigeon: property tests against a plain loop-based reference written from the spec (libpigeon's
+"""decisions.agents.pigeon: property tests against a plain loop-based reference written from the spec (libpigeon's
 policies, feasibility, the score rule)."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kso.core.cluster import ClusterState
-from kso.core.objects import node_from_k8s, pod_from_k8s
-from kso.decisions.agents.base import Call
-from kso.decisions.agents.pigeon import (
+from decisions.agents.base import Call
+from decisions.agents.pigeon import (
     A_BINPACK,
     CONSOLIDATE,
     LOAD_BALANCE,
     pigeon_scores,
 )
+from kso.core.cluster import ClusterState
+from kso.core.objects import node_from_k8s, pod_from_k8s
 from tests.support.pigeon_cases import (
     agent,
     names,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from decisions.agents.base import Agent, Call, PredicateResult
 from kso.core.resources import CPU, MEMORY, MIB
 from kso.core.safety import (
     SafeBoundSettings,
@@ -27,7 +28,6 @@ from kso.core.safety import (
 from kso.core.settings import setting
 from kso.core.stats import AnnotationStats, NodeStatsSource
 from kso.core.views import LastKept, NodeView
-from kso.decisions.agents.base import Agent, Call, PredicateResult
 
 log = logging.getLogger("kso.extender.safe")
 
@@ -41,7 +41,7 @@ class SafeParams(SafeBoundSettings):  # U* and eps: declared once, in kso.core.s
                                    help="weight of the forecast against the measured statistics in the safe agent, percent")
     # kso addition: a bound pod is added to its node's measured load at its requests until the statistics can have
     # seen it (Trimaran and Koordinator do the same); -1 derives that time from the statistics source's own window
-    # (kso.decisions.recent), a number of seconds overrides it, 0 turns it off.
+    # (decisions.recent), a number of seconds overrides it, 0 turns it off.
     recent_bind_window_s: float = setting("KSO_RECENT_BIND_WINDOW_S", -1.0, lo=-1, hi=86400,
                                           help="seconds a bound pod counts at its requests on its node; -1 = until the "
                                                "statistics' window can have seen it (derived), 0 = off")

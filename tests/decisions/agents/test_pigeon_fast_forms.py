@@ -1,4 +1,4 @@
-"""kso.decisions.agents.pigeon's fast forms (stacked sums, in-place scores, settled demand, the feasibility shortcut)
+"""decisions.agents.pigeon's fast forms (stacked sums, in-place scores, settled demand, the feasibility shortcut)
 against the formulas and reference paths they keep to, bit for bit."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kso.core.objects import pod_from_k8s
-from kso.decisions.agents.base import Call
-from kso.decisions.agents.pigeon import (
+from decisions.agents.base import Call
+from decisions.agents.pigeon import (
     DemandStats,
     PigeonAgent,
     PigeonParams,
     albert_zhang,
     pigeon_scores,
 )
+from kso.core.objects import pod_from_k8s
 from tests.support.decision_cases import (
     SETTINGS,
     random_state,
@@ -32,7 +32,7 @@ from tests.support.fixtures import make_pod
 def reference_pigeon_values(agent: Any, call: Call, stats: Any) -> np.ndarray:
     """PigeonAgent._compute's A_BINPACK values before its fast paths (utilisation() always, demand_gamma per
     call, the known rows gathered even when every node is known), given the demand statistics it saw."""
-    from kso.decisions.agents.pigeon import binpack_values, demand_gamma, utilisation
+    from decisions.agents.pigeon import binpack_values, demand_gamma, utilisation
 
     view = call.view
     values = np.full(len(view), np.nan)
@@ -75,7 +75,7 @@ UNIT = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 1.0, 0.5, 0.25, 0.1]
 @SETTINGS
 @given(seed=st.integers(0, 10**9), n=st.integers(1, 40), calls=st.integers(1, 4))
 def test_pigeon_values_equal_the_reference_bit_for_bit(seed: int, n: int, calls: int) -> None:
-    from kso.decisions.agents.pigeon import PigeonAgent, PigeonParams
+    from decisions.agents.pigeon import PigeonAgent, PigeonParams
 
     rng = random.Random(seed)
     state = random_state(rng, n)  # some nodes with 0 cpu: the general utilisation path
@@ -154,7 +154,7 @@ def test_a_settled_demand_skips_the_update_and_keeps_the_same_moments(demands: l
 def test_finite_scores_equal_the_clipped_formula(values: list[float]) -> None:
     """Finite_scores in place and without its clip (a no-op up to CLIP_FREE_SPAN) against the formula
     with the clip, bit for bit, over every finite double (spans past 1e300 included, where the clip stays)."""
-    from kso.decisions.agents.pigeon import EQUAL_RTOL, MAX_PRIORITY, finite_scores
+    from decisions.agents.pigeon import EQUAL_RTOL, MAX_PRIORITY, finite_scores
 
     v = np.array(values, dtype=float)
     vmax, vmin = float(v.max()), float(v.min())
@@ -191,7 +191,7 @@ def test_binpack_stacked_sums_equal_the_einsums(rows: list[list[float]], new: li
                                                 gamma: float) -> None:
     """The objective with its four row sums in one einsum gives the four einsums' bits, for every R and
     both memory layouts."""
-    from kso.decisions.agents.pigeon import binpack_prelude, binpack_values_einsums, binpack_values_from
+    from decisions.agents.pigeon import binpack_prelude, binpack_values_einsums, binpack_values_from
 
     order = "F" if fortran else "C"
     util = np.array(np.array(rows)[:, :r], order=order)

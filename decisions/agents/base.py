@@ -65,7 +65,7 @@ class Agent:
         self.predicates: dict[str, Predicate] = {}
         self.priorities: dict[str, Priority] = {}
         # The priorities that pull pods together (pack): the engine withholds them on nodes whose load kso cannot
-        # see yet (kso/decisions/sight.py).
+        # see yet (decisions/sight.py).
         self.packing: frozenset[str] = frozenset()
 
     def explain(self, call: Call) -> dict[str, Any]:
