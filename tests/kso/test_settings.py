@@ -14,6 +14,7 @@ import pytest
 from extender.config import load_config
 from kso.cli import DEVELOPMENT_VARIABLES, check_configuration, main, settings_sections
 from kso.core.settings import ConfigError, markdown_table, read_config_file, settings_fields
+from tests.support.layout import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,7 +122,7 @@ def test_kubernetes_service_variables_and_development_variables_are_not_settings
 
 
 def _source_files() -> list[Path]:
-    return [p for pkg in ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "scripts", "shadow")
+    return [p for pkg in (*PACKAGES, "scripts")
             for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 
