@@ -45,6 +45,7 @@ STEPS = ["Build and push the image", "Point the manifests at your image and Prom
 IDENTITY = "kso-scheduler-5d8c7b9f4-x2k4q"  # the pod's name, kso's identity in a pod (its host name)
 WARM = {**COOL, "mean-free-cpu": "1800", "forcasted-free-cpu": "1800"}
 WAIT_S = 60.0
+NODE_MARKS = DEPLOY / "optional" / "capacity-node-marks.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ class OnePod:
         self.kso: ExtenderProcess | None = None
         self.scheduler: Any = None
         self.exit_codes: list[int | None] = []
+        self.stop_s: list[float] = []  # SIGTERM to exit, each stop
         self.starts = 0
 
     def __call__(self, action: str, deployment: str) -> None:
@@ -104,7 +106,9 @@ class OnePod:
             self.cp.stop_component(self.scheduler)
             self.scheduler = None
         if self.kso is not None:
+            t0 = time.monotonic()
             self.kso.stop()  # SIGTERM, SIGKILL after 10 s
+            self.stop_s.append(time.monotonic() - t0)
             self.exit_codes.append(self.kso.proc.returncode if self.kso.proc else None)
             self.kso = None
 
@@ -181,7 +185,7 @@ def test_install_verify_toggle_and_uninstall_as_the_readme_says(plane: Any, tmp_
         # 4: apply; check: every object of the kustomization exists; the rollout (the kubelet's part) is ready
         step = steps["Apply"]
         run(kubectl, step.commands())
-        for obj in kustomize(DEPLOY) + file_objects(DEPLOY / "optional/capacity-node-marks.yaml"):
+        for obj in kustomize(DEPLOY) + file_objects(NODE_MARKS):
             kubectl._resource(obj).get(name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"))
         pod("scale:1", "deployment/kso-scheduler")
 
@@ -228,6 +232,10 @@ def test_install_verify_toggle_and_uninstall_as_the_readme_says(plane: Any, tmp_
         for check in step.commands(check=True):
             if "-l" in check.words:
                 assert kubectl.get_selected(check.words) == [], " ".join(check.words)
+        left = [f"{o['kind']}/{o['metadata']['name']}" for o in kustomize(DEPLOY) + file_objects(NODE_MARKS)
+                if not _gone(lambda o=o: kubectl._resource(o).get(name=o["metadata"]["name"],
+                                                                  namespace=o["metadata"].get("namespace")))]
+        assert left == [], "deploy/'s objects left after the uninstall"
         assert marked(core) == []
         assert [n.metadata.name for n in core.list_node().items
                 if SCALE_DOWN_DISABLED in (n.metadata.annotations or {})] == []
@@ -235,8 +243,8 @@ def test_install_verify_toggle_and_uninstall_as_the_readme_says(plane: Any, tmp_
     finally:
         pod.stop()
     print(f"\ninstall: kso placed the test pod, signalled and marked {verified:.1f} s after the start, marks off "
-          f"at {toggled:.1f} s, uninstalled with nothing left at {time.monotonic() - t0:.1f} s "
-          f"(2-core machine, shared; load {os.getloadavg()[0]:.1f})")
+          f"at {toggled:.1f} s, uninstalled with nothing left at {time.monotonic() - t0:.1f} s; SIGTERM to exit "
+          f"{', '.join(f'{s:.1f}' for s in pod.stop_s)} s (2-core machine, shared; load {os.getloadavg()[0]:.1f})")
 
 
 def _gone(read: Any) -> bool:
