@@ -7,8 +7,9 @@ through the kubernetes client (tests/support/install_steps.py: apply, delete, sc
 test pod; any other command that writes fails the test until it is taught here); the checks each step shows are
 made here the same way, and step 7's ``kubectl get ... -l`` checks are run as written. There is no kubelet: the
 Deployment's pod is played by ``OnePod`` (kso as a local process with the applied ``kso-settings``, the Deployment's
-arguments and the ``kso-scheduler`` ServiceAccount's token; kube-scheduler with the applied
-``kso-scheduler-config`` pointed at it), stopped with SIGTERM as a kubelet would. Steps 1 and 2 need Docker and a
+arguments and the ``kso-scheduler`` ServiceAccount's token, a capacity round every 2 s instead of 10 to keep the
+test short; kube-scheduler with the applied ``kso-scheduler-config`` pointed at it), stopped with SIGTERM as a
+kubelet would. Steps 1 and 2 need Docker and a
 registry: only what they tell the user to write is checked (the names exist). The cluster is made so kso has
 something to clean up: node ``in-keep`` is 55% used by its statistics and holds pod ``p`` (1.5 cores) that kso
 would refuse on the two hot nodes (~97%), so kso marks it; pod ``web`` (1.9 cores) fits by requests but kso refuses
@@ -92,6 +93,8 @@ class OnePod:
         kubeconfig = service_account_kubeconfig(self.cp, self.tmp / f"sa-{self.starts}.kubeconfig")
         env = {**os.environ, **settings, "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(kubeconfig),
                "KSO_PLAN_FILE": str(self.tmp / "plan.json"), "KSO_CAPACITY_IDENTITY": IDENTITY,
+               # the one setting not as deployed: a capacity round every 2 s, not 10 (the test's length, in CI)
+               "KSO_CAPACITY_INTERVAL_S": "2",
                "PYTHONPATH": os.pathsep.join([str(ROOT), *([os.environ["PYTHONPATH"]]
                                                           if os.environ.get("PYTHONPATH") else [])])}
         # the image's ENTRYPOINT is kso; ExtenderProcess appends the admin port
