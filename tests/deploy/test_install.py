@@ -31,6 +31,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from benchmarks.controlplane import Component
 from benchmarks.e2e import ExtenderProcess, create_nodes, node_manifest, pod_manifest
 from benchmarks.prometheus_text import metric_sum, parse_metrics
 from extender.config import load_config
@@ -109,10 +110,12 @@ class OnePod:
             self.cp.stop_component(self.scheduler)
             self.scheduler = None
         if self.kso is not None:
+            assert self.kso.proc is not None
             t0 = time.monotonic()
-            self.kso.stop()  # SIGTERM, SIGKILL after 10 s
+            # SIGTERM, SIGKILL after the kubelet's default grace period (deployment.yaml sets none: 30 s)
+            Component(self.kso.log.stem, self.kso.proc, self.kso.log).stop(timeout=30)
             self.stop_s.append(time.monotonic() - t0)
-            self.exit_codes.append(self.kso.proc.returncode if self.kso.proc else None)
+            self.exit_codes.append(self.kso.proc.returncode)
             self.kso = None
 
 
