@@ -699,7 +699,7 @@ def _setting_classes() -> list[type]:
     """Every settings dataclass in kso's layers (fields declared with setting("ENV", ...)), found by
     import, so settings added later are checked without editing this test."""
     found: list[type] = []
-    for pkg in PRODUCT:
+    for pkg in (*PRODUCT, "shadow"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             if path.name.startswith("test_") or "setting(" not in path.read_text(errors="ignore"):
                 continue
