@@ -5,7 +5,7 @@ other counters. Cells written by an older engine lack the newer metrics: those s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from benchmarks.sim.report import machine_line
 from benchmarks.sim.runner import aggregate, parse_spec
 
 Agg = dict[tuple[str, str], dict[str, tuple[float, float, int]]]
+PoolShort = Callable[[float], tuple[int, int, str]]  # U* fraction -> (steps short, steps scored, binding resource)
 NAN3 = (math.nan, math.nan, 0)
 
 
@@ -471,12 +472,20 @@ def start_line(rows: Sequence[dict[str, Any]]) -> str:
 def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, list[str]], sources: Sequence[str],
                        autoscaler: str, command: str, policies: Sequence[str], with_plots: bool = True,
                        bounds: dict[str, list[float]] | None = None, appendix: Sequence[str] = (),
-                       title: str = "kso bench: trace replay, cost against harm") -> Path:
+                       title: str = "kso bench: trace replay, cost against harm",
+                       pool_short: dict[str, PoolShort] | None = None) -> Path:
     """``bounds``: scenario -> the fluid lower bound's node-hours per seed (benchmarks/sim/bound.py), scored over the
-    same steps as the cells. ``appendix``: Markdown put after the scenarios (``kso demo``'s steps 1-3)."""
+    same steps as the cells. ``appendix``: Markdown put after the scenarios (``kso demo``'s steps 1-3).
+    ``pool_short``: scenario -> the fluid bound's steps short at a U* (explains a non-monotone U* sweep)."""
+    from benchmarks.sim.verdict import glossary_lines, no_difference, sweep_lines, verdict_lines
+
     agg = aggregate(rows)
     scenarios = sorted({r["scenario"] for r in rows})
-    parts = [f"# {title}", "", f"- machine: {machine_line()}", f"- command: `{command}`",
+    parts = [f"# {title}", "", "**Verdict** (computed from this run's cells, means; harms: lower is better):", ""]
+    for s in scenarios:
+        parts += [f"- {s}:", *(f"  {line}" for line in verdict_lines(agg, s) + sweep_lines(agg, s, (pool_short or {}).get(s)))]
+    parts += ["- the policies:", *glossary_lines([r["policy"] for r in rows]), ""]
+    parts += [f"- machine: {machine_line()}", f"- command: `{command}`",
              f"- engine: {autoscaler}; overloaded node-hours = node-time whose cpu or memory demand exceeds U* = 90% of "
              "allocatable (also at 80% and 100%); start latency = seconds from entering the queue to starting, per "
              "start (a pod that never started is in pods never served); cost = provisioned (billed) node-hours, "
@@ -505,15 +514,18 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
             name = f"frontier-{s}.png"
             frontier_plot(agg, s, out / name, f"{s} ({size}): cost against harm, {interval_note(n)}", bound_mean)
             parts += [f"![frontier {s}]({name})", ""]
-        for harm, label in FRONTIER_HARMS:
+        if (same := no_difference(agg, s)) is not None:
+            parts.append(f"- {same}")
+        for harm, label in FRONTIER_HARMS if same is None else ():
             parts += frontier_lines(agg, s, harm, label)
-        parts += every_axis_lines(agg, s)
-        parts += aims_lines([r for r in rows if r["scenario"] == s], agg, s)
+        if same is None:
+            parts += every_axis_lines(agg, s)
+            parts += aims_lines([r for r in rows if r["scenario"] == s], agg, s)
         if math.isfinite(bound_mean):
             parts.append(f"- fluid lower bound (benchmarks/sim/bound.py, mean over {len(bound)} seed(s)): any policy with "
                          f"no node above U* provisions at least {bound_mean:.1f} node-hours")
         parts.append("")
-        for harm, label in FRONTIER_HARMS:
+        for harm, label in FRONTIER_HARMS if same is None else ():
             lines = interpolation_table(agg, s, harm, label)
             parts += [*lines, ""] if lines else []
         parts += [f"### Harm per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, HARM), "",

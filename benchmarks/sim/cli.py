@@ -344,6 +344,24 @@ def fluid_bounds(kinds: list[str], seeds: dict[str, list[int]], args: argparse.N
     return out
 
 
+def pool_short(kind: str, seed: int, args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:
+    """U* -> (steps the whole pool cannot keep demand under U*, steps scored, the resource that binds), from the
+    fluid bound of the scenario's first seed over the cells' scored steps: why a lower U* can do worse."""
+    from benchmarks.sim.bound import fluid_bound
+    from benchmarks.sim.runner import scenario_for
+
+    warm = min((int(r["warmup_steps"]) for r in rows if r["scenario"] == kind
+                and isinstance(r.get("warmup_steps"), int | float)), default=0)
+
+    def short(u_star: float) -> tuple[int, int, str]:
+        s = scenario_for(kind, args.nodes, args.hours, seed, args.target_load)
+        b = fluid_bound(s, u_star, from_step=warm)
+        res = max((k for k in b.binding if k.endswith("demand")), key=lambda k: b.binding[k]).split()[0]
+        return b.short_steps, s.n_steps - warm, res
+
+    return short
+
+
 def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Every scenario x seed x policy with the autoscaler (local processes or Ray), then the cost-harm report."""
     from benchmarks.sim.bench_report import write_bench_report
@@ -401,6 +419,7 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     bounds = fluid_bounds(kinds, seeds, args, rows)
     path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots,
                               bounds=bounds, appendix=getattr(args, "appendix", ()),
+                              pool_short={k: pool_short(k, seeds[k][0], args, rows) for k in kinds},
                               **({"title": args.report_title} if getattr(args, "report_title", "") else {}))
     print(path.read_text().split("### Harm per policy")[0])
     print(f"report: {path}")
