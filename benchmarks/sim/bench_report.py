@@ -127,7 +127,7 @@ def table(agg: Agg, scenario: str, policies: Sequence[str], columns: Sequence[Co
     for p in ordered(agg, scenario, policies):
         a = agg[(scenario, p)]
         cells = [fmt(*a.get(c.key, NAN3)[:2], c.digits) for c in columns]
-        label = f"{p} (reference)" if is_oracle(p) else p
+        label = f"{p} (reference)" if is_oracle(p) else f"{p} (measured: the cluster's history)" if p == "actual" else p
         n = max((m[2] for m in a.values()), default=0)
         lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -479,11 +479,13 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
     ``pool_short``: scenario -> the fluid bound's steps short at a U* (explains a non-monotone U* sweep)."""
     from benchmarks.sim.verdict import glossary_lines, no_difference, sweep_lines, verdict_lines
 
-    agg = aggregate(rows)
+    agg_all = aggregate(rows)  # the tables and the verdict: the policies and what the cluster actually ran
+    agg = aggregate([r for r in rows if r["policy"] != "actual"])  # the frontier statements: the policies
     scenarios = sorted({r["scenario"] for r in rows})
     parts = [f"# {title}", "", "**Verdict** (computed from this run's cells, means; harms: lower is better):", ""]
     for s in scenarios:
-        parts += [f"- {s}:", *(f"  {line}" for line in verdict_lines(agg, s) + sweep_lines(agg, s, (pool_short or {}).get(s)))]
+        said = verdict_lines(agg_all, s) + sweep_lines(agg, s, (pool_short or {}).get(s))
+        parts += [f"- {s}:", *(f"  {line}" for line in said)]
     parts += ["- the policies:", *glossary_lines([r["policy"] for r in rows]), ""]
     parts += [f"- machine: {machine_line()}", f"- command: `{command}`",
              f"- engine: {autoscaler}; overloaded node-hours = node-time whose cpu or memory demand exceeds U* = 90% of "
@@ -528,8 +530,8 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
         for harm, label in FRONTIER_HARMS if same is None else ():
             lines = interpolation_table(agg, s, harm, label)
             parts += [*lines, ""] if lines else []
-        parts += [f"### Harm per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, HARM), "",
-                  f"### Cost per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, COST), "",
+        parts += [f"### Harm per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg_all, s, policies, HARM), "",
+                  f"### Cost per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg_all, s, policies, COST), "",
                   f"### Other counters ({interval_note(n)})", "", table(agg, s, policies, OTHER), "",
                   "Rules (every one stated):", "", *(f"- {n_}" for n_ in notes.get(s, [])), ""]
     parts += [*appendix, "## Data sources", "", *(f"- {src}" for src in sources), ""]

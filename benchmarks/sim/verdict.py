@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from benchmarks.sim.bench_report import NAN3, Agg, PoolShort, is_kso, is_oracle
 from benchmarks.sim.runner import parse_spec
 
+ACTUAL_NAME = "actual"  # benchmarks/sim/history_actual.py: the cluster's own row (kso bench --prometheus)
 # What each policy name in a report stands for, shown where the names first appear.
 POLICY_MEANINGS = {
     "default": "kube-scheduler's default profile, NodeResourcesFit LeastAllocated: spreads pods by their requests",
@@ -27,10 +28,12 @@ POLICY_MEANINGS = {
     "kso-plan": "the kso extender following kso's CP-SAT placement plan for the pending pods (re-solved as pods come)",
     "kso-plan[load-balance]": "kso-plan with the load-balance objective",
     "kso-plan+reopt": "kso-plan + `kso reoptimize` moving running pods",
+    ACTUAL_NAME: ("what the cluster actually ran, measured on its history: its nodes' node-hours, node-time above U*, "
+                  "OOM kills (restarts whose last termination was OOMKilled); pods never served and latency: n/a"),
     "oracle": ("a reference, not a scheduler anyone could run: knows each pod's usage over the next hour and packs so "
                "that no node passes U*"),
 }
-LEAST, MOST = "default", "default-most"
+LEAST, MOST, ACTUAL = "default", "default-most", ACTUAL_NAME
 SHIPPED_U_STAR = "90"  # kso's U* default (SafeBoundSettings.utilization): the sweep point the verdict quotes
 # (metric, label, digits): the harms the verdict carries, in its order
 VERDICT_HARMS = (("overloaded_node_hours", "overloaded node-hours", 1), ("pods_oom_killed", "pods OOM-killed", 0),
@@ -87,7 +90,7 @@ def _against(agg: Agg, scenario: str, policy: str, ref: str, label: str) -> str:
 
 def no_difference(agg: Agg, scenario: str) -> str | None:
     """The plain sentence when every runnable policy gives the same cost and harms (as printed), else None."""
-    runnable = [p for (s, p) in agg if s == scenario and not is_oracle(p)]
+    runnable = [p for (s, p) in agg if s == scenario and not is_oracle(p) and p != ACTUAL]
     if len(runnable) < 2:
         return None
     shown = {p: tuple(f"{_mean(agg, scenario, p, k):.{d}f}" for k, _, d in SAME) for p in runnable}
@@ -100,12 +103,15 @@ def no_difference(agg: Agg, scenario: str) -> str | None:
 
 
 def verdict_lines(agg: Agg, scenario: str) -> list[str]:
-    """The verdict: each headline kso configuration against LeastAllocated and MostAllocated, every harm."""
-    if (sentence := no_difference(agg, scenario)) is not None:
-        return [f"- {sentence}"]
-    refs = [(r, label) for r, label in ((LEAST, f"LeastAllocated (`{LEAST}`)"), (MOST, f"MostAllocated (`{MOST}`)"))
-            if (scenario, r) in agg]
+    """The verdict: each headline kso configuration against LeastAllocated, MostAllocated and (a history replay) what
+    the cluster actually ran, every harm."""
+    actual = [(ACTUAL, f"what the cluster ran (`{ACTUAL}`)")] if (scenario, ACTUAL) in agg else []
     kso = headline_kso(agg, scenario)
+    if (sentence := no_difference(agg, scenario)) is not None:
+        return [f"- {sentence}"] + [f"- against what the cluster ran, `{p}` uses "
+                                    + _against(agg, scenario, p, r, label) for p in kso[:1] for r, label in actual]
+    refs = [(r, label) for r, label in ((LEAST, f"LeastAllocated (`{LEAST}`)"), (MOST, f"MostAllocated (`{MOST}`)"))
+            if (scenario, r) in agg] + actual
     if not kso or not refs:
         return ["- verdict: n/a (the run has no kso configuration or no default-scheduler row to compare with)"]
     return [f"- on this data `{p}` uses " + "; ".join(_against(agg, scenario, p, r, label) for r, label in refs)

@@ -121,8 +121,8 @@ def test_kubernetes_service_variables_and_development_variables_are_not_settings
 
 
 def _source_files() -> list[Path]:
-    return [p for pkg in ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "scripts", "shadow")
-            for p in sorted((ROOT / pkg).rglob("*.py"))]
+    packages = ("kso", "forecasting", "decisions", "optimizer", "extender", "scheduler", "benchmarks", "scripts", "shadow")
+    return [p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 
 def test_every_declared_setting_is_in_the_table_with_a_meaning() -> None:
