@@ -394,3 +394,18 @@ def test_fixed_size_replay_with_the_clusters_own_row(history: tuple[PromServer, 
     assert f"| {overloaded:.1f} |" in actual_row and "| 2 | 3 |" in actual_row  # pods OOM-killed, OOM kills
     verdict = report.split("- machine:")[0]
     assert "what the cluster ran (`actual`)" in verdict and "`actual`: what the cluster actually ran" in verdict
+
+
+def test_a_history_where_the_policies_tie_says_so_in_one_sentence(history: tuple[PromServer, float], tmp_path: Path) -> None:
+    """The first hour at a fixed size through two policies that spread pods (LeastAllocated, Koordinator's
+    LoadAware): no node passes U* under either, so they tie, and the report says so instead of the Pareto
+    statements."""
+    server, start = history
+    assert bench_main(["--prometheus", server.url, "--from", _iso(start), "--to", _iso(start + 3600),
+                       "--policies", "default,koordinator", "--fixed-size", "--out", str(tmp_path), "--no-plots"]) == 0
+    rows = _rows(tmp_path)
+    keys = ("provisioned_node_hours", "overloaded_node_hours", "pods_oom_killed", "pods_never_served")
+    assert [rows["default"][k] for k in keys] == [rows["koordinator"][k] for k in keys]
+    report = (tmp_path / "report.md").read_text()
+    assert "**No difference on this history**: all 2 policies give" in report.split("- machine:")[0]
+    assert "**Pareto frontier" not in report
