@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from kso.cli import build_parser, parse
+from tests.support.layout import PRODUCT
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {"README.md": 300, "benchmarks/README.md": 600, "docs/architecture.md": 150}
 # HISTORY.md is not among them: it is the dated log, kept as it was written (its commands and paths as they were).
 DOCS = sorted({"README.md", "benchmarks/README.md", *(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))})
-PRODUCT = ("kso", "extender", "optimizer", "forecasting", "scheduler")
 # Work-history references: "session 9", "this session", "issue 16", "the fifth round", "round 4". An upstream
 # project's issue ("kubernetes-client/python issues #547", "google/or-tools#5288") is a citation, not history.
 HISTORY_WORDS = re.compile(r"\bsessions? \d+|\bthis session\b|\bissues? #?\d+|"

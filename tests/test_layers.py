@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.layout import PACKAGES
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kso", "forecasting", "optimizer", "decisions", "extender", "scheduler", "benchmarks", "shadow")
 # Lowest first. kso.cli is the command: on top, beside the benchmarks (each may import the other); decisions/
 # is the decision engine, between the optimizer and the extender; everything else under kso/ is the domain at the
 # bottom. ``kso shadow`` (shadow/) judges with the scheduler's pieces: above them, beside the command.

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.layout import PACKAGES
+
 ROOT = Path(__file__).resolve().parents[1]
 DECLARATION = re.compile(r'setting\(\s*"([A-Z][A-Z0-9_]*)"')
 
 
 def test_every_setting_variable_is_declared_once() -> None:
     where: dict[str, list[str]] = defaultdict(list)
-    for pkg in ("kso", "forecasting", "optimizer", "extender", "scheduler", "benchmarks", "shadow"):
+    for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if line.lstrip().startswith(("#", '"', "A field declared")):

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from tests.support.fixtures import SHARED
+from tests.support.layout import PRODUCT
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -698,7 +699,7 @@ def _setting_classes() -> list[type]:
     """Every settings dataclass in kso's layers (fields declared with setting("ENV", ...)), found by
     import, so settings added later are checked without editing this test."""
     found: list[type] = []
-    for pkg in ("kso", "extender", "forecasting", "optimizer"):
+    for pkg in PRODUCT:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             if path.name.startswith("test_") or "setting(" not in path.read_text(errors="ignore"):
                 continue

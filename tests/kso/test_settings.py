@@ -14,6 +14,7 @@ import pytest
 from extender.config import load_config
 from kso.cli import DEVELOPMENT_VARIABLES, check_configuration, main, settings_sections
 from kso.core.settings import ConfigError, markdown_table, read_config_file, settings_fields
+from tests.support.layout import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,8 +122,8 @@ def test_kubernetes_service_variables_and_development_variables_are_not_settings
 
 
 def _source_files() -> list[Path]:
-    packages = ("kso", "forecasting", "decisions", "optimizer", "extender", "scheduler", "benchmarks", "scripts", "shadow")
-    return [p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))]
+    return [p for pkg in (*PACKAGES, "scripts")
+            for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 
 def test_every_declared_setting_is_in_the_table_with_a_meaning() -> None:
