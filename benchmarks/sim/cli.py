@@ -258,7 +258,9 @@ def check_options(args: argparse.Namespace) -> str | None:
             return "--seeds and --jobs must be at least 1"
         args.target_load = 0.6 if args.target_load is None else args.target_load
     else:
-        if bad := _given(args, "seeds", "seed_from", "jobs", "executor", "report_only", "sweep", "fixed_size"):
+        if getattr(args, "fixed_size", False):
+            return "--fixed-size: a --trace run is already one replay on a fixed pool (no autoscaler)"
+        if bad := _given(args, "seeds", "seed_from", "jobs", "executor", "report_only", "sweep"):
             return f"{', '.join(bad)}: only with --scenario (a --trace run is one seed, in this process)"
         if args.trace == "embedded" and (bad := _given(args, "nodes", "target_load")):
             return f"{', '.join(bad)}: the embedded excerpt has its own 40 nodes and load (use --trace openb)"
