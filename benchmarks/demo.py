@@ -178,7 +178,11 @@ def run_demo(out: str = "kso-demo-report", port: int = 0, hours: float = 4.0, ve
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = run_bench(args, argv)
-    body += ["", f"=== {title}", *buf.getvalue().splitlines(), f"({time.perf_counter() - t:.1f} s)"]
+    replay = buf.getvalue().splitlines()
+    if (first := next((i for i, ln in enumerate(replay) if ln.startswith("**Verdict**")), None)) is not None:
+        last = next((i for i, ln in enumerate(replay) if i > first and ln.startswith("- machine:")), first + 1)
+        replay[first:last] = ["(verdict and policies: at the top)", ""]  # printed first, not twice
+    body += ["", f"=== {title}", *replay, f"({time.perf_counter() - t:.1f} s)"]
     report = Path(out) / "report.md"
     print(f"kso demo: forecasts -> plan -> extender -> trace replay, on data embedded in the package "
           f"({time.perf_counter() - t_all:.0f} s; report: {report}, plan: {plan_file})")

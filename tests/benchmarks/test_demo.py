@@ -18,6 +18,7 @@ def test_demo_report_has_the_frontier_and_steps_1_to_3(tmp_path: Path, capsys: p
     assert out[1].startswith("verdict of step 4's replay")
     cells = {r["policy"]: r for r in map(json.loads, (tmp_path / "cells.jsonl").read_text().splitlines())}
     plan_line = next(ln for ln in out[:12] if "on this data `kso-plan` uses" in ln)
+    assert sum("on this data `kso-plan` uses" in ln for ln in out) == 1  # once, at the top
     mine, least = cells["kso-plan"]["provisioned_node_hours"], cells["default"]["provisioned_node_hours"]
     assert f"LeastAllocated (`default`) ({mine:.1f} vs {least:.1f})" in plan_line
     assert f"pods never served {cells['kso-plan']['pods_never_served']:.0f} vs " in plan_line
