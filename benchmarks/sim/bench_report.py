@@ -17,6 +17,7 @@ from benchmarks.sim.runner import aggregate, parse_spec
 Agg = dict[tuple[str, str], dict[str, tuple[float, float, int]]]
 PoolShort = Callable[[float], tuple[int, int, str]]  # U* fraction -> (steps short, steps scored, binding resource)
 NAN3 = (math.nan, math.nan, 0)
+ACTUAL = "actual"  # the row of what the cluster ran, measured on its history (benchmarks/sim/history_actual.py)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def table(agg: Agg, scenario: str, policies: Sequence[str], columns: Sequence[Co
     for p in ordered(agg, scenario, policies):
         a = agg[(scenario, p)]
         cells = [fmt(*a.get(c.key, NAN3)[:2], c.digits) for c in columns]
-        label = f"{p} (reference)" if is_oracle(p) else f"{p} (measured: the cluster's history)" if p == "actual" else p
+        label = f"{p} (reference)" if is_oracle(p) else f"{p} (measured: the cluster's history)" if p == ACTUAL else p
         n = max((m[2] for m in a.values()), default=0)
         lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -480,7 +481,7 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
     from benchmarks.sim.verdict import glossary_lines, no_difference, sweep_lines, verdict_lines
 
     agg_all = aggregate(rows)  # the tables and the verdict: the policies and what the cluster actually ran
-    agg = aggregate([r for r in rows if r["policy"] != "actual"])  # the frontier statements: the policies
+    agg = aggregate([r for r in rows if r["policy"] != ACTUAL])  # the frontier statements: the policies
     scenarios = sorted({r["scenario"] for r in rows})
     parts = [f"# {title}", "", "**Verdict** (computed from this run's cells, means; harms: lower is better):", ""]
     for s in scenarios:

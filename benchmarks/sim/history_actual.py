@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchmarks.sim.bench_report import ACTUAL
 from benchmarks.sim.metrics import DEFAULT_U_STAR
 from benchmarks.sim.prometheus_history import MAX_SERIES_POINTS, _Client, _sel
 from forecasting.history_names import HistoryNames
 from kso.core.settings import load_settings
 
-ACTUAL = "actual"  # the row's policy name in cells and report
 # Each step is read this long after its end: Prometheus 2's lookback and range windows are closed, so a sample
 # exactly one lookback (5 min) old, the last one of a pod gone at the step boundary, would still count at the end.
 READ_AFTER_S = 1.0
@@ -37,7 +37,7 @@ class ActualRun:
 
     def row(self, scenario: str, nodes: int, hours: float, warmup_steps: int) -> dict[str, object]:
         """A cells.jsonl row (the replay's metric names) for the report's tables."""
-        return {"scenario": scenario, "nodes": nodes, "hours": hours, "seed": 0, "policy": ACTUAL, "start": "history",
+        return {"scenario": scenario, "nodes": nodes, "hours": hours, "seed": 0, "policy": ACTUAL,
                 "mode": "measured: the cluster's own history (benchmarks/sim/history_actual.py)",
                 "provisioned_node_hours": self.node_hours, "overloaded_node_hours": self.overloaded_node_hours,
                 "oom_kills": self.oom_kills, "pods_oom_killed": self.pods_oom_killed, "warmup_steps": warmup_steps}

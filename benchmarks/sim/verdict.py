@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from benchmarks.sim.bench_report import NAN3, Agg, PoolShort, is_kso, is_oracle
+from benchmarks.sim.bench_report import ACTUAL, NAN3, Agg, PoolShort, is_kso, is_oracle
 from benchmarks.sim.runner import parse_spec
 
-ACTUAL_NAME = "actual"  # benchmarks/sim/history_actual.py: the cluster's own row (kso bench --prometheus)
 # What each policy name in a report stands for, shown where the names first appear.
 POLICY_MEANINGS = {
     "default": "kube-scheduler's default profile, NodeResourcesFit LeastAllocated: spreads pods by their requests",
@@ -28,12 +27,12 @@ POLICY_MEANINGS = {
     "kso-plan": "the kso extender following kso's CP-SAT placement plan for the pending pods (re-solved as pods come)",
     "kso-plan[load-balance]": "kso-plan with the load-balance objective",
     "kso-plan+reopt": "kso-plan + `kso reoptimize` moving running pods",
-    ACTUAL_NAME: ("what the cluster actually ran, measured on its history: its nodes' node-hours, node-time above U*, "
+    ACTUAL: ("what the cluster actually ran, measured on its history: its nodes' node-hours, node-time above U*, "
                   "OOM kills (restarts whose last termination was OOMKilled); pods never served and latency: n/a"),
     "oracle": ("a reference, not a scheduler anyone could run: knows each pod's usage over the next hour and packs so "
                "that no node passes U*"),
 }
-LEAST, MOST, ACTUAL = "default", "default-most", ACTUAL_NAME
+LEAST, MOST = "default", "default-most"
 SHIPPED_U_STAR = "90"  # kso's U* default (SafeBoundSettings.utilization): the sweep point the verdict quotes
 # (metric, label, digits): the harms the verdict carries, in its order
 VERDICT_HARMS = (("overloaded_node_hours", "overloaded node-hours", 1), ("pods_oom_killed", "pods OOM-killed", 0),
