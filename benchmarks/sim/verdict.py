@@ -151,10 +151,10 @@ def sweep_lines(agg: Agg, scenario: str, pool_short: PoolShort | None = None) ->
         never = ", ".join(f"{_mean(agg, scenario, p, 'pods_never_served'):.0f} at {u:g}%" for u, p in points if u in short)
         out.append("  - why: at " + "; at ".join(f"U* {u:g}% the whole pool cannot keep {res} demand under U* in {n} of "
                                               f"{total} scored steps" for u, (n, total, res) in short.items())
-                   + " (fluid bound, benchmarks/sim/bound.py). There kso refuses pods on every node; the autoscaler "
-                   "does not see an extender's refusal, and a pod held KSO_SAFE_MAX_HOLD_S (300 s) is passed to the "
-                   f"least-risk nodes, which then run over: held pods are never served ({never}) or land late on "
-                   "hot nodes. A U* below what the pool can hold buys no safety.")
+                   + " (fluid bound, benchmarks/sim/bound.py). There kso refuses pods on every node; a pod held "
+                   "KSO_SAFE_MAX_HOLD_S (300 s) is then passed to the least-risk nodes, which run over (without the "
+                   "capacity signal the autoscaler does not see the refusals): held pods are never served "
+                   f"({never}) or land late on hot nodes. A U* below what the pool can hold buys no safety.")
     unexplained = [u for u in lows if u not in short]
     if unexplained:
         out.append(f"  - at U* {', '.join(f'{u:g}%' for u in unexplained)} the pool could hold the demand under U* at "
