@@ -340,9 +340,11 @@ LABEL_OFFSETS = tuple((dx * r, dy * r, ha, va) for r in (1.0, 2.5, 4.0)
                                              (0, 6, "center", "bottom"), (0, -6, "center", "top")))
 
 
-def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float = math.nan) -> Any:
+def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float = math.nan,
+                    actual: dict[str, tuple[float, float, int]] | None = None) -> Any:
     """The headline figure: per harm metric a panel of cost (x) against harm (y), one curve per policy family over
-    its knob, the oracle as a star, the fluid lower bound as a vertical line. Returns the matplotlib Figure."""
+    its knob, the oracle as a star, the fluid lower bound as a vertical line, and (a history replay) what the cluster
+    actually ran as a cross where its history measures that harm. Returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -386,6 +388,13 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
             extent += [(x - dx, y - dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
             extent += [(x + dx, y + dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
             ax_labels += [(p.cost, p.harm, knob(p.label)) for p in fpts]
+        ran = (actual or {}).get(COST_KEY, NAN3)[0], (actual or {}).get(harm, NAN3)[0]
+        if all(math.isfinite(v) for v in ran):
+            h = ax.plot(*ran, marker="X", markersize=11, color="black", linestyle="none",
+                        label="what the cluster ran (its history)")[0]
+            handles.setdefault(ACTUAL, h)
+            ax_markers.append(ran)
+            extent.append(ran)
         if math.isfinite(bound_node_hours):
             h = ax.axvline(bound_node_hours, color="grey", linestyle="-.", linewidth=1.2,
                            label=f"fluid lower bound on node-h with no node above U* ({bound_node_hours:.1f})")
@@ -449,10 +458,11 @@ def place_labels(fig: Any, axes: list[Any], markers: list[list[tuple[float, floa
     return left_off
 
 
-def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_hours: float = math.nan) -> None:
+def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_hours: float = math.nan,
+                  actual: dict[str, tuple[float, float, int]] | None = None) -> None:
     import matplotlib.pyplot as plt
 
-    fig = frontier_figure(agg, scenario, title, bound_node_hours)
+    fig = frontier_figure(agg, scenario, title, bound_node_hours, actual)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -515,7 +525,8 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
                   "### The frontier: cost against harm", ""]
         if with_plots:
             name = f"frontier-{s}.png"
-            frontier_plot(agg, s, out / name, f"{s} ({size}): cost against harm, {interval_note(n)}", bound_mean)
+            frontier_plot(agg, s, out / name, f"{s} ({size}): cost against harm, {interval_note(n)}", bound_mean,
+                          agg_all.get((s, ACTUAL)))
             parts += [f"![frontier {s}]({name})", ""]
         if (same := no_difference(agg, s)) is not None:
             parts.append(f"- {same}")

@@ -4,7 +4,10 @@ the policies do not differ, and every policy name defined."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+import pytest
 
 from benchmarks.sim.bench_report import write_bench_report
 from benchmarks.sim.runner import aggregate
@@ -75,3 +78,18 @@ def test_every_policy_name_is_defined() -> None:
     names = [ln.split("`")[1] for ln in lines]
     assert names == ["default", "default-most", "kso-plan", "kso-inproc", "oracle", "koordinator", "trimaran-tlp"]
     assert all("see benchmarks/sim/policies/" not in ln for ln in lines)
+
+
+def test_the_figure_marks_what_the_cluster_ran_where_its_history_measures_the_harm() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.sim.bench_report import frontier_figure
+
+    actual = {"provisioned_node_hours": (125.0, math.nan, 1), "overloaded_node_hours": (7.5, math.nan, 1),
+              "pods_oom_killed": (4.0, math.nan, 1), "pods_never_served": (math.nan, math.nan, 0)}
+    fig = frontier_figure(aggregate(rows_for(CELLS)), "s", "t", actual=actual)
+    crosses = [[tuple(line.get_xydata()[0]) for line in ax.get_lines() if line.get_marker() == "X"] for ax in fig.axes]
+    assert crosses == [[(125.0, 7.5)], [(125.0, 4.0)], [], []]  # overload, OOM kills; never served, latency: n/a
+    assert "what the cluster ran (its history)" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
