@@ -107,6 +107,12 @@ def cmd_forecast(args: argparse.Namespace) -> int:
               f"{age:6.0f}s{stale}")
     for note in status["notes"]:
         print(f"# note: {note}")
+    if stale := [r for r in rows if any(x and x.get("stale") for x in (r["cpu"], r["memory"]))]:
+        ages = {r["node"]: max(x["age_s"] for x in (r["cpu"], r["memory"]) if x) for r in stale}
+        print(f"# note: {len(stale)} of {len(rows)} forecasts stale: "
+              + ", ".join(f"{n} (newest sample {age / 86400:.1f} days old)" for n, age in ages.items())
+              + "; kso does not act on a stale forecast: the extender's safe agent falls back to the node annotations"
+              " and `kso forecast annotate` leaves the node unchanged")
     return 0
 
 

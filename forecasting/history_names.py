@@ -24,6 +24,11 @@ class HistoryNames:
     pod_limits: str = setting("KSO_HISTORY_POD_LIMITS", "kube_pod_container_resource_limits", help=METRIC)
     node_allocatable: str = setting("KSO_HISTORY_NODE_ALLOCATABLE", "kube_node_status_allocatable", help=METRIC)
     node_labels: str = setting("KSO_HISTORY_NODE_LABELS", "kube_node_labels", help=METRIC)
+    pod_info: str = setting("KSO_HISTORY_POD_INFO", "kube_pod_info", help=METRIC + "; its node label places a pod")
+    container_restarts: str = setting("KSO_HISTORY_CONTAINER_RESTARTS", "kube_pod_container_status_restarts_total",
+                                      help=METRIC)
+    last_terminated_reason: str = setting("KSO_HISTORY_LAST_TERMINATED_REASON",
+                                          "kube_pod_container_status_last_terminated_reason", help=METRIC)
     container_cpu: str = setting("KSO_HISTORY_CONTAINER_CPU", "container_cpu_usage_seconds_total", help=METRIC)
     container_memory: str = setting("KSO_HISTORY_CONTAINER_MEMORY", "container_memory_working_set_bytes", help=METRIC)
     ksm_selector: str = setting("KSO_HISTORY_KSM_SELECTOR", "",

@@ -5,7 +5,7 @@ other counters. Cells written by an older engine lack the newer metrics: those s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,9 @@ from benchmarks.sim.report import machine_line
 from benchmarks.sim.runner import aggregate, parse_spec
 
 Agg = dict[tuple[str, str], dict[str, tuple[float, float, int]]]
+PoolShort = Callable[[float], tuple[int, int, str]]  # U* fraction -> (steps short, steps scored, binding resource)
 NAN3 = (math.nan, math.nan, 0)
+ACTUAL = "actual"  # the row of what the cluster ran, measured on its history (benchmarks/sim/history_actual.py)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def table(agg: Agg, scenario: str, policies: Sequence[str], columns: Sequence[Co
     for p in ordered(agg, scenario, policies):
         a = agg[(scenario, p)]
         cells = [fmt(*a.get(c.key, NAN3)[:2], c.digits) for c in columns]
-        label = f"{p} (reference)" if is_oracle(p) else p
+        label = f"{p} (reference)" if is_oracle(p) else f"{p} (measured: the cluster's history)" if p == ACTUAL else p
         n = max((m[2] for m in a.values()), default=0)
         lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -338,9 +340,11 @@ LABEL_OFFSETS = tuple((dx * r, dy * r, ha, va) for r in (1.0, 2.5, 4.0)
                                              (0, 6, "center", "bottom"), (0, -6, "center", "top")))
 
 
-def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float = math.nan) -> Any:
+def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float = math.nan,
+                    actual: dict[str, tuple[float, float, int]] | None = None) -> Any:
     """The headline figure: per harm metric a panel of cost (x) against harm (y), one curve per policy family over
-    its knob, the oracle as a star, the fluid lower bound as a vertical line. Returns the matplotlib Figure."""
+    its knob, the oracle as a star, the fluid lower bound as a vertical line, and (a history replay) what the cluster
+    actually ran as a cross where its history measures that harm. Returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -384,6 +388,13 @@ def frontier_figure(agg: Agg, scenario: str, title: str, bound_node_hours: float
             extent += [(x - dx, y - dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
             extent += [(x + dx, y + dy) for x, y, dx, dy in zip(xs, ys, xerr, yerr, strict=True)]
             ax_labels += [(p.cost, p.harm, knob(p.label)) for p in fpts]
+        ran = (actual or {}).get(COST_KEY, NAN3)[0], (actual or {}).get(harm, NAN3)[0]
+        if all(math.isfinite(v) for v in ran):
+            h = ax.plot(*ran, marker="X", markersize=11, color="black", linestyle="none",
+                        label="what the cluster ran (its history)")[0]
+            handles.setdefault(ACTUAL, h)
+            ax_markers.append(ran)
+            extent.append(ran)
         if math.isfinite(bound_node_hours):
             h = ax.axvline(bound_node_hours, color="grey", linestyle="-.", linewidth=1.2,
                            label=f"fluid lower bound on node-h with no node above U* ({bound_node_hours:.1f})")
@@ -447,10 +458,11 @@ def place_labels(fig: Any, axes: list[Any], markers: list[list[tuple[float, floa
     return left_off
 
 
-def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_hours: float = math.nan) -> None:
+def frontier_plot(agg: Agg, scenario: str, path: Path, title: str, bound_node_hours: float = math.nan,
+                  actual: dict[str, tuple[float, float, int]] | None = None) -> None:
     import matplotlib.pyplot as plt
 
-    fig = frontier_figure(agg, scenario, title, bound_node_hours)
+    fig = frontier_figure(agg, scenario, title, bound_node_hours, actual)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -471,12 +483,22 @@ def start_line(rows: Sequence[dict[str, Any]]) -> str:
 def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, list[str]], sources: Sequence[str],
                        autoscaler: str, command: str, policies: Sequence[str], with_plots: bool = True,
                        bounds: dict[str, list[float]] | None = None, appendix: Sequence[str] = (),
-                       title: str = "kso bench: trace replay, cost against harm") -> Path:
+                       title: str = "kso bench: trace replay, cost against harm",
+                       pool_short: dict[str, PoolShort] | None = None) -> Path:
     """``bounds``: scenario -> the fluid lower bound's node-hours per seed (benchmarks/sim/bound.py), scored over the
-    same steps as the cells. ``appendix``: Markdown put after the scenarios (``kso demo``'s steps 1-3)."""
-    agg = aggregate(rows)
+    same steps as the cells. ``appendix``: Markdown put after the scenarios (``kso demo``'s steps 1-3).
+    ``pool_short``: scenario -> the fluid bound's steps short at a U* (explains a non-monotone U* sweep)."""
+    from benchmarks.sim.verdict import glossary_lines, no_difference, sweep_lines, verdict_lines
+
+    agg_all = aggregate(rows)  # the tables and the verdict: the policies and what the cluster actually ran
+    agg = aggregate([r for r in rows if r["policy"] != ACTUAL])  # the frontier statements: the policies
     scenarios = sorted({r["scenario"] for r in rows})
-    parts = [f"# {title}", "", f"- machine: {machine_line()}", f"- command: `{command}`",
+    parts = [f"# {title}", "", "**Verdict** (computed from this run's cells, means; harms: lower is better):", ""]
+    for s in scenarios:
+        said = verdict_lines(agg_all, s) + sweep_lines(agg, s, (pool_short or {}).get(s))
+        parts += [f"- {s}:", *(f"  {line}" for line in said)]
+    parts += ["- the policies:", *glossary_lines([r["policy"] for r in rows]), ""]
+    parts += [f"- machine: {machine_line()}", f"- command: `{command}`",
              f"- engine: {autoscaler}; overloaded node-hours = node-time whose cpu or memory demand exceeds U* = 90% of "
              "allocatable (also at 80% and 100%); start latency = seconds from entering the queue to starting, per "
              "start (a pod that never started is in pods never served); cost = provisioned (billed) node-hours, "
@@ -503,21 +525,25 @@ def write_bench_report(rows: list[dict[str, Any]], out: Path, notes: dict[str, l
                   "### The frontier: cost against harm", ""]
         if with_plots:
             name = f"frontier-{s}.png"
-            frontier_plot(agg, s, out / name, f"{s} ({size}): cost against harm, {interval_note(n)}", bound_mean)
+            frontier_plot(agg, s, out / name, f"{s} ({size}): cost against harm, {interval_note(n)}", bound_mean,
+                          agg_all.get((s, ACTUAL)))
             parts += [f"![frontier {s}]({name})", ""]
-        for harm, label in FRONTIER_HARMS:
+        if (same := no_difference(agg, s)) is not None:
+            parts.append(f"- {same}")
+        for harm, label in FRONTIER_HARMS if same is None else ():
             parts += frontier_lines(agg, s, harm, label)
-        parts += every_axis_lines(agg, s)
-        parts += aims_lines([r for r in rows if r["scenario"] == s], agg, s)
+        if same is None:
+            parts += every_axis_lines(agg, s)
+            parts += aims_lines([r for r in rows if r["scenario"] == s], agg, s)
         if math.isfinite(bound_mean):
             parts.append(f"- fluid lower bound (benchmarks/sim/bound.py, mean over {len(bound)} seed(s)): any policy with "
                          f"no node above U* provisions at least {bound_mean:.1f} node-hours")
         parts.append("")
-        for harm, label in FRONTIER_HARMS:
+        for harm, label in FRONTIER_HARMS if same is None else ():
             lines = interpolation_table(agg, s, harm, label)
             parts += [*lines, ""] if lines else []
-        parts += [f"### Harm per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, HARM), "",
-                  f"### Cost per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg, s, policies, COST), "",
+        parts += [f"### Harm per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg_all, s, policies, HARM), "",
+                  f"### Cost per policy ({interval_note(n)}; {BETTER_NOTE})", "", table(agg_all, s, policies, COST), "",
                   f"### Other counters ({interval_note(n)})", "", table(agg, s, policies, OTHER), "",
                   "Rules (every one stated):", "", *(f"- {n_}" for n_ in notes.get(s, [])), ""]
     parts += [*appendix, "## Data sources", "", *(f"- {src}" for src in sources), ""]

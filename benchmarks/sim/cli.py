@@ -156,6 +156,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --prometheus: the end (same forms; default now)")
     p.add_argument("--step", dest="history_step", default=None, metavar="DURATION",
                    help="with --prometheus: the replay's step (default 5m)")
+    p.add_argument("--fixed-size", action="store_true",
+                   help="with --scenario or --prometheus: no autoscaler; every node of the pool (with --prometheus: the "
+                        "cluster's own nodes) stays for the whole replay, as in a cluster of fixed size")
     p.add_argument("--trace", default=None, choices=("openb", "embedded"),
                    help="a single run (no autoscaler, one seed) of openb: ../shared/data openb + Bitbrains, or embedded: "
                         "the openb/Bitbrains excerpt shipped in kso/data")
@@ -183,6 +186,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "kube-scheduler's default (LeastAllocated, the 'default' policy) runs the warm-up (the first "
                         "hour, at most a quarter of the replay, never scored), then each policy takes over the running "
                         "cluster, as when kso is installed into one; the report names it")
+
+
+FIXED_POOL = "fixed pool (--fixed-size): no autoscaler; every node of the scenario stays for the whole replay"
 
 
 def _given(args: argparse.Namespace, *names: str) -> list[str]:
@@ -252,6 +258,8 @@ def check_options(args: argparse.Namespace) -> str | None:
             return "--seeds and --jobs must be at least 1"
         args.target_load = 0.6 if args.target_load is None else args.target_load
     else:
+        if getattr(args, "fixed_size", False):
+            return "--fixed-size: a --trace run is already one replay on a fixed pool (no autoscaler)"
         if bad := _given(args, "seeds", "seed_from", "jobs", "executor", "report_only", "sweep"):
             return f"{', '.join(bad)}: only with --scenario (a --trace run is one seed, in this process)"
         if args.trace == "embedded" and (bad := _given(args, "nodes", "target_load")):
@@ -344,6 +352,24 @@ def fluid_bounds(kinds: list[str], seeds: dict[str, list[int]], args: argparse.N
     return out
 
 
+def pool_short(kind: str, seed: int, args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:
+    """U* -> (steps the whole pool cannot keep demand under U*, steps scored, the resource that binds), from the
+    fluid bound of the scenario's first seed over the cells' scored steps: why a lower U* can do worse."""
+    from benchmarks.sim.bound import fluid_bound
+    from benchmarks.sim.runner import scenario_for
+
+    warm = min((int(r["warmup_steps"]) for r in rows if r["scenario"] == kind
+                and isinstance(r.get("warmup_steps"), int | float)), default=0)
+
+    def short(u_star: float) -> tuple[int, int, str]:
+        s = scenario_for(kind, args.nodes, args.hours, seed, args.target_load)
+        b = fluid_bound(s, u_star, from_step=warm)
+        res = max((k for k in b.binding if k.endswith("demand")), key=lambda k: b.binding[k]).split()[0]
+        return b.short_steps, s.n_steps - warm, res
+
+    return short
+
+
 def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Every scenario x seed x policy with the autoscaler (local processes or Ray), then the cost-harm report."""
     from benchmarks.sim.bench_report import write_bench_report
@@ -385,22 +411,27 @@ def run_scenarios(args: argparse.Namespace, argv: list[str] | None = None) -> in
     if getattr(args, "default_scenario", False):
         print(f"no --scenario or --trace: the default, --scenario {DEFAULT_SCENARIO}", file=sys.stderr)
     start = getattr(args, "start", "cold")
-    cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p, start)
+    autoscale = not getattr(args, "fixed_size", False)
+    pool = "autoscaler" if autoscale else "fixed"
+    cells = [Cell(k, args.nodes, args.hours, seed, args.target_load, p, start, autoscale)
              for k in kinds for seed in seeds[k] for p in specs]
     where = "Ray tasks" if args.executor == "ray" else f"{args.jobs} process(es)"
     print(f"{len(cells)} replays ({' + '.join(f'{k}: {len(seeds[k])} seed(s)' for k in kinds)}, x {len(specs)} "
           f"policies) as {where}; rows written to {out / 'cells.jsonl'}", file=sys.stderr)
     if args.report_only:
         rows = [r for r in read_rows(out) if r["scenario"] in kinds and r["policy"] in specs
-                and r.get("start", "cold") == start]
+                and r.get("start", "cold") == start and r.get("pool", "autoscaler") == pool]
         print(f"report only: {len(rows)} finished rows of {len(cells)} cells in {out / 'cells.jsonl'}", file=sys.stderr)
     else:
         rows = run_cells(cells, out, args.jobs, executor=args.executor)
     given = argv if argv is not None else sys.argv[1:]
     command = "kso bench " + " ".join(shlex.quote(a) for a in (given[1:] if given[:1] == ["bench"] else given))
     bounds = fluid_bounds(kinds, seeds, args, rows)
-    path = write_bench_report(rows, out, notes, sources, Autoscaler().describe(), command, specs, not args.no_plots,
+    rows += getattr(args, "actual_rows", [])  # --prometheus: what the cluster actually ran, beside every policy
+    engine = Autoscaler().describe() if autoscale else FIXED_POOL
+    path = write_bench_report(rows, out, notes, sources, engine, command, specs, not args.no_plots,
                               bounds=bounds, appendix=getattr(args, "appendix", ()),
+                              pool_short={k: pool_short(k, seeds[k][0], args, rows) for k in kinds},
                               **({"title": args.report_title} if getattr(args, "report_title", "") else {}))
     print(path.read_text().split("### Harm per policy")[0])
     print(f"report: {path}")
@@ -419,13 +450,31 @@ def short_cause(cause: str) -> str:
     return cause[:300]
 
 
+def _actual_run(args: argparse.Namespace, meta: dict[str, Any] | None, start: float, step: float, s: Any) -> Any:
+    """What the cluster ran, measured on its history from the replay's warm-up on (with --report-only: as saved);
+    None, said on stderr, when the history cannot give it (the replay's rows still stand)."""
+    from benchmarks.sim.engine import EngineRules
+    from benchmarks.sim.history_actual import ActualRun, measure_actual
+    from forecasting.prometheus import PrometheusError
+
+    if meta is not None:
+        return ActualRun(**meta["actual"]) if meta.get("actual") else None
+    try:
+        return measure_actual(args.prometheus, start, step, s.n_steps, EngineRules().warmup_steps(s.step_s, s.n_steps))
+    except PrometheusError as exc:  # PrometheusUnavailable too: the history was just read, so rare
+        print(f"kso bench: the cluster's own row is left out: {short_cause(str(exc))}", file=sys.stderr)
+        return None
+
+
 HISTORY_FILE = "history-scenario.npz"  # in --out: the built scenario, loaded by every cell's process
 HISTORY_INFO = "history.json"  # in --out: its gaps and assumptions, for --report-only
 
 
 def run_history(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """``--prometheus``: build the scenario from the history (or, with --report-only, load the one in --out), save
-    it for the cells, then the same cells and report as ``--scenario``, with the gaps and assumptions added."""
+    it for the cells, then the same cells and report as ``--scenario``, with the gaps and assumptions added and a
+    row for what the cluster actually ran (benchmarks/sim/history_actual.py)."""
+    import dataclasses
     import json
     import os
 
@@ -477,6 +526,11 @@ def run_history(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         print(f"history built in {history.seconds:.1f} s ({history.queries} queries, {history.points:,} points): "
               f"{len(history.gaps)} gap(s) listed in the report; saved to {path}", file=sys.stderr)
     s = history.scenario
+    actual = _actual_run(args, meta if args.report_only else None, start, step, s)
+    if actual is not None and not args.report_only:
+        info.write_text(json.dumps({**json.loads(info.read_text()), "actual": dataclasses.asdict(actual)}, indent=1))
+    hours = s.n_steps * s.step_s / 3600.0
+    args.actual_rows = [actual.row("history", s.n_nodes, hours, actual.from_step)] if actual is not None else []
     args.scenario, args.seeds, args.seed_from = "history", 1, 0
     args.nodes, args.hours, args.target_load = s.n_nodes, s.n_steps * s.step_s / 3600.0, 0.0
     args.appendix = history.markdown()

@@ -28,6 +28,7 @@ import hashlib
 import math
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -66,10 +67,14 @@ def creation_times(s: Scenario, start: float) -> np.ndarray:
 
 
 def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 60.0, namespace: str = "default",
-                      pod_cgroup: bool = True, scrapes: tuple[int, int] | None = None) -> dict[str, int]:
+                      pod_cgroup: bool = True, scrapes: tuple[int, int] | None = None,
+                      pod_node: Sequence[int] | None = None, oom_kills: Sequence[tuple[int, int]] = ()) -> dict[str, int]:
     """Write the history of ``s`` (see the module docstring); returns samples per family. ``scrapes``: only the
     scrapes [first, last) of it (a long history in several files, each backfilled on its own; counters and
-    identities continue from one file to the next)."""
+    identities continue from one file to the next). ``pod_node``: each pod's node index, written as
+    ``kube_pod_info{node}`` over its life (where the cluster ran it); ``oom_kills``: (pod, step) of each OOM kill of
+    its container, written as kube-state-metrics does: ``kube_pod_container_status_restarts_total`` +1 from that step's
+    end and ``kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}`` from then on."""
     step = float(s.step_s)
     per = int(round(step / scrape_s))
     if per < 1 or abs(per * scrape_s - step) > 1e-6:
@@ -142,6 +147,26 @@ def write_openmetrics(s: Scenario, path: Path, start: float, scrape_s: float = 6
                 j0, j1, jc, h = life[i]
                 if h == how:
                     const(metric, pod_labels(i), start + jc * scrape_s - min(30.0, scrape_s / 2), j1 - 1, j1)
+
+        if pod_node is not None:
+            family("kube_pod_info")
+            for i in range(s.n_pods):
+                const("kube_pod_info", {**pod_labels(i), "node": s.node_names[pod_node[i]]}, 1.0, life[i][0], life[i][1])
+        kills: dict[int, list[int]] = {}
+        for i, k in oom_kills:
+            kills.setdefault(i, []).append(k)
+        for metric in ("kube_pod_container_status_restarts_total", "kube_pod_container_status_last_terminated_reason")[
+                :2 if kills else 0]:
+            family(*((metric.removesuffix("_total"), "counter") if metric.endswith("_total") else (metric,)))
+            for i, steps in sorted(kills.items()):
+                j0, j1 = life[i][0], life[i][1]
+                marks = [j0, *sorted((k + 1) * per for k in steps), j1]  # the count rises at the killed step's end
+                for n_, (a, b) in enumerate(zip(marks, marks[1:], strict=False)):
+                    labels = {**pod_labels(i), "container": "app"}
+                    if metric.endswith("_total"):
+                        const(metric, labels, float(n_), a, b)
+                    elif n_ > 0:
+                        const(metric, {**labels, "reason": "OOMKilled"}, 1.0, a, b)
 
         containers = [("app", "registry.example/app:1")] + ([("", "")] if pod_cgroup else [])
         family("container_cpu_usage_seconds", "counter")

@@ -44,6 +44,7 @@ class Cell:
     target_load: float
     policy: str  # spec
     start: str = "cold"  # "warm": the default policy (LeastAllocated) schedules the warm-up, then the spec takes over
+    autoscale: bool = True  # False: no autoscaler, every node of the scenario for the whole replay (a fixed-size cluster)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -120,9 +121,9 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     if cell.start not in STARTS:
         raise ValueError(f"start must be one of {', '.join(STARTS)}, not {cell.start!r}")
     warm = policy_for("default", cell.seed) if cell.start == "warm" else None
-    m = compute(run(scenario, policy, progress, autoscaler=Autoscaler(), warm_start=warm))
+    m = compute(run(scenario, policy, progress, autoscaler=Autoscaler() if cell.autoscale else None, warm_start=warm))
     row = {"scenario": cell.scenario, "nodes": scenario.n_nodes, "hours": scenario.n_steps * scenario.step_s / 3600,
-           "seed": cell.seed, "policy": cell.policy, "start": cell.start,
+           "seed": cell.seed, "policy": cell.policy, "start": cell.start, "pool": "autoscaler" if cell.autoscale else "fixed",
            "mode": m.mode, "scenario_name": scenario.name, **{k: float(getattr(m, k)) for k in SCALAR_METRICS},
            "extra": {k: float(v) for k, v in m.extra.items() if isinstance(v, int | float)}}
     return row, m

@@ -18,6 +18,7 @@ from benchmarks.sim.cli import SWEEPS, expand_policies, main
     (["--scenario", "google-embedded", "--seeds", "3"], "google-embedded is one fixed excerpt (seed 0)"),
     (["--scenario", "google-embedded", "--nodes", "100"], "--nodes: google-embedded has its own 40 nodes"),
     (["--trace", "embedded", "--seeds", "3"], "--seeds: only with --scenario"),
+    (["--trace", "embedded", "--fixed-size"], "--fixed-size: a --trace run is already one replay on a fixed pool"),
     (["--trace", "embedded", "--nodes", "50"], "--nodes: the embedded excerpt has its own 40 nodes"),
     (["--scenario", "google-embedded", "--trace", "openb"], "--trace picks a single run"),
     (["--scenario", "google-embedded", "--u-star", "0.8"], "--u-star: single-run options"),

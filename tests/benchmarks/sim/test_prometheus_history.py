@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 from benchmarks.sim.cli import main as bench_main
-from benchmarks.sim.engine import Autoscaler, run
+from benchmarks.sim.engine import Autoscaler, EngineRules, run
 from benchmarks.sim.google import build_google_scenario
+from benchmarks.sim.history_actual import measure_actual
 from benchmarks.sim.history_openmetrics import aligned_start, backfill, template_hash, write_openmetrics
 from benchmarks.sim.metrics import compute
 from benchmarks.sim.policies import make_policy
@@ -45,13 +46,25 @@ HOURS = 2.0
 NODES = 20
 
 
+def placed(s: Scenario) -> np.ndarray:
+    """Where the history's cluster ran each pod (kube_pod_info's node): round robin."""
+    return np.arange(s.n_pods) % s.n_nodes
+
+
+def oom_kills(s: Scenario, n: int = 3) -> list[tuple[int, int]]:
+    """(pod, step) of the history's OOM kills: two of one pod, one of another, after the replay's warm-up, each while
+    the pod lives on for another step (its restart is reported)."""
+    alive = [i for i in range(s.n_pods) if s.pod_arrival[i] <= 8 and s.pod_departure[i] > 20]
+    return [(alive[0], 10), (alive[0], 15), (alive[1], 12)][:n]
+
+
 def serve(workdir: Path, om_lines: list[str] | None, scenario: Scenario, start: float) -> PromServer:
     """Write ``scenario``'s history (or the given lines), backfill it and start Prometheus on it."""
     bins = prometheus_binaries()
     assert bins is not None, "prometheus/promtool not installed (apt-get install -y prometheus)"
     om = workdir / "history.om"
     if om_lines is None:
-        write_openmetrics(scenario, om, start)
+        write_openmetrics(scenario, om, start, pod_node=placed(scenario), oom_kills=oom_kills(scenario))
     else:
         om.write_text("".join(om_lines))
     backfill(om, workdir / "tsdb", bins[1])
@@ -334,3 +347,65 @@ def test_a_history_written_in_scrape_windows_is_the_whole_history(direct: Scenar
         write_openmetrics(direct, tmp_path / "part.om", start, scrapes=window)
         parts += [x for x in (tmp_path / "part.om").read_text().splitlines() if not x.startswith("#")]
     assert len(parts) == len(whole) and sorted(parts) == sorted(whole)
+
+
+def _expected_actual(s: Scenario, u_star: float = 0.9) -> tuple[float, float]:
+    """(node-hours, overloaded node-hours) of the history as the cluster ran it (placed()), from the scenario's own
+    arrays, over the steps the replay scores."""
+    warm = EngineRules().warmup_steps(s.step_s, s.n_steps)
+    usage = s.pod_usage.astype(np.float64) * np.stack([s.pod_cpu / 1000.0, s.pod_memory], axis=1)[:, None, :]
+    alloc = np.stack([s.node_cpu / 1000.0, s.node_memory.astype(np.float64)], axis=1)
+    node = placed(s)
+    over = 0
+    for k in range(warm, s.n_steps):
+        alive = (s.pod_arrival <= k) & (k < s.pod_departure) & (s.pod_arrival < s.pod_departure)
+        load = np.zeros_like(alloc)
+        np.add.at(load, node[alive], usage[alive, k, :])
+        over += int((load > u_star * alloc).any(axis=1).sum())
+    hours = s.step_s / 3600.0
+    return s.n_nodes * (s.n_steps - warm) * hours, over * hours
+
+
+def test_what_the_cluster_actually_ran_is_measured_from_its_history(history: tuple[PromServer, float],
+                                                                     direct: Scenario) -> None:
+    server, start = history
+    warm = EngineRules().warmup_steps(direct.step_s, direct.n_steps)
+    got = measure_actual(server.url, start, STEP, direct.n_steps, warm)
+    node_hours, overloaded = _expected_actual(direct)
+    assert overloaded > 0  # the round-robin placement does overload some nodes: the check below can fail
+    assert math.isclose(got.node_hours, node_hours) and math.isclose(got.overloaded_node_hours, overloaded)
+    assert (got.oom_kills, got.pods_oom_killed) == (3.0, 2.0)
+
+
+def test_fixed_size_replay_with_the_clusters_own_row(history: tuple[PromServer, float], direct: Scenario,
+                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--fixed-size: no autoscaler, every node for the whole history; the report puts what the cluster actually ran
+    beside every policy and in the verdict."""
+    server, start = history
+    assert bench_main(["--prometheus", server.url, "--from", _iso(start), "--to", _iso(start + HOURS * 3600),
+                       "--policies", "default,kso-inproc", "--fixed-size", "--out", str(tmp_path), "--no-plots"]) == 0
+    rows = _rows(tmp_path)
+    node_hours, overloaded = _expected_actual(direct)
+    for row in rows.values():
+        assert row["pool"] == "fixed" and row["scale_ups"] == 0 and row["provisioned_node_hours"] == node_hours
+    report = (tmp_path / "report.md").read_text()
+    assert "fixed pool (--fixed-size): no autoscaler" in report
+    actual_row = next(ln for ln in report.splitlines() if ln.startswith("| actual (measured: the cluster's history) |"))
+    assert f"| {overloaded:.1f} |" in actual_row and "| 2 | 3 |" in actual_row  # pods OOM-killed, OOM kills
+    verdict = report.split("- machine:")[0]
+    assert "what the cluster ran (`actual`)" in verdict and "`actual`: what the cluster actually ran" in verdict
+
+
+def test_a_history_where_the_policies_tie_says_so_in_one_sentence(history: tuple[PromServer, float], tmp_path: Path) -> None:
+    """The first hour at a fixed size through two policies that spread pods (LeastAllocated, Koordinator's
+    LoadAware): no node passes U* under either, so they tie, and the report says so instead of the Pareto
+    statements."""
+    server, start = history
+    assert bench_main(["--prometheus", server.url, "--from", _iso(start), "--to", _iso(start + 3600),
+                       "--policies", "default,koordinator", "--fixed-size", "--out", str(tmp_path), "--no-plots"]) == 0
+    rows = _rows(tmp_path)
+    keys = ("provisioned_node_hours", "overloaded_node_hours", "pods_oom_killed", "pods_never_served")
+    assert [rows["default"][k] for k in keys] == [rows["koordinator"][k] for k in keys]
+    report = (tmp_path / "report.md").read_text()
+    assert "**No difference on this history**: all 2 policies give" in report.split("- machine:")[0]
+    assert "**Pareto frontier" not in report
