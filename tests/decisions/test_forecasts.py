@@ -5,8 +5,10 @@ annotations, never failing a node for a missing metric."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,10 +42,25 @@ def test_safe_agent_uses_prometheus_forecasts(prom: ps.PromServer, tmp_path: Pat
         state.upsert_node(node_from_k8s(make_node(name, cpu="4000m", memory="8Gi", annotations=annotated)))
     state.upsert_node(node_from_k8s(make_node("not-in-prometheus", cpu="4000m", annotations=annotated)))
     state.mark_synced("test")
-    config = load_config({"KSO_CLUSTER_SOURCE": "DEMO", "KSO_PROMETHEUS_URL": prom.url, "KSO_PROMETHEUS_HISTORY": str(13 * 3600),
-                          "KSO_PROMETHEUS_TIMEOUT": "5", "KSO_FORECAST_REFRESH": "2", "KSO_FORECAST_STALE_AFTER": "200"})
-    # Staleness counts the newest sample's age, and the backfilled slice ends a minute before the fixture
-    # was built (promtool + start-up can take a minute more on a loaded machine): 200 s leaves room.
+
+    def config_with(stale_after_s: float) -> Any:
+        return load_config({"KSO_CLUSTER_SOURCE": "DEMO", "KSO_PROMETHEUS_URL": prom.url,
+                            "KSO_PROMETHEUS_HISTORY": str(13 * 3600), "KSO_PROMETHEUS_TIMEOUT": "5",
+                            "KSO_FORECAST_REFRESH": "2", "KSO_FORECAST_STALE_AFTER": str(math.ceil(stale_after_s))})
+
+    # Staleness counts the age of the newest sample behind a forecast, which depends on when the fixture was built
+    # and on the query's windows: a first extender measures it, then the one under test keeps its forecasts fresh
+    # for 40 s more (the first refresh on a loaded machine) and stale soon after, so the test waits for staleness,
+    # not for a fixed margin.
+    probe = build(config_with(24 * 3600), state=state)
+    try:
+        probe_store = probe.extender.agents["safe"].stats.store  # type: ignore[attr-defined]
+        assert _wait(lambda: probe_store.last_success is not None, 60), probe_store.describe()
+        age = max(probe_store.age_s(n, r) for n in ("worker-0", "worker-3") for r in ("cpu", "memory"))
+    finally:
+        probe.close()
+    assert math.isfinite(age), "the fixture's workers have no forecast"
+    config = config_with(age + 40)
     running = build(config, state=state)
     try:
         store = running.extender.agents["safe"].stats.store  # type: ignore[attr-defined]
@@ -72,7 +89,7 @@ def test_safe_agent_uses_prometheus_forecasts(prom: ps.PromServer, tmp_path: Pat
                 ex = c.post("/debug/explain", body)[1]
                 return {n["details"]["safe"]["stats_source"] for n in ex["nodes"]} == {"annotations"}
 
-            assert _wait(annotations_only, 240)
+            assert _wait(annotations_only, 120)
             status, flt = c.post("/filter", body)
             assert status == 200 and flt["Error"] == ""
     finally:
