@@ -71,8 +71,9 @@ import logging
 import math
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -363,6 +364,10 @@ class CapacityReconciler:
         self.ns = settings.namespace
         self._refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
         self._backoff: dict[str, tuple[int, float]] = {}  # placeholder name -> (creates refused in a row, next try)
+        # This kso's placeholders as last listed, created or kept: name -> the uid of the pod it stands for (what
+        # ``release`` reads between rounds; rebuilt by every ``apply``)
+        self.held: dict[str, str] = {}
+        self._held_lock = threading.Lock()
 
     # ---- selectors ---------------------------------------------------------------------------
     @property
@@ -461,6 +466,8 @@ class CapacityReconciler:
             return
         self._backoff.pop(name, None)
         result.created.append(name)
+        with self._held_lock:
+            self.held[name] = spec.for_uid
         self.mark_unschedulable(name, spec.for_key)
 
     def apply(self, specs: Iterable[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
@@ -511,16 +518,33 @@ class CapacityReconciler:
                 self.mark_unschedulable(name, spec.for_key)
         for name in [n for n in self._backoff if n not in wanted]:
             del self._backoff[name]
+        with self._held_lock:
+            self.held = {name: wanted[name].for_uid for name in (*result.kept, *result.created) if name in wanted}
         if result.created or result.deleted or result.bound:
             log.info("capacity: placeholders created %d, deleted %d (bound %d), kept %d, held by another kso %d",
                      len(result.created), len(result.deleted), len(result.bound), len(result.kept),
                      len(result.elsewhere))
         return result
 
+    def release(self, still_pending: Callable[[str], bool]) -> list[str]:
+        """Delete at once each placeholder of this kso whose pod is no longer pending (bound or deleted, by the
+        ``still_pending(uid)`` of kso's watch), without waiting for the next round: a placeholder must not outlive
+        its pod's bind (a round at 1,000 refused pods may take seconds, and comes every KSO_CAPACITY_INTERVAL_S).
+        Returns the placeholders deleted."""
+        with self._held_lock:
+            done = [(name, uid) for name, uid in self.held.items() if not still_pending(uid)]
+        released = [name for name, _ in done if self._delete_pod(name)]
+        with self._held_lock:
+            for name in released:
+                self.held.pop(name, None)
+        return released
+
     def clear(self) -> list[str]:
         """Delete this kso's placeholders and Lease (on start and on stop)."""
         from kubernetes.client.exceptions import ApiException
 
+        with self._held_lock:
+            self.held.clear()
         deleted = [p.metadata.name for p in self._list(self.mine) if self._delete_pod(p.metadata.name)]
         try:
             self.coord.delete_namespaced_lease(self.owner.lease_name, self.ns)
@@ -586,107 +610,6 @@ class CapacityReconciler:
                 if exc.status != 404:
                     log.warning("capacity: cannot delete expired Lease %s: %s", lease.metadata.name, exc.reason)
         return live
-
-
-@dataclass
-class MarkResult:
-    marked: list[str] = field(default_factory=list)
-    unmarked: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    not_ours: list[str] = field(default_factory=list)  # wanted, but someone else's scale-down-disabled is there
-    failed: list[str] = field(default_factory=list)
-
-
-class NodeMarker:
-    """Puts ``SCALE_DOWN_DISABLED: "true"`` (with ``MARKED_BY``: this kso) on the nodes asked for and takes this kso's
-    marks off the others (``apply``); never touches a mark it did not set. Every write is a JSON merge patch
-    conditioned on the node's resourceVersion as listed (a node changed meanwhile: a 409, tried again next round)."""
-
-    # Each call's longest wait, seconds: a hung connection must not hold the signal's round (and so its stop, which
-    # takes the marks off) for ever.
-    REQUEST_TIMEOUT_S = 10.0
-
-    def __init__(self, api_client: Any, identity: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api_client)
-        self.identity = identity
-        self.marked: set[str] = set()  # this kso's marks, as of the last apply / clear
-        self._refused = FirstWarnings(log)  # a refused patch, by HTTP status
-
-    def nodes(self) -> list[Any]:
-        """Every Node, from the API server's cache (resourceVersion 0: no quorum read), for one round's reap and
-        apply."""
-        return list(self.core.list_node(resource_version="0", _request_timeout=self.REQUEST_TIMEOUT_S).items)
-
-    def _patch(self, node: Any, annotations: dict[str, str | None]) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        body = {"metadata": {"resourceVersion": node.metadata.resource_version, "annotations": annotations}}
-        try:
-            self.core.patch_node(node.metadata.name, body, _content_type="application/merge-patch+json",
-                                 _request_timeout=self.REQUEST_TIMEOUT_S)
-            return True
-        except ApiException as exc:
-            if exc.status not in (404, 409):  # gone, or changed since listed: the next round looks again
-                hint = (" (marks need patch on nodes: deploy/optional/capacity-node-marks.yaml)"
-                        if exc.status == 403 else "")
-                self._refused.log(exc.status, "capacity: cannot patch node %s%s: %s %s", node.metadata.name, hint,
-                                  exc.status, _message(exc))
-            return False
-
-    def _unmark(self, node: Any) -> bool:
-        """Take this kso's mark off: its MARKED_BY, and SCALE_DOWN_DISABLED while it still says "true"."""
-        ann = node.metadata.annotations or {}
-        return self._patch(node, {MARKED_BY: None, **({SCALE_DOWN_DISABLED: None}
-                                                       if ann.get(SCALE_DOWN_DISABLED) == "true" else {})})
-
-    def apply(self, wanted: Iterable[str], nodes: list[Any] | None = None) -> MarkResult:
-        """Mark the ``wanted`` nodes and unmark this kso's others, among ``nodes`` (default: listed now)."""
-        wanted = set(wanted)
-        result = MarkResult()
-        for node in self.nodes() if nodes is None else nodes:
-            name = node.metadata.name
-            ann = node.metadata.annotations or {}
-            ours = ann.get(MARKED_BY) == self.identity
-            if name in wanted:
-                if ours:
-                    result.kept.append(name)
-                elif SCALE_DOWN_DISABLED in ann or MARKED_BY in ann:  # someone else's (another kso's included)
-                    result.not_ours.append(name)
-                elif self._patch(node, {SCALE_DOWN_DISABLED: "true", MARKED_BY: self.identity}):
-                    result.marked.append(name)
-                else:
-                    result.failed.append(name)
-            elif ours:
-                (result.unmarked if self._unmark(node) else result.failed).append(name)
-        self.marked = set(result.kept) | set(result.marked) | {n for n in result.failed if n not in wanted}
-        if result.marked or result.unmarked:
-            log.info("capacity: nodes marked scale-down-disabled %d, unmarked %d, kept %d", len(result.marked),
-                     len(result.unmarked), len(result.kept))
-        return result
-
-    def _unmark_where(self, gone: Any, nodes: list[Any] | None = None) -> list[str]:
-        done = []
-        for node in self.nodes() if nodes is None else nodes:
-            by = (node.metadata.annotations or {}).get(MARKED_BY)
-            if by is not None and gone(by) and self._unmark(node):
-                done.append(node.metadata.name)
-        return done
-
-    def clear(self) -> list[str]:
-        """Take every mark of this kso off (on start and on stop); returns the nodes unmarked."""
-        done = self._unmark_where(lambda by: by == self.identity)
-        self.marked.clear()
-        return done
-
-    def reap(self, live: set[str], nodes: list[Any] | None = None) -> list[str]:
-        """Take off the marks of every kso whose identity is not in ``live`` (gone: its Lease expired), among
-        ``nodes`` (default: listed now)."""
-        done = self._unmark_where(lambda by: by not in live, nodes)
-        if done:
-            log.info("capacity: took the scale-down-disabled marks of gone kso instances off %d nodes", len(done))
-        return done
 
 
 def _marked_unschedulable(pod: Any) -> bool:

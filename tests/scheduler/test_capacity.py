@@ -30,6 +30,7 @@ class RecordingReconciler:
         self.owner = Owner("sched-test")
         self.calls: list[tuple[str, Any]] = []
         self.applied = threading.Event()
+        self.held: dict[str, str] = {}  # (nothing to release between rounds: apply records, creates nothing)
 
     def apply(self, specs: list[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
         self.calls.append(("apply", [s.for_key for s in specs]))
