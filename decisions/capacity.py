@@ -48,7 +48,7 @@ from kso.core.capacity import (
     exclusion_digest,
     is_placeholder,
 )
-from kso.core.capacity_marks import NodeMarker
+from kso.core.capacity_marks import NodeMarker, live_holders_everywhere
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.core.placement import rule_violation
@@ -57,9 +57,10 @@ from kso.core.views import NodeView
 log = logging.getLogger("kso.capacity")
 
 # How often the placeholders of pods kso's watch sees bound (or deleted) are looked for and deleted, between rounds,
-# seconds: issue 37's aim is every placeholder gone within 15 s of its pod's bind at 1,000 refused pods, and a
-# round (every KSO_CAPACITY_INTERVAL_S, 10 s) may itself take seconds there. A look is a set of the pending pods'
-# uids against this kso's placeholders (at most KSO_CAPACITY_MAX_PLACEHOLDERS).
+# seconds: a placeholder outliving its pod's bind shows the autoscaler demand that is gone, and rounds come every
+# KSO_CAPACITY_INTERVAL_S (10 s) and at 1,000 refused pods take seconds themselves (placeholders outlived their
+# pod's bind by up to 47 s when only rounds deleted them). A look is a set of the pending pods' uids against this
+# kso's placeholders (at most KSO_CAPACITY_MAX_PLACEHOLDERS).
 RELEASE_EVERY_S = 0.5
 
 _RELEASE_HEAD = RELEASE_NOTE.split("{", 1)[0]
@@ -406,7 +407,7 @@ class CapacitySignal:
             # Marks are cluster-wide, Leases per install: a mark is another install's while that install's Lease
             # is current in its own namespace (judged against this namespace alone, two installs took each other's
             # marks off every round).
-            everywhere = self.reconciler.live_holders_everywhere()
+            everywhere = live_holders_everywhere(self.reconciler)
             if everywhere is not None:
                 self.marker.reap(live | everywhere, nodes)
             self.marker.apply(self.kept, nodes)

@@ -43,24 +43,15 @@ One signal per pod: each kso reconciles against every live kso's placeholders (o
 makes none for a pod another live kso holds one for, and of two made in the same round the kso whose identity
 sorts last deletes its own.
 
-Fail safe: every placeholder is labelled ``app.kubernetes.io/managed-by: kso`` and with the identity of the kso
-that made it, and has an owner reference to that kso's Lease (renewed while it runs). kso deletes its own
-placeholders and Lease when it stops, and when it starts (a restart keeps the identity, the pod's name); any kso
-deletes the placeholders and Lease of an identity whose Lease has expired. Deleting a Lease (or the namespace)
-lets the garbage collector delete its placeholders. kso lists, creates and deletes only pods and Leases carrying
-those labels, in its own namespace; it writes no Node unless node marks are on (below).
-
-Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; decisions.capacity decides which nodes): the
-autoscaler's scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso
-would refuse them there, and the drained pods then order a node back through their placeholders. kso annotates the
-nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node
-in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
-<identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
-left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
-stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in
-every namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while
-its Lease is current there). Needs ``patch`` on nodes and ``list`` on leases cluster-wide
-(deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken off).
+Fail safe: every placeholder is labelled ``app.kubernetes.io/managed-by: kso`` and with its kso's identity, and
+is owned by that kso's Lease (renewed while it runs). kso deletes its own placeholders and Lease when it stops and
+when it starts (a restart keeps the identity, the pod's name); any kso running the signal in the same namespace
+deletes those of an identity whose Lease has expired; deleting a Lease (or the namespace) lets the garbage
+collector delete its placeholders. Nothing else expires them: an expired Lease is an object like any other, so
+what a kso gone for good left (uninstalled but for deploy/capacity.yaml, scaled to zero, its signal turned off)
+stays, and the autoscaler keeps reading it as demand, until a kso with the signal runs there again or someone
+deletes namespace kso-capacity (node marks: kso.core.capacity_marks). kso lists, creates and deletes only pods and
+Leases carrying those labels, in its own namespace; it writes no Node unless node marks are on.
 """
 
 from __future__ import annotations
@@ -320,7 +311,7 @@ def _rfc3339_micro(t: float) -> str:
     return (when if when.microsecond else when.replace(microsecond=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _seconds(value: Any) -> float | None:
+def lease_seconds(value: Any) -> float | None:
     """A Lease time (datetime from the client, or text) in epoch seconds."""
     if value is None:
         return None
@@ -362,14 +353,13 @@ class CapacityReconciler:
         identity = settings.identity or default_identity()
         self.owner = Owner(identity, lease_name=f"{LEASE_PREFIX}{_dns_label(identity)}")
         self.ns = settings.namespace
-        self._refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
+        self.refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
         self._backoff: dict[str, tuple[int, float]] = {}  # placeholder name -> (creates refused in a row, next try)
         # This kso's placeholders as last listed, created or kept: name -> the uid of the pod it stands for (what
         # ``release`` reads between rounds; rebuilt by every ``apply``)
         self.held: dict[str, str] = {}
         self._held_lock = threading.Lock()
 
-    # ---- selectors ---------------------------------------------------------------------------
     @property
     def mine(self) -> str:
         return f"{MANAGED_BY}=kso,{COMPONENT}={PLACEHOLDER_COMPONENT},{HOLDER}={self.owner.identity}"
@@ -377,7 +367,6 @@ class CapacityReconciler:
     ALL_PLACEHOLDERS = f"{MANAGED_BY}=kso,{COMPONENT}={PLACEHOLDER_COMPONENT}"
     ALL_LEASES = f"{MANAGED_BY}=kso,{COMPONENT}={LEASE_COMPONENT}"
 
-    # ---- the Lease ---------------------------------------------------------------------------
     def renew(self) -> None:
         """Create or renew this kso's Lease (its uid is the placeholders' owner)."""
         from kubernetes.client.exceptions import ApiException
@@ -399,7 +388,7 @@ class CapacityReconciler:
                 lease = self.coord.create_namespaced_lease(self.ns, body)
         except ApiException as exc:
             if exc.status == 403:
-                self._refused.log(("lease", 403), "capacity: the API server refused this kso's Lease %s/%s (403 %s): "
+                self.refused.log(("lease", 403), "capacity: the API server refused this kso's Lease %s/%s (403 %s): "
                                   "its ServiceAccount needs deploy/capacity.yaml's Role in %s", self.ns,
                                   self.owner.lease_name, _message(exc), self.ns)
             raise
@@ -418,7 +407,7 @@ class CapacityReconciler:
         except ApiException as exc:
             if exc.status == 404:
                 return True
-            self._refused.log(("delete", exc.status), "capacity: cannot delete placeholder %s/%s: %s %s", self.ns,
+            self.refused.log(("delete", exc.status), "capacity: cannot delete placeholder %s/%s: %s %s", self.ns,
                               name, exc.status, _message(exc))
             return False
 
@@ -438,7 +427,7 @@ class CapacityReconciler:
         except ApiException as exc:
             if exc.status != 404:
                 hint = " (needs patch on pods/status: deploy/capacity.yaml's Role)" if exc.status == 403 else ""
-                self._refused.log(("status", exc.status), "capacity: cannot mark placeholder %s/%s Unschedulable%s: "
+                self.refused.log(("status", exc.status), "capacity: cannot mark placeholder %s/%s Unschedulable%s: "
                                   "%s %s", self.ns, name, hint, exc.status, _message(exc))
             return False
 
@@ -459,7 +448,7 @@ class CapacityReconciler:
             failures += 1
             wait = min(self.settings.interval_s * 2 ** (failures - 1), CREATE_BACKOFF_MAX_S)
             self._backoff[name] = (failures, now + wait)
-            self._refused.log(("create", exc.status), "capacity: cannot create the placeholder of %s: %s %s (tried "
+            self.refused.log(("create", exc.status), "capacity: cannot create the placeholder of %s: %s %s (tried "
                               "again in %.0f s, doubling to %.0f s; further refusals with this status are logged at "
                               "DEBUG)", spec.for_key, exc.status, _message(exc), wait, CREATE_BACKOFF_MAX_S)
             result.failed.append(name)
@@ -567,27 +556,6 @@ class CapacityReconciler:
             log.info("capacity: deleted %d placeholders of kso instances that are gone", len(reaped))
         return reaped
 
-    def live_holders_everywhere(self) -> set[str] | None:
-        """The identities whose capacity Lease is current in any namespace: every install's kso (each install keeps
-        its Leases in its own KSO_CAPACITY_NAMESPACE). None when this kso may not list Leases cluster-wide
-        (deploy/optional/capacity-node-marks.yaml grants it): then no other kso's mark may be judged gone."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            leases = self.coord.list_lease_for_all_namespaces(label_selector=self.ALL_LEASES, _request_timeout=10).items
-        except ApiException as exc:
-            self._refused.log(("leases-everywhere", exc.status), "capacity: cannot list capacity Leases in every "
-                              "namespace (%s %s; deploy/optional/capacity-node-marks.yaml grants it): the node marks "
-                              "of other kso instances are left alone", exc.status, _message(exc))
-            return None
-        now = self.clock()
-        live = {self.owner.identity}
-        for lease in leases:
-            renewed = _seconds(lease.spec.renew_time) or _seconds(lease.metadata.creation_timestamp) or 0.0
-            if now - renewed <= float(lease.spec.lease_duration_seconds or self.settings.lease_s):
-                live.add((lease.metadata.labels or {}).get(HOLDER, ""))
-        return live
-
     def live_holders(self) -> set[str]:
         """The identities of the kso instances whose Lease is current (this one's always); the expired Leases are
         deleted."""
@@ -597,7 +565,7 @@ class CapacityReconciler:
         live = {self.owner.identity}
         for lease in self.coord.list_namespaced_lease(self.ns, label_selector=self.ALL_LEASES).items:
             holder = (lease.metadata.labels or {}).get(HOLDER, "")
-            renewed = _seconds(lease.spec.renew_time) or _seconds(lease.metadata.creation_timestamp) or 0.0
+            renewed = lease_seconds(lease.spec.renew_time) or lease_seconds(lease.metadata.creation_timestamp) or 0.0
             duration = float(lease.spec.lease_duration_seconds or self.settings.lease_s)
             if holder == self.owner.identity or now - renewed <= duration:
                 live.add(holder)

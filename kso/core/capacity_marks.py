@@ -1,6 +1,17 @@
-"""The capacity signal's node marks (``KSO_CAPACITY_KEEP_NODES``): kso annotates the nodes it needs
-``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` with its own ``kso.io/scale-down-disabled-by`` beside
-it, and takes off only the marks it set (kso.core.capacity's docstring says why and when)."""
+"""The capacity signal's node marks (kso.core.capacity has the placeholders).
+
+Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; decisions.capacity decides which nodes): the
+autoscaler's scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso
+would refuse them there, and the drained pods then order a node back through their placeholders. kso annotates the
+nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node
+in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
+<identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
+left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
+stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in
+every namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while
+its Lease is current there). Needs ``patch`` on nodes and ``list`` on leases cluster-wide
+(deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken off).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kso.core.capacity import MARKED_BY, SCALE_DOWN_DISABLED, log
+from kso.core.capacity import HOLDER, MARKED_BY, SCALE_DOWN_DISABLED, CapacityReconciler, lease_seconds, log
 from kso.core.logs import FirstWarnings
 
 
@@ -111,6 +122,29 @@ class NodeMarker:
         if done:
             log.info("capacity: took the scale-down-disabled marks of gone kso instances off %d nodes", len(done))
         return done
+
+
+def live_holders_everywhere(reconciler: CapacityReconciler) -> set[str] | None:
+    """The identities whose capacity Lease is current in any namespace: every install's kso (each install keeps
+    its Leases in its own KSO_CAPACITY_NAMESPACE). None when this kso may not list Leases cluster-wide
+    (deploy/optional/capacity-node-marks.yaml grants it): then no other kso's mark may be judged gone."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        leases = reconciler.coord.list_lease_for_all_namespaces(label_selector=reconciler.ALL_LEASES,
+                                                                _request_timeout=10).items
+    except ApiException as exc:
+        reconciler.refused.log(("leases-everywhere", exc.status), "capacity: cannot list capacity Leases in every "
+                               "namespace (%s %s; deploy/optional/capacity-node-marks.yaml grants it): the node "
+                               "marks of other kso instances are left alone", exc.status, _message(exc))
+        return None
+    now = reconciler.clock()
+    live = {reconciler.owner.identity}
+    for lease in leases:
+        renewed = lease_seconds(lease.spec.renew_time) or lease_seconds(lease.metadata.creation_timestamp) or 0.0
+        if now - renewed <= float(lease.spec.lease_duration_seconds or reconciler.settings.lease_s):
+            live.add((lease.metadata.labels or {}).get(HOLDER, ""))
+    return live
 
 
 def _message(exc: Any) -> str:
