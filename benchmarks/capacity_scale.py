@@ -12,7 +12,7 @@ oldest ``KSO_CAPACITY_MAX_PLACEHOLDERS`` (200); then the nodes cool, every pod b
 Measured per pod that had a placeholder alive at its bind (or made after it): the time from its bind to the
 deletion of its last placeholder, both as this process's watches receive the events (one API server, one client:
 the two events' delivery delays are alike); plus kso's CPU (the whole process, and the capacity rounds' own thread
-CPU where kso reports it: kso_capacity_round_cpu_seconds_total). ``--kso-tree DIR`` runs the kso of another checkout
+CPU where kso reports it: kso_capacity_cpu_seconds_total). ``--kso-tree DIR`` runs the kso of another checkout
 (e.g. ``git archive`` of the commit before a change) for a before/after in the same run style.
 """
 
@@ -34,6 +34,7 @@ import yaml
 from benchmarks.e2e import (
     BindWatch,
     ExtenderProcess,
+    apiserver_metrics,
     create_nodes,
     create_pods,
     node_manifest,
@@ -41,6 +42,7 @@ from benchmarks.e2e import (
     process_cpu_s,
     scheduler_config,
     tree_env,
+    verb_latency,
 )
 from benchmarks.machine import machine_line
 from benchmarks.prometheus_text import metric_sum, parse_metrics
@@ -174,8 +176,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def scrape(kso: ExtenderProcess) -> dict[str, float]:
     metrics = parse_metrics(kso.get("/metrics"))
-    return {name: metric_sum(metrics, name) for name in (
-        "kso_capacity_refused_pods", "kso_capacity_placeholders", "kso_capacity_round_cpu_seconds_total",
+    writes = {action: metric_sum(metrics, "kso_capacity_placeholder_writes_total", action=action)
+              for action in ("created", "deleted", "released", "failed")}
+    return writes | {name: metric_sum(metrics, name) for name in (
+        "kso_capacity_refused_pods", "kso_capacity_placeholders", "kso_capacity_cpu_seconds_total",
         "kso_capacity_rounds_total", "kso_capacity_placeholders_bound_total")}
 
 
@@ -188,7 +192,7 @@ def wait_for(cond: Any, timeout: float, what: str, every: float = 0.5) -> float:
     return time.monotonic() - t0
 
 
-def run(pods: int, nodes: int, tree: Path, hold_s: float, workdir: Path) -> int:
+def run(pods: int, nodes: int, tree: Path, hold_s: float, workdir: Path, log: Path | None = None) -> int:
     from kubernetes import client
 
     from benchmarks.controlplane import CONTROLLERS, ControlPlane
@@ -206,7 +210,7 @@ def run(pods: int, nodes: int, tree: Path, hold_s: float, workdir: Path) -> int:
         env = tree_env(tree, KUBECONFIG=str(kubeconfig), LOG_LEVEL="INFO", KSO_HOST="127.0.0.1",
                        KSO_CAPACITY_SIGNAL="true", KSO_SAFE_MAX_HOLD_S="inf", KSO_CAPACITY_IDENTITY="kso-scale")
         env.pop("KSO_CLUSTER_SOURCE", None)
-        kso = ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], env, workdir / "kso.log",
+        kso = ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], env, log or workdir / "kso.log",
                               cwd=tree).start()
         try:
             cp.start_scheduler(scheduler_config(kso.url, bind=True), name="kso-scheduler")
@@ -228,33 +232,44 @@ def run(pods: int, nodes: int, tree: Path, hold_s: float, workdir: Path) -> int:
             time.sleep(hold_s)
             after, cpu1, w1 = scrape(kso), process_cpu_s(kso), time.monotonic()
             rounds = after["kso_capacity_rounds_total"] - before["kso_capacity_rounds_total"]
-            round_cpu = after["kso_capacity_round_cpu_seconds_total"] - before["kso_capacity_round_cpu_seconds_total"]
+            round_cpu = after["kso_capacity_cpu_seconds_total"] - before["kso_capacity_cpu_seconds_total"]
             print(f"holding {pods} refused pods, {lives.alive()} placeholders, {w1 - w0:.0f} s: kso process "
                   f"{100 * (cpu1 - cpu0) / (w1 - w0):.1f}% of a core (its filter answers to kube-scheduler's retries "
-                  f"included); capacity rounds {rounds:.0f}, their own thread CPU "
+                  f"included); capacity rounds {rounds:.0f}, the signal's own threads "
                   f"{100 * round_cpu / (w1 - w0):.1f}% of a core ({1000 * round_cpu / max(rounds, 1):.0f} ms a round)"
                   f"; load {os.getloadavg()[0]:.1f}", flush=True)
-            cpu2, w2, m2 = process_cpu_s(kso), time.monotonic(), scrape(kso)
+            cpu2, w2, m2, api2 = process_cpu_s(kso), time.monotonic(), scrape(kso), apiserver_metrics(api)
             for name in names:
                 core.patch_node(name, {"metadata": {"annotations": COOL}})
             all_bound_s = wait_for(lambda: len(binds.bound) >= pods, 900, "every pod bound", every=1)
             gone_s = wait_for(lambda: lives.alive() == 0, 900, "every placeholder deleted", every=0.5)
-            cpu3, w3, m3 = process_cpu_s(kso), time.monotonic(), scrape(kso)
+            cpu3, w3, m3, api3 = process_cpu_s(kso), time.monotonic(), scrape(kso), apiserver_metrics(api)
             bound = {pod: t for pod, (_, t) in binds.bound.items()}
             with lives.lock:
                 lags = outlived(dict(lives.lives), bound, ns)
                 made = len(lives.lives)
             values = sorted(lags.values())
             late = sum(1 for v in values if v > AIM_S)
-            round_cpu = m3["kso_capacity_round_cpu_seconds_total"] - m2["kso_capacity_round_cpu_seconds_total"]
+            round_cpu = m3["kso_capacity_cpu_seconds_total"] - m2["kso_capacity_cpu_seconds_total"]
             print(f"nodes cooled: every pod bound in {all_bound_s:.0f} s, the last placeholder gone {gone_s:.0f} s "
                   f"after that; placeholders made in all {made}, ever bound to a node {len(lives.bound)}", flush=True)
             print(f"bind -> its placeholder deleted, {len(values)} pods with a placeholder at or after their bind: "
                   f"median {statistics.median(values):.1f} s, p99 {percentile(values, 0.99):.1f} s, max "
                   f"{values[-1]:.1f} s; over {AIM_S:g} s: {late}", flush=True)
+            writes = ", ".join(f"{action} {m3[action] - m2[action]:.0f}" for action in ("created", "deleted",
+                                                                                       "released", "failed"))
             print(f"while binding ({w3 - w2:.0f} s): kso process {100 * (cpu3 - cpu2) / (w3 - w2):.1f}% of a core, "
-                  f"capacity rounds' thread CPU {100 * round_cpu / (w3 - w2):.1f}% of a core; load "
+                  f"the capacity signal's threads {100 * round_cpu / (w3 - w2):.1f}% of a core; placeholders {writes}"
+                  f" (released: deleted between rounds as kso's watch saw the pod bound); load "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
+            served = []
+            for what, verb, labels in (("DELETE pods", "DELETE", {"resource": "pods", "subresource": ""}),
+                                       ("POST pods", "POST", {"resource": "pods", "subresource": ""}),
+                                       ("POST pods/binding", "POST", {"resource": "pods", "subresource": "binding"}),
+                                       ("PATCH pods/status", "PATCH", {"resource": "pods", "subresource": "status"})):
+                lat = verb_latency(api2, api3, verb, "apiserver_request_duration_seconds", **labels)
+                served.append(f"{what} {lat['calls']:.0f} calls p50 {lat['p50_ms']:.0f} ms p99 {lat['p99_ms']:.0f} ms")
+            print(f"the API server's own time while binding: {'; '.join(served)}", flush=True)
             lives.stop()
             binds.stop()
             return 0 if late == 0 and not lives.bound else 1
@@ -270,9 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=20)
     p.add_argument("--hold-s", type=float, default=60.0, help="seconds to measure kso's CPU while every pod waits")
     p.add_argument("--kso-tree", type=Path, default=REPO, help="the checkout whose kso runs (default: this one)")
+    p.add_argument("--log", type=Path, help="keep kso's log (INFO) in this file")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kso-capacity-scale-") as tmp:
-        return run(args.pods, args.nodes, args.kso_tree.resolve(), args.hold_s, Path(tmp))
+        return run(args.pods, args.nodes, args.kso_tree.resolve(), args.hold_s, Path(tmp), args.log)
 
 
 if __name__ == "__main__":

@@ -293,6 +293,7 @@ class CapacityMetrics:
                               "Placeholder pods written, by action: created, deleted, failed, reaped (another kso's, "
                               "its Lease expired), released (deleted between rounds: its pod was bound or deleted)",
                               ["action"], registry=registry)
+        self.released = self.writes.labels("released")
         self.rounds = Counter("kso_capacity_rounds_total", "Rounds of the capacity signal (each re-judges every "
                               "refused pod and writes the placeholders)", registry=registry)
         self.cpu = Counter("kso_capacity_cpu_seconds_total", "CPU time of the capacity signal's own threads (its "
@@ -375,17 +376,20 @@ class CapacitySignal:
     def _pending_uids(self) -> set[str]:
         return {p.uid for p in self.state.pending_pods()}
 
+    def _still_pending(self, uid: str) -> bool:
+        pod = self.state.pending_pod(uid=uid)
+        return pod is not None and not pod.node_name
+
     def release(self) -> list[str]:
-        """Delete now each placeholder whose pod kso's watch no longer sees pending (bound or deleted): between
+        """Start deleting each placeholder whose pod kso's watch no longer sees pending (bound or deleted): between
         rounds, every RELEASE_EVERY_S."""
         if not self.reconciler.held:
             return []
         pending = self._pending_uids()
-        released = self.reconciler.release(pending.__contains__)
-        if released:
-            self.metrics.writes.labels("released").inc(len(released))
-            log.info("capacity: %d placeholders deleted as their pods were bound or deleted", len(released))
-        return released
+        started = self.reconciler.release(pending.__contains__, lambda name: self.metrics.released.inc())
+        if started:
+            log.info("capacity: deleting %d placeholders: their pods were bound or deleted", len(started))
+        return started
 
     def tick(self) -> list[PlaceholderSpec]:
         """One round: decide and write. Returns the placeholders wanted."""
@@ -398,7 +402,7 @@ class CapacitySignal:
         # have (it is "kept", not created, while it exists), so deleting it after would leave no signal for a round.
         live = self.reconciler.live_holders()
         reaped = self.reconciler.reap(live)
-        result = self.reconciler.apply(self.wanted, live)
+        result = self.reconciler.apply(self.wanted, live, self._still_pending)
         self.metrics.count(result, reaped)
         if self.keep is not None and self.marker is not None:
             needed = needed_nodes(self.agent, self.state, self.settings.keep_below, self.marker.marked)
@@ -475,6 +479,7 @@ class CapacitySignal:
             self._stop.set()
             thread.join(timeout=30)
             self._releaser.join(timeout=30)
+            self.reconciler.close()
             try:
                 deleted = self.reconciler.clear()
                 log.info("capacity signal off: %d placeholders deleted", len(deleted))

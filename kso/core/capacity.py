@@ -60,17 +60,17 @@ import hashlib
 import json
 import logging
 import math
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from kso.core.capacity_names import default_identity, dns_label, lease_seconds, rfc3339_micro
 from kso.core.logs import FirstWarnings
-from kso.core.resources import CPU, MEMORY, PODS
+from kso.core.resources import CPU, MEMORY, PODS, needs_limit, quantity
 from kso.core.settings import setting
 
 log = logging.getLogger("kso.capacity")
@@ -194,24 +194,6 @@ def exclusion_digest(exclude: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256(json.dumps(list(exclude), separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def quantity(resource: str, value: float) -> str:
-    """A canonical quantity as the API takes it (rounded up, never below what was refused)."""
-    if resource == CPU:
-        return f"{math.ceil(value)}m"
-    return str(math.ceil(value))
-
-
-def needs_limit(resource: str) -> bool:
-    """The API server refuses a request of this resource without an equal limit: hugepages, and extended resources
-    (a name with a domain other than kubernetes.io's, e.g. nvidia.com/gpu; "requests.*" names are quota's)."""
-    if resource.startswith("hugepages-"):
-        return True
-    domain, slash, _ = resource.partition("/")
-    if not slash or resource.startswith("requests."):
-        return False
-    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
-
-
 # The taint effects the autoscaler's simulation (kube-scheduler's TaintToleration filter) checks; a toleration of
 # PreferNoSchedule only scores, so a placeholder does not carry it.
 FILTERED_EFFECTS = ("", "NoSchedule", "NoExecute")
@@ -298,31 +280,6 @@ def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owne
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
-def default_identity() -> str:
-    """The host name: in a pod, the pod's name, the same after a container restart (so a restarted kso finds and
-    deletes what it left)."""
-    return socket.gethostname() or f"pid-{os.getpid()}"
-
-
-def _rfc3339_micro(t: float) -> str:
-    """A Lease time (MicroTime). Never on a whole second: the client turns a created Lease's times into datetimes
-    and back with isoformat, which drops a zero fraction, and the API server then refuses the MicroTime (400)."""
-    when = datetime.fromtimestamp(t, UTC)
-    return (when if when.microsecond else when.replace(microsecond=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def lease_seconds(value: Any) -> float | None:
-    """A Lease time (datetime from the client, or text) in epoch seconds."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=value.tzinfo or UTC).timestamp()
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 @dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
@@ -334,6 +291,9 @@ class ApplyResult:
     waiting: list[str] = field(default_factory=list)  # a create that failed, not tried again before its backoff
 
 
+# The deletes ``release`` has in flight at once (each waits on the API server, not on this process's CPU; at 1,000
+# refused pods a bind storm slowed the API server's deletes to seconds, and 159 deletes 8 at a time took 27 s).
+RELEASE_THREADS = 16
 # A create refused by the API server is tried again after interval x 2^(failures - 1), at most this long, seconds.
 CREATE_BACKOFF_MAX_S = 300.0
 
@@ -351,13 +311,16 @@ class CapacityReconciler:
         self.coord = client.CoordinationV1Api(api_client)
         self.clock = clock
         identity = settings.identity or default_identity()
-        self.owner = Owner(identity, lease_name=f"{LEASE_PREFIX}{_dns_label(identity)}")
+        self.owner = Owner(identity, lease_name=f"{LEASE_PREFIX}{dns_label(identity)}")
         self.ns = settings.namespace
         self.refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
         self._backoff: dict[str, tuple[int, float]] = {}  # placeholder name -> (creates refused in a row, next try)
         # This kso's placeholders as last listed, created or kept: name -> the uid of the pod it stands for (what
         # ``release`` reads between rounds; rebuilt by every ``apply``)
         self.held: dict[str, str] = {}
+        self._released: set[str] = set()  # deleted by ``release`` since the last ``apply`` began
+        self._releasing: set[str] = set()  # ``release``'s deletes in flight
+        self._deletes: ThreadPoolExecutor | None = None
         self._held_lock = threading.Lock()
 
     @property
@@ -371,7 +334,7 @@ class CapacityReconciler:
         """Create or renew this kso's Lease (its uid is the placeholders' owner)."""
         from kubernetes.client.exceptions import ApiException
 
-        now = _rfc3339_micro(self.clock())
+        now = rfc3339_micro(self.clock())
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.owner.lease_name, "namespace": self.ns,
                              "labels": {MANAGED_BY: "kso", COMPONENT: LEASE_COMPONENT, HOLDER: self.owner.identity}},
@@ -398,18 +361,19 @@ class CapacityReconciler:
     def _list(self, selector: str) -> list[Any]:
         return list(self.core.list_namespaced_pod(self.ns, label_selector=selector).items)
 
-    def _delete_pod(self, name: str) -> bool:
+    def _delete_pod(self, name: str) -> str:
+        """"deleted", "gone" (404: deleted already) or "" (refused; logged)."""
         from kubernetes.client.exceptions import ApiException
 
         try:
             self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
-            return True
+            return "deleted"
         except ApiException as exc:
             if exc.status == 404:
-                return True
+                return "gone"
             self.refused.log(("delete", exc.status), "capacity: cannot delete placeholder %s/%s: %s %s", self.ns,
-                              name, exc.status, _message(exc))
-            return False
+                             name, exc.status, _message(exc))
+            return ""
 
     def mark_unschedulable(self, name: str, for_key: str) -> bool:
         """Write the condition the cluster-autoscaler reads (PodScheduled=False, reason Unschedulable) on placeholder
@@ -459,12 +423,16 @@ class CapacityReconciler:
             self.held[name] = spec.for_uid
         self.mark_unschedulable(name, spec.for_key)
 
-    def apply(self, specs: Iterable[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
+    def apply(self, specs: Iterable[PlaceholderSpec], live: set[str] | None = None,
+              still_pending: Callable[[str], bool] | None = None) -> ApplyResult:
         """Renew the Lease, then make the namespace hold one placeholder per wanted pod: create this kso's missing
-        ones (unless another live kso, in ``live``, holds one for the same pod: one signal per pod) and delete its
-        others. Any placeholder found bound to a node is deleted at once; one found without its Unschedulable
-        condition gets it."""
+        ones (unless another live kso, in ``live``, holds one for the same pod: one signal per pod, or the pod is
+        no longer pending by ``still_pending(uid)``, asked just before each create) and delete its others. Any
+        placeholder found bound to a node is deleted at once; one found without its Unschedulable condition gets
+        it."""
         self.renew()
+        with self._held_lock:
+            self._released.clear()
         now = self.clock()
         live = {self.owner.identity} if live is None else live | {self.owner.identity}
         wanted = {spec.name(): spec for spec in specs}
@@ -500,33 +468,58 @@ class CapacityReconciler:
                 continue
             pod = mine.get(name)
             if pod is None:
-                self._create(spec, name, now, result)
+                if still_pending is None or still_pending(spec.for_uid):  # (a round at 1,000 pods takes seconds)
+                    self._create(spec, name, now, result)
                 continue
             result.kept.append(name)
             if not _marked_unschedulable(pod):
                 self.mark_unschedulable(name, spec.for_key)
         for name in [n for n in self._backoff if n not in wanted]:
             del self._backoff[name]
-        with self._held_lock:
-            self.held = {name: wanted[name].for_uid for name in (*result.kept, *result.created) if name in wanted}
+        with self._held_lock:  # (what ``release`` deleted meanwhile is not held again)
+            self.held = {name: wanted[name].for_uid for name in (*result.kept, *result.created)
+                         if name in wanted and name not in self._released}
         if result.created or result.deleted or result.bound:
             log.info("capacity: placeholders created %d, deleted %d (bound %d), kept %d, held by another kso %d",
                      len(result.created), len(result.deleted), len(result.bound), len(result.kept),
                      len(result.elsewhere))
         return result
 
-    def release(self, still_pending: Callable[[str], bool]) -> list[str]:
-        """Delete at once each placeholder of this kso whose pod is no longer pending (bound or deleted, by the
+    def release(self, still_pending: Callable[[str], bool], deleted: Callable[[str], None] = lambda name: None
+                ) -> list[str]:
+        """Start deleting each placeholder of this kso whose pod is no longer pending (bound or deleted, by the
         ``still_pending(uid)`` of kso's watch), without waiting for the next round: a placeholder must not outlive
-        its pod's bind (a round at 1,000 refused pods may take seconds, and comes every KSO_CAPACITY_INTERVAL_S).
-        Returns the placeholders deleted."""
+        its pod's bind. Each delete runs on its own, up to RELEASE_THREADS at once, so a slow answer holds up no
+        other delete and no later call; ``deleted(name)`` follows each one done. Returns the deletes started."""
         with self._held_lock:
-            done = [(name, uid) for name, uid in self.held.items() if not still_pending(uid)]
-        released = [name for name, _ in done if self._delete_pod(name)]
-        with self._held_lock:
-            for name in released:
-                self.held.pop(name, None)
-        return released
+            started = [name for name, uid in self.held.items() if name not in self._releasing and not still_pending(uid)]
+            self._releasing.update(started)
+        if started and self._deletes is None:
+            self._deletes = ThreadPoolExecutor(RELEASE_THREADS, thread_name_prefix="kso-capacity-delete")
+        for name in started:
+            self._deletes.submit(self._release_one, name, deleted)  # type: ignore[union-attr]
+        return started
+
+    def _release_one(self, name: str, deleted: Callable[[str], None]) -> None:
+        outcome = ""
+        try:
+            outcome = self._delete_pod(name)
+        except Exception as exc:  # (a connection error: the next look, or the round, deletes it)
+            log.warning("capacity: cannot delete placeholder %s/%s: %s: %s", self.ns, name, type(exc).__name__, exc)
+        finally:
+            with self._held_lock:
+                self._releasing.discard(name)
+                if outcome:
+                    self.held.pop(name, None)
+                    self._released.add(name)
+        if outcome == "deleted":
+            deleted(name)
+
+    def close(self) -> None:
+        """Wait for the deletes ``release`` started (on stop)."""
+        deletes, self._deletes = self._deletes, None
+        if deletes is not None:
+            deletes.shutdown(wait=True)
 
     def clear(self) -> list[str]:
         """Delete this kso's placeholders and Lease (on start and on stop)."""
@@ -589,11 +582,3 @@ def _message(exc: Any) -> str:
     from kso.core.kube import api_message
 
     return api_message(exc)
-
-
-def _dns_label(text: str) -> str:
-    """``text`` as a DNS label part (lower case, [a-z0-9-], at most 40 characters plus a hash when cut)."""
-    clean = "".join(c if c.isalnum() or c == "-" else "-" for c in text.lower()).strip("-") or "kso"
-    if len(clean) > 40:
-        clean = f"{clean[:30].strip('-')}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-    return clean

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kso.core.capacity import HOLDER, MARKED_BY, SCALE_DOWN_DISABLED, CapacityReconciler, lease_seconds, log
+from kso.core.capacity import HOLDER, MARKED_BY, SCALE_DOWN_DISABLED, CapacityReconciler, log
+from kso.core.capacity_names import lease_seconds
 from kso.core.logs import FirstWarnings
 
 

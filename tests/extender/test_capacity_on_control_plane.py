@@ -622,8 +622,9 @@ def test_a_placeholder_goes_within_seconds_of_its_pods_bind_not_at_the_next_roun
         until(lambda: len(binds.bound) == n and lives.alive() == 0, AIM_S, "every pod bound, every placeholder gone")
         with lives.lock:
             lags = outlived(dict(lives.lives), {pod: t for pod, (_, t) in binds.bound.items()}, ns)
+        released = until(lambda: registry.get_sample_value("kso_capacity_placeholder_writes_total",
+                                                           {"action": "released"}) == n and n, 10, "counted")
         rounds = registry.get_sample_value("kso_capacity_rounds_total")
-        released = registry.get_sample_value("kso_capacity_placeholder_writes_total", {"action": "released"})
         print(f"\nbind -> placeholder deleted, {n} pods: median {sorted(lags.values())[n // 2]:.2f} s, max "
               f"{max(lags.values()):.2f} s; rounds {rounds:.0f}, released between rounds {released:.0f} "
               f"(2-core machine, shared)")
