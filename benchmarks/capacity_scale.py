@@ -270,6 +270,14 @@ def run(pods: int, nodes: int, tree: Path, hold_s: float, workdir: Path, log: Pa
                 lat = verb_latency(api2, api3, verb, "apiserver_request_duration_seconds", **labels)
                 served.append(f"{what} {lat['calls']:.0f} calls p50 {lat['p50_ms']:.0f} ms p99 {lat['p99_ms']:.0f} ms")
             print(f"the API server's own time while binding: {'; '.join(served)}", flush=True)
+            waits = []
+            for level in ("exempt", "workload-high", "workload-low", "global-default"):
+                wait = verb_latency(api2, api3, "", "apiserver_flowcontrol_request_wait_duration_seconds",
+                                    priority_level=level, execute="true")
+                if wait["calls"]:
+                    waits.append(f"{level} {wait['calls']:.0f} requests p50 {wait['p50_ms']:.0f} ms p99 "
+                                 f"{wait['p99_ms']:.0f} ms")
+            print(f"of which queued by API Priority and Fairness: {'; '.join(waits) or 'none'}", flush=True)
             lives.stop()
             binds.stop()
             return 0 if late == 0 and not lives.bound else 1

@@ -12,7 +12,8 @@ offer it (its placement rules allow it and its requests fit):
 * p gets a placeholder while every such node is hot for it; the placeholder avoids exactly those nodes. (No such
   node at all: kube-scheduler itself finds p unschedulable, which the autoscaler reads without kso.)
 
-A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it.
+A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it: deleted between rounds
+(``CapacitySignal.release``, every RELEASE_EVERY_S), not at the next round.
 
 Node marks (``KSO_CAPACITY_KEEP_NODES``): the autoscaler removes a node whose requests are below its threshold when
 its pods fit elsewhere by requests, even where the safe agent refuses them; drained, they are pending, refused, and

@@ -48,9 +48,9 @@ is owned by that kso's Lease (renewed while it runs). kso deletes its own placeh
 when it starts (a restart keeps the identity, the pod's name); any kso running the signal in the same namespace
 deletes those of an identity whose Lease has expired; deleting a Lease (or the namespace) lets the garbage
 collector delete its placeholders. Nothing else expires them: an expired Lease is an object like any other, so
-what a kso gone for good left (uninstalled but for deploy/capacity.yaml, scaled to zero, its signal turned off)
-stays, and the autoscaler keeps reading it as demand, until a kso with the signal runs there again or someone
-deletes namespace kso-capacity (node marks: kso.core.capacity_marks). kso lists, creates and deletes only pods and
+what a killed kso left when no kso with the signal runs again (uninstalled but for deploy/capacity.yaml, scaled to
+zero, restarted with the signal off) stays, and the autoscaler keeps reading it as demand, until someone deletes
+namespace kso-capacity (node marks: kso.core.capacity_marks). kso lists, creates and deletes only pods and
 Leases carrying those labels, in its own namespace; it writes no Node unless node marks are on.
 """
 

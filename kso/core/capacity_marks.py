@@ -1,16 +1,18 @@
 """The capacity signal's node marks (kso.core.capacity has the placeholders).
 
-Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; decisions.capacity decides which nodes): the
-autoscaler's scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso
-would refuse them there, and the drained pods then order a node back through their placeholders. kso annotates the
-nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node
-in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
-<identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
-left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
-stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in
-every namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while
-its Lease is current there). Needs ``patch`` on nodes and ``list`` on leases cluster-wide
-(deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken off).
+Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; decisions.capacity decides which nodes): the autoscaler's
+scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso would refuse them
+there, and the drained pods then order a node back through their placeholders. kso annotates the nodes it needs
+``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node in its scale-down
+eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by: <identity>``. It
+removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is left alone, and
+a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it stops (and
+when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in every
+namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while its
+Lease is current there); the marks of a killed kso stay while no kso with the signal and marks runs (nothing else
+expires them: they keep those nodes from scale-down until taken off by hand). Needs ``patch`` on nodes and ``list``
+on leases cluster-wide (deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken
+off).
 """
 
 from __future__ import annotations
