@@ -2,12 +2,13 @@
 
     python3 -m benchmarks.capacity_scale [--pods 1000] [--nodes 20] [--kso-tree DIR]
 
-Issue 37's aim: every placeholder gone within 15 s of its pod's bind at 1,000 refused pods. The run: etcd,
-kube-apiserver, kube-controller-manager (garbage collector, quota), deploy/'s namespace, capacity and RBAC objects;
-``kso extender`` as deploy/ runs it (its ServiceAccount's token, the product's capacity settings), kube-scheduler
-with deploy/'s configuration calling it, and a default-scheduler (the cluster's own, which must never bind a
-placeholder). Every node is hot by its annotations, so kso refuses every pod and holds placeholders for the
-oldest ``KSO_CAPACITY_MAX_PLACEHOLDERS`` (200); then the nodes cool, every pod binds, and each placeholder must go.
+The aim: every placeholder gone within 15 s of its pod's bind at 1,000 refused pods. The run: etcd, kube-
+apiserver, kube-controller-manager (garbage collector, quota), deploy/'s namespace, capacity and RBAC objects; ``kso
+extender`` as deploy/ runs it (its ServiceAccount's token, the product's capacity settings), kube-scheduler with
+deploy/'s configuration calling it, and a default-scheduler (the cluster's own, which must never bind a
+placeholder); with ``--kso-tree``, that checkout's deploy/. Every node is hot by its annotations, so kso refuses
+every pod and holds placeholders for the oldest ``KSO_CAPACITY_MAX_PLACEHOLDERS`` (200); then the nodes cool, every
+pod binds, and each placeholder must go.
 
 Measured per pod that had a placeholder alive at its bind (or made after it): the time from its bind to the
 deletion of its last placeholder, both as this process's watches receive the events (one API server, one client:
@@ -62,15 +63,15 @@ DEFAULT_PROFILE = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "Kube
 AIM_S = 15.0
 
 
-def apply_deploy(api: Any, files: tuple[str, ...] = DEPLOY_FILES) -> None:
-    """Create the objects of ``files`` (paths under deploy/) for real on this control plane (one already there is
+def apply_deploy(api: Any, files: tuple[str, ...] = DEPLOY_FILES, deploy: Path = DEPLOY) -> None:
+    """Create the objects of ``files`` (paths under ``deploy``) for real on this control plane (one already there is
     kept)."""
     from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic import DynamicClient
 
     dyn = DynamicClient(api)
     for name in files:
-        for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
+        for doc in yaml.safe_load_all((deploy / name).read_text()):
             if not doc:
                 continue
             resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
@@ -203,7 +204,7 @@ def run(pods: int, nodes: int, tree: Path, hold_s: float, workdir: Path, log: Pa
         cp.start_controller_manager(f"{CONTROLLERS},resourcequota")
         api = cp.api_client()
         core = client.CoreV1Api(api)
-        apply_deploy(api)
+        apply_deploy(api, deploy=tree / "deploy")  # the checkout's own deploy/, as its kso was shipped with
         kubeconfig = service_account_kubeconfig(cp, workdir / "kubeconfig")
         names = [f"cs-{i:03d}" for i in range(nodes)]
         create_nodes(api, [node_manifest(n, "4", "16Gi", annotations=HOT) for n in names])
