@@ -294,6 +294,7 @@ class ApplyResult:
 # The deletes ``release`` has in flight at once (each waits on the API server, not on this process's CPU; at 1,000
 # refused pods a bind storm slowed the API server's deletes to seconds, and 159 deletes 8 at a time took 27 s).
 RELEASE_THREADS = 16
+DELETE_TIMEOUT_S = 30.0  # a delete's longest wait: a hung connection must not hold up kso's stop
 # A create refused by the API server is tried again after interval x 2^(failures - 1), at most this long, seconds.
 CREATE_BACKOFF_MAX_S = 300.0
 
@@ -366,7 +367,7 @@ class CapacityReconciler:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
+            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0, _request_timeout=DELETE_TIMEOUT_S)
             return "deleted"
         except ApiException as exc:
             if exc.status == 404:
@@ -516,10 +517,10 @@ class CapacityReconciler:
             deleted(name)
 
     def close(self) -> None:
-        """Wait for the deletes ``release`` started (on stop)."""
+        """Wait for the deletes ``release`` has in flight, drop those not started (on stop; ``clear`` follows)."""
         deletes, self._deletes = self._deletes, None
         if deletes is not None:
-            deletes.shutdown(wait=True)
+            deletes.shutdown(wait=True, cancel_futures=True)
 
     def clear(self) -> list[str]:
         """Delete this kso's placeholders and Lease (on start and on stop)."""
