@@ -12,7 +12,8 @@ offer it (its placement rules allow it and its requests fit):
 * p gets a placeholder while every such node is hot for it; the placeholder avoids exactly those nodes. (No such
   node at all: kube-scheduler itself finds p unschedulable, which the autoscaler reads without kso.)
 
-A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it.
+A pod that is bound or deleted (the watch) is forgotten at once, and its placeholder with it: deleted between rounds
+(``CapacitySignal.release``, every RELEASE_EVERY_S), not at the next round.
 
 Node marks (``KSO_CAPACITY_KEEP_NODES``): the autoscaler removes a node whose requests are below its threshold when
 its pods fit elsewhere by requests, even where the safe agent refuses them; drained, they are pending, refused, and
@@ -44,17 +45,24 @@ from kso.core.capacity import (
     ApplyResult,
     CapacityReconciler,
     CapacitySettings,
-    NodeMarker,
     PlaceholderSpec,
     exclusion_digest,
     is_placeholder,
 )
+from kso.core.capacity_marks import NodeMarker, live_holders_everywhere
 from kso.core.cluster import ClusterState
 from kso.core.objects import PodInfo
 from kso.core.placement import rule_violation
 from kso.core.views import NodeView
 
 log = logging.getLogger("kso.capacity")
+
+# How often the placeholders of pods kso's watch sees bound (or deleted) are looked for and deleted, between rounds,
+# seconds: a placeholder outliving its pod's bind shows the autoscaler demand that is gone, and rounds come every
+# KSO_CAPACITY_INTERVAL_S (10 s) and at 1,000 refused pods take seconds themselves (placeholders outlived their
+# pod's bind by up to 47 s when only rounds deleted them). A look is a set of the pending pods' uids against this
+# kso's placeholders (at most KSO_CAPACITY_MAX_PLACEHOLDERS).
+RELEASE_EVERY_S = 0.5
 
 _RELEASE_HEAD = RELEASE_NOTE.split("{", 1)[0]
 
@@ -284,7 +292,14 @@ class CapacityMetrics:
               registry=registry).set_function(lambda: float(len(signal.kept)))
         self.writes = Counter("kso_capacity_placeholder_writes_total",
                               "Placeholder pods written, by action: created, deleted, failed, reaped (another kso's, "
-                              "its Lease expired)", ["action"], registry=registry)
+                              "its Lease expired), released (deleted between rounds: its pod was bound or deleted)",
+                              ["action"], registry=registry)
+        self.released = self.writes.labels("released")
+        self.rounds = Counter("kso_capacity_rounds_total", "Rounds of the capacity signal (each re-judges every "
+                              "refused pod and writes the placeholders)", registry=registry)
+        self.cpu = Counter("kso_capacity_cpu_seconds_total", "CPU time of the capacity signal's own threads (its "
+                           "rounds, and the prompt release of the placeholders of bound pods), seconds",
+                           registry=registry)
 
         self.bound = Counter("kso_capacity_placeholders_bound_total",
                              "Placeholder pods found bound to a node (none should ever be: no scheduler serves them, "
@@ -327,6 +342,7 @@ class CapacitySignal:
         self.metrics = CapacityMetrics(engine.metrics.registry if registry is None else registry, self)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._releaser = threading.Thread()
         self._life = threading.Lock()  # start and stop, from the serving thread and the leader-election thread
 
     def current_nodes(self) -> tuple[tuple[str, str], ...]:
@@ -361,6 +377,21 @@ class CapacitySignal:
     def _pending_uids(self) -> set[str]:
         return {p.uid for p in self.state.pending_pods()}
 
+    def _still_pending(self, uid: str) -> bool:
+        pod = self.state.pending_pod(uid=uid)
+        return pod is not None and not pod.node_name
+
+    def release(self) -> list[str]:
+        """Start deleting each placeholder whose pod kso's watch no longer sees pending (bound or deleted): between
+        rounds, every RELEASE_EVERY_S."""
+        if not self.reconciler.held:
+            return []
+        pending = self._pending_uids()
+        started = self.reconciler.release(pending.__contains__, lambda name: self.metrics.released.inc())
+        if started:
+            log.info("capacity: deleting %d placeholders: their pods were bound or deleted", len(started))
+        return started
+
     def tick(self) -> list[PlaceholderSpec]:
         """One round: decide and write. Returns the placeholders wanted."""
         pending = self._pending_uids()
@@ -372,7 +403,7 @@ class CapacitySignal:
         # have (it is "kept", not created, while it exists), so deleting it after would leave no signal for a round.
         live = self.reconciler.live_holders()
         reaped = self.reconciler.reap(live)
-        result = self.reconciler.apply(self.wanted, live)
+        result = self.reconciler.apply(self.wanted, live, self._still_pending)
         self.metrics.count(result, reaped)
         if self.keep is not None and self.marker is not None:
             needed = needed_nodes(self.agent, self.state, self.settings.keep_below, self.marker.marked)
@@ -381,7 +412,7 @@ class CapacitySignal:
             # Marks are cluster-wide, Leases per install: a mark is another install's while that install's Lease
             # is current in its own namespace (judged against this namespace alone, two installs took each other's
             # marks off every round).
-            everywhere = self.reconciler.live_holders_everywhere()
+            everywhere = live_holders_everywhere(self.reconciler)
             if everywhere is not None:
                 self.marker.reap(live | everywhere, nodes)
             self.marker.apply(self.kept, nodes)
@@ -389,13 +420,17 @@ class CapacitySignal:
 
     def start(self) -> CapacitySignal:
         """Run the loop (its first step deletes what this kso left before a restart, which keeps the identity, and
-        what gone instances left). A stopped signal starts again (``kso scheduler``: each term as leader)."""
+        what gone instances left) and the prompt release beside it. A stopped signal starts again (``kso
+        scheduler``: each term as leader)."""
         with self._life:
             if self._thread is None:
                 self._stop = threading.Event()
                 self._thread = threading.Thread(target=self._run, args=(self._stop,), name="kso-capacity",
                                                 daemon=True)
+                self._releaser = threading.Thread(target=self._run_release, args=(self._stop,),
+                                                  name="kso-capacity-release", daemon=True)
                 self._thread.start()
+                self._releaser.start()
         return self
 
     @property
@@ -413,6 +448,7 @@ class CapacitySignal:
     def _run(self, stop: threading.Event) -> None:
         started = False
         while not stop.is_set():
+            cpu = time.thread_time()
             try:
                 if not started:
                     self.clean_start()
@@ -420,7 +456,20 @@ class CapacitySignal:
                 self.tick()
             except Exception as exc:  # the API may be away for a while; the next round tries again
                 log.warning("capacity: round failed: %s: %s", type(exc).__name__, exc)
+            finally:
+                self.metrics.rounds.inc()
+                self.metrics.cpu.inc(time.thread_time() - cpu)
             stop.wait(self.settings.interval_s)
+
+    def _run_release(self, stop: threading.Event) -> None:
+        while not stop.wait(RELEASE_EVERY_S):
+            cpu = time.thread_time()
+            try:
+                self.release()
+            except Exception as exc:  # the round tries again (and deletes what is left)
+                log.warning("capacity: releasing the placeholders of bound pods failed: %s: %s",
+                            type(exc).__name__, exc)
+            self.metrics.cpu.inc(time.thread_time() - cpu)
 
     def stop(self) -> None:
         """Stop the loop and delete this kso's placeholders and Lease (once: a second call finds it stopped)."""
@@ -430,6 +479,8 @@ class CapacitySignal:
                 return
             self._stop.set()
             thread.join(timeout=30)
+            self._releaser.join(timeout=30)
+            self.reconciler.close()
             try:
                 deleted = self.reconciler.clear()
                 log.info("capacity signal off: %d placeholders deleted", len(deleted))

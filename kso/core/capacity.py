@@ -43,24 +43,15 @@ One signal per pod: each kso reconciles against every live kso's placeholders (o
 makes none for a pod another live kso holds one for, and of two made in the same round the kso whose identity
 sorts last deletes its own.
 
-Fail safe: every placeholder is labelled ``app.kubernetes.io/managed-by: kso`` and with the identity of the kso
-that made it, and has an owner reference to that kso's Lease (renewed while it runs). kso deletes its own
-placeholders and Lease when it stops, and when it starts (a restart keeps the identity, the pod's name); any kso
-deletes the placeholders and Lease of an identity whose Lease has expired. Deleting a Lease (or the namespace)
-lets the garbage collector delete its placeholders. kso lists, creates and deletes only pods and Leases carrying
-those labels, in its own namespace; it writes no Node unless node marks are on (below).
-
-Node marks (``KSO_CAPACITY_KEEP_NODES``, off by default; decisions.capacity decides which nodes): the
-autoscaler's scale-down reads requests, so it removes a node whose pods fit elsewhere by requests even when kso
-would refuse them there, and the drained pods then order a node back through their placeholders. kso annotates the
-nodes it needs ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (the autoscaler skips such a node
-in its scale-down eligibility check, whatever its utilisation) together with its own ``kso.io/scale-down-disabled-by:
-<identity>``. It removes only the annotations it set: a node whose scale-down-disabled annotation someone else set is
-left alone, and a removal is a patch conditioned on the resourceVersion kso read. It removes all of its marks when it
-stops (and when it starts, as for placeholders), and any kso removes the marks of an identity whose Lease expired in
-every namespace (each install keeps its Leases in its own KSO_CAPACITY_NAMESPACE: a mark is another install's while
-its Lease is current there). Needs ``patch`` on nodes and ``list`` on leases cluster-wide
-(deploy/optional/capacity-node-marks.yaml; without the latter no other kso's mark is taken off).
+Fail safe: every placeholder is labelled ``app.kubernetes.io/managed-by: kso`` and with its kso's identity, and
+is owned by that kso's Lease (renewed while it runs). kso deletes its own placeholders and Lease when it stops and
+when it starts (a restart keeps the identity, the pod's name); any kso running the signal in the same namespace
+deletes those of an identity whose Lease has expired; deleting a Lease (or the namespace) lets the garbage
+collector delete its placeholders. Nothing else expires them: an expired Lease is an object like any other, so
+what a killed kso left when no kso with the signal runs again (uninstalled but for deploy/capacity.yaml, scaled to
+zero, restarted with the signal off) stays, and the autoscaler keeps reading it as demand, until someone deletes
+namespace kso-capacity (node marks: kso.core.capacity_marks). kso lists, creates and deletes only pods and
+Leases carrying those labels, in its own namespace; it writes no Node unless node marks are on.
 """
 
 from __future__ import annotations
@@ -69,16 +60,17 @@ import hashlib
 import json
 import logging
 import math
-import os
-import socket
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from kso.core.capacity_names import default_identity, dns_label, lease_seconds, rfc3339_micro
 from kso.core.logs import FirstWarnings
-from kso.core.resources import CPU, MEMORY, PODS
+from kso.core.resources import CPU, MEMORY, PODS, needs_limit, quantity
 from kso.core.settings import setting
 
 log = logging.getLogger("kso.capacity")
@@ -202,24 +194,6 @@ def exclusion_digest(exclude: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256(json.dumps(list(exclude), separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def quantity(resource: str, value: float) -> str:
-    """A canonical quantity as the API takes it (rounded up, never below what was refused)."""
-    if resource == CPU:
-        return f"{math.ceil(value)}m"
-    return str(math.ceil(value))
-
-
-def needs_limit(resource: str) -> bool:
-    """The API server refuses a request of this resource without an equal limit: hugepages, and extended resources
-    (a name with a domain other than kubernetes.io's, e.g. nvidia.com/gpu; "requests.*" names are quota's)."""
-    if resource.startswith("hugepages-"):
-        return True
-    domain, slash, _ = resource.partition("/")
-    if not slash or resource.startswith("requests."):
-        return False
-    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
-
-
 # The taint effects the autoscaler's simulation (kube-scheduler's TaintToleration filter) checks; a toleration of
 # PreferNoSchedule only scores, so a placeholder does not carry it.
 FILTERED_EFFECTS = ("", "NoSchedule", "NoExecute")
@@ -306,31 +280,6 @@ def placeholder_manifest(spec: PlaceholderSpec, settings: CapacitySettings, owne
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
-def default_identity() -> str:
-    """The host name: in a pod, the pod's name, the same after a container restart (so a restarted kso finds and
-    deletes what it left)."""
-    return socket.gethostname() or f"pid-{os.getpid()}"
-
-
-def _rfc3339_micro(t: float) -> str:
-    """A Lease time (MicroTime). Never on a whole second: the client turns a created Lease's times into datetimes
-    and back with isoformat, which drops a zero fraction, and the API server then refuses the MicroTime (400)."""
-    when = datetime.fromtimestamp(t, UTC)
-    return (when if when.microsecond else when.replace(microsecond=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _seconds(value: Any) -> float | None:
-    """A Lease time (datetime from the client, or text) in epoch seconds."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=value.tzinfo or UTC).timestamp()
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 @dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
@@ -342,6 +291,10 @@ class ApplyResult:
     waiting: list[str] = field(default_factory=list)  # a create that failed, not tried again before its backoff
 
 
+# The deletes ``release`` has in flight at once (each waits on the API server, not on this process's CPU; at 1,000
+# refused pods a bind storm slowed the API server's deletes to seconds, and 159 deletes 8 at a time took 27 s).
+RELEASE_THREADS = 16
+DELETE_TIMEOUT_S = 30.0  # a delete's longest wait: a hung connection must not hold up kso's stop
 # A create refused by the API server is tried again after interval x 2^(failures - 1), at most this long, seconds.
 CREATE_BACKOFF_MAX_S = 300.0
 
@@ -359,12 +312,18 @@ class CapacityReconciler:
         self.coord = client.CoordinationV1Api(api_client)
         self.clock = clock
         identity = settings.identity or default_identity()
-        self.owner = Owner(identity, lease_name=f"{LEASE_PREFIX}{_dns_label(identity)}")
+        self.owner = Owner(identity, lease_name=f"{LEASE_PREFIX}{dns_label(identity)}")
         self.ns = settings.namespace
-        self._refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
+        self.refused = FirstWarnings(log)  # a refused create / status patch / delete, by (what, HTTP status)
         self._backoff: dict[str, tuple[int, float]] = {}  # placeholder name -> (creates refused in a row, next try)
+        # This kso's placeholders as last listed, created or kept: name -> the uid of the pod it stands for (what
+        # ``release`` reads between rounds; rebuilt by every ``apply``)
+        self.held: dict[str, str] = {}
+        self._released: set[str] = set()  # deleted by ``release`` since the last ``apply`` began
+        self._releasing: set[str] = set()  # ``release``'s deletes in flight
+        self._deletes: ThreadPoolExecutor | None = None
+        self._held_lock = threading.Lock()
 
-    # ---- selectors ---------------------------------------------------------------------------
     @property
     def mine(self) -> str:
         return f"{MANAGED_BY}=kso,{COMPONENT}={PLACEHOLDER_COMPONENT},{HOLDER}={self.owner.identity}"
@@ -372,12 +331,11 @@ class CapacityReconciler:
     ALL_PLACEHOLDERS = f"{MANAGED_BY}=kso,{COMPONENT}={PLACEHOLDER_COMPONENT}"
     ALL_LEASES = f"{MANAGED_BY}=kso,{COMPONENT}={LEASE_COMPONENT}"
 
-    # ---- the Lease ---------------------------------------------------------------------------
     def renew(self) -> None:
         """Create or renew this kso's Lease (its uid is the placeholders' owner)."""
         from kubernetes.client.exceptions import ApiException
 
-        now = _rfc3339_micro(self.clock())
+        now = rfc3339_micro(self.clock())
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.owner.lease_name, "namespace": self.ns,
                              "labels": {MANAGED_BY: "kso", COMPONENT: LEASE_COMPONENT, HOLDER: self.owner.identity}},
@@ -394,7 +352,7 @@ class CapacityReconciler:
                 lease = self.coord.create_namespaced_lease(self.ns, body)
         except ApiException as exc:
             if exc.status == 403:
-                self._refused.log(("lease", 403), "capacity: the API server refused this kso's Lease %s/%s (403 %s): "
+                self.refused.log(("lease", 403), "capacity: the API server refused this kso's Lease %s/%s (403 %s): "
                                   "its ServiceAccount needs deploy/capacity.yaml's Role in %s", self.ns,
                                   self.owner.lease_name, _message(exc), self.ns)
             raise
@@ -404,18 +362,19 @@ class CapacityReconciler:
     def _list(self, selector: str) -> list[Any]:
         return list(self.core.list_namespaced_pod(self.ns, label_selector=selector).items)
 
-    def _delete_pod(self, name: str) -> bool:
+    def _delete_pod(self, name: str) -> str:
+        """"deleted", "gone" (404: deleted already) or "" (refused; logged)."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
-            return True
+            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0, _request_timeout=DELETE_TIMEOUT_S)
+            return "deleted"
         except ApiException as exc:
             if exc.status == 404:
-                return True
-            self._refused.log(("delete", exc.status), "capacity: cannot delete placeholder %s/%s: %s %s", self.ns,
-                              name, exc.status, _message(exc))
-            return False
+                return "gone"
+            self.refused.log(("delete", exc.status), "capacity: cannot delete placeholder %s/%s: %s %s", self.ns,
+                             name, exc.status, _message(exc))
+            return ""
 
     def mark_unschedulable(self, name: str, for_key: str) -> bool:
         """Write the condition the cluster-autoscaler reads (PodScheduled=False, reason Unschedulable) on placeholder
@@ -433,7 +392,7 @@ class CapacityReconciler:
         except ApiException as exc:
             if exc.status != 404:
                 hint = " (needs patch on pods/status: deploy/capacity.yaml's Role)" if exc.status == 403 else ""
-                self._refused.log(("status", exc.status), "capacity: cannot mark placeholder %s/%s Unschedulable%s: "
+                self.refused.log(("status", exc.status), "capacity: cannot mark placeholder %s/%s Unschedulable%s: "
                                   "%s %s", self.ns, name, hint, exc.status, _message(exc))
             return False
 
@@ -454,21 +413,27 @@ class CapacityReconciler:
             failures += 1
             wait = min(self.settings.interval_s * 2 ** (failures - 1), CREATE_BACKOFF_MAX_S)
             self._backoff[name] = (failures, now + wait)
-            self._refused.log(("create", exc.status), "capacity: cannot create the placeholder of %s: %s %s (tried "
+            self.refused.log(("create", exc.status), "capacity: cannot create the placeholder of %s: %s %s (tried "
                               "again in %.0f s, doubling to %.0f s; further refusals with this status are logged at "
                               "DEBUG)", spec.for_key, exc.status, _message(exc), wait, CREATE_BACKOFF_MAX_S)
             result.failed.append(name)
             return
         self._backoff.pop(name, None)
         result.created.append(name)
+        with self._held_lock:
+            self.held[name] = spec.for_uid
         self.mark_unschedulable(name, spec.for_key)
 
-    def apply(self, specs: Iterable[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
+    def apply(self, specs: Iterable[PlaceholderSpec], live: set[str] | None = None,
+              still_pending: Callable[[str], bool] | None = None) -> ApplyResult:
         """Renew the Lease, then make the namespace hold one placeholder per wanted pod: create this kso's missing
-        ones (unless another live kso, in ``live``, holds one for the same pod: one signal per pod) and delete its
-        others. Any placeholder found bound to a node is deleted at once; one found without its Unschedulable
-        condition gets it."""
+        ones (unless another live kso, in ``live``, holds one for the same pod: one signal per pod, or the pod is
+        no longer pending by ``still_pending(uid)``, asked just before each create) and delete its others. Any
+        placeholder found bound to a node is deleted at once; one found without its Unschedulable condition gets
+        it."""
         self.renew()
+        with self._held_lock:
+            self._released.clear()
         now = self.clock()
         live = {self.owner.identity} if live is None else live | {self.owner.identity}
         wanted = {spec.name(): spec for spec in specs}
@@ -504,23 +469,65 @@ class CapacityReconciler:
                 continue
             pod = mine.get(name)
             if pod is None:
-                self._create(spec, name, now, result)
+                if still_pending is None or still_pending(spec.for_uid):  # (a round at 1,000 pods takes seconds)
+                    self._create(spec, name, now, result)
                 continue
             result.kept.append(name)
             if not _marked_unschedulable(pod):
                 self.mark_unschedulable(name, spec.for_key)
         for name in [n for n in self._backoff if n not in wanted]:
             del self._backoff[name]
+        with self._held_lock:  # (what ``release`` deleted meanwhile is not held again)
+            self.held = {name: wanted[name].for_uid for name in (*result.kept, *result.created)
+                         if name in wanted and name not in self._released}
         if result.created or result.deleted or result.bound:
             log.info("capacity: placeholders created %d, deleted %d (bound %d), kept %d, held by another kso %d",
                      len(result.created), len(result.deleted), len(result.bound), len(result.kept),
                      len(result.elsewhere))
         return result
 
+    def release(self, still_pending: Callable[[str], bool], deleted: Callable[[str], None] = lambda name: None
+                ) -> list[str]:
+        """Start deleting each placeholder of this kso whose pod is no longer pending (bound or deleted, by the
+        ``still_pending(uid)`` of kso's watch), without waiting for the next round: a placeholder must not outlive
+        its pod's bind. Each delete runs on its own, up to RELEASE_THREADS at once, so a slow answer holds up no
+        other delete and no later call; ``deleted(name)`` follows each one done. Returns the deletes started."""
+        with self._held_lock:
+            started = [name for name, uid in self.held.items() if name not in self._releasing and not still_pending(uid)]
+            self._releasing.update(started)
+        if started and self._deletes is None:
+            self._deletes = ThreadPoolExecutor(RELEASE_THREADS, thread_name_prefix="kso-capacity-delete")
+        for name in started:
+            self._deletes.submit(self._release_one, name, deleted)  # type: ignore[union-attr]
+        return started
+
+    def _release_one(self, name: str, deleted: Callable[[str], None]) -> None:
+        outcome = ""
+        try:
+            outcome = self._delete_pod(name)
+        except Exception as exc:  # (a connection error: the next look, or the round, deletes it)
+            log.warning("capacity: cannot delete placeholder %s/%s: %s: %s", self.ns, name, type(exc).__name__, exc)
+        finally:
+            with self._held_lock:
+                self._releasing.discard(name)
+                if outcome:
+                    self.held.pop(name, None)
+                    self._released.add(name)
+        if outcome == "deleted":
+            deleted(name)
+
+    def close(self) -> None:
+        """Wait for the deletes ``release`` has in flight, drop those not started (on stop; ``clear`` follows)."""
+        deletes, self._deletes = self._deletes, None
+        if deletes is not None:
+            deletes.shutdown(wait=True, cancel_futures=True)
+
     def clear(self) -> list[str]:
         """Delete this kso's placeholders and Lease (on start and on stop)."""
         from kubernetes.client.exceptions import ApiException
 
+        with self._held_lock:
+            self.held.clear()
         deleted = [p.metadata.name for p in self._list(self.mine) if self._delete_pod(p.metadata.name)]
         try:
             self.coord.delete_namespaced_lease(self.owner.lease_name, self.ns)
@@ -543,27 +550,6 @@ class CapacityReconciler:
             log.info("capacity: deleted %d placeholders of kso instances that are gone", len(reaped))
         return reaped
 
-    def live_holders_everywhere(self) -> set[str] | None:
-        """The identities whose capacity Lease is current in any namespace: every install's kso (each install keeps
-        its Leases in its own KSO_CAPACITY_NAMESPACE). None when this kso may not list Leases cluster-wide
-        (deploy/optional/capacity-node-marks.yaml grants it): then no other kso's mark may be judged gone."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            leases = self.coord.list_lease_for_all_namespaces(label_selector=self.ALL_LEASES, _request_timeout=10).items
-        except ApiException as exc:
-            self._refused.log(("leases-everywhere", exc.status), "capacity: cannot list capacity Leases in every "
-                              "namespace (%s %s; deploy/optional/capacity-node-marks.yaml grants it): the node marks "
-                              "of other kso instances are left alone", exc.status, _message(exc))
-            return None
-        now = self.clock()
-        live = {self.owner.identity}
-        for lease in leases:
-            renewed = _seconds(lease.spec.renew_time) or _seconds(lease.metadata.creation_timestamp) or 0.0
-            if now - renewed <= float(lease.spec.lease_duration_seconds or self.settings.lease_s):
-                live.add((lease.metadata.labels or {}).get(HOLDER, ""))
-        return live
-
     def live_holders(self) -> set[str]:
         """The identities of the kso instances whose Lease is current (this one's always); the expired Leases are
         deleted."""
@@ -573,7 +559,7 @@ class CapacityReconciler:
         live = {self.owner.identity}
         for lease in self.coord.list_namespaced_lease(self.ns, label_selector=self.ALL_LEASES).items:
             holder = (lease.metadata.labels or {}).get(HOLDER, "")
-            renewed = _seconds(lease.spec.renew_time) or _seconds(lease.metadata.creation_timestamp) or 0.0
+            renewed = lease_seconds(lease.spec.renew_time) or lease_seconds(lease.metadata.creation_timestamp) or 0.0
             duration = float(lease.spec.lease_duration_seconds or self.settings.lease_s)
             if holder == self.owner.identity or now - renewed <= duration:
                 live.add(holder)
@@ -588,107 +574,6 @@ class CapacityReconciler:
         return live
 
 
-@dataclass
-class MarkResult:
-    marked: list[str] = field(default_factory=list)
-    unmarked: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    not_ours: list[str] = field(default_factory=list)  # wanted, but someone else's scale-down-disabled is there
-    failed: list[str] = field(default_factory=list)
-
-
-class NodeMarker:
-    """Puts ``SCALE_DOWN_DISABLED: "true"`` (with ``MARKED_BY``: this kso) on the nodes asked for and takes this kso's
-    marks off the others (``apply``); never touches a mark it did not set. Every write is a JSON merge patch
-    conditioned on the node's resourceVersion as listed (a node changed meanwhile: a 409, tried again next round)."""
-
-    # Each call's longest wait, seconds: a hung connection must not hold the signal's round (and so its stop, which
-    # takes the marks off) for ever.
-    REQUEST_TIMEOUT_S = 10.0
-
-    def __init__(self, api_client: Any, identity: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api_client)
-        self.identity = identity
-        self.marked: set[str] = set()  # this kso's marks, as of the last apply / clear
-        self._refused = FirstWarnings(log)  # a refused patch, by HTTP status
-
-    def nodes(self) -> list[Any]:
-        """Every Node, from the API server's cache (resourceVersion 0: no quorum read), for one round's reap and
-        apply."""
-        return list(self.core.list_node(resource_version="0", _request_timeout=self.REQUEST_TIMEOUT_S).items)
-
-    def _patch(self, node: Any, annotations: dict[str, str | None]) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        body = {"metadata": {"resourceVersion": node.metadata.resource_version, "annotations": annotations}}
-        try:
-            self.core.patch_node(node.metadata.name, body, _content_type="application/merge-patch+json",
-                                 _request_timeout=self.REQUEST_TIMEOUT_S)
-            return True
-        except ApiException as exc:
-            if exc.status not in (404, 409):  # gone, or changed since listed: the next round looks again
-                hint = (" (marks need patch on nodes: deploy/optional/capacity-node-marks.yaml)"
-                        if exc.status == 403 else "")
-                self._refused.log(exc.status, "capacity: cannot patch node %s%s: %s %s", node.metadata.name, hint,
-                                  exc.status, _message(exc))
-            return False
-
-    def _unmark(self, node: Any) -> bool:
-        """Take this kso's mark off: its MARKED_BY, and SCALE_DOWN_DISABLED while it still says "true"."""
-        ann = node.metadata.annotations or {}
-        return self._patch(node, {MARKED_BY: None, **({SCALE_DOWN_DISABLED: None}
-                                                       if ann.get(SCALE_DOWN_DISABLED) == "true" else {})})
-
-    def apply(self, wanted: Iterable[str], nodes: list[Any] | None = None) -> MarkResult:
-        """Mark the ``wanted`` nodes and unmark this kso's others, among ``nodes`` (default: listed now)."""
-        wanted = set(wanted)
-        result = MarkResult()
-        for node in self.nodes() if nodes is None else nodes:
-            name = node.metadata.name
-            ann = node.metadata.annotations or {}
-            ours = ann.get(MARKED_BY) == self.identity
-            if name in wanted:
-                if ours:
-                    result.kept.append(name)
-                elif SCALE_DOWN_DISABLED in ann or MARKED_BY in ann:  # someone else's (another kso's included)
-                    result.not_ours.append(name)
-                elif self._patch(node, {SCALE_DOWN_DISABLED: "true", MARKED_BY: self.identity}):
-                    result.marked.append(name)
-                else:
-                    result.failed.append(name)
-            elif ours:
-                (result.unmarked if self._unmark(node) else result.failed).append(name)
-        self.marked = set(result.kept) | set(result.marked) | {n for n in result.failed if n not in wanted}
-        if result.marked or result.unmarked:
-            log.info("capacity: nodes marked scale-down-disabled %d, unmarked %d, kept %d", len(result.marked),
-                     len(result.unmarked), len(result.kept))
-        return result
-
-    def _unmark_where(self, gone: Any, nodes: list[Any] | None = None) -> list[str]:
-        done = []
-        for node in self.nodes() if nodes is None else nodes:
-            by = (node.metadata.annotations or {}).get(MARKED_BY)
-            if by is not None and gone(by) and self._unmark(node):
-                done.append(node.metadata.name)
-        return done
-
-    def clear(self) -> list[str]:
-        """Take every mark of this kso off (on start and on stop); returns the nodes unmarked."""
-        done = self._unmark_where(lambda by: by == self.identity)
-        self.marked.clear()
-        return done
-
-    def reap(self, live: set[str], nodes: list[Any] | None = None) -> list[str]:
-        """Take off the marks of every kso whose identity is not in ``live`` (gone: its Lease expired), among
-        ``nodes`` (default: listed now)."""
-        done = self._unmark_where(lambda by: by not in live, nodes)
-        if done:
-            log.info("capacity: took the scale-down-disabled marks of gone kso instances off %d nodes", len(done))
-        return done
-
-
 def _marked_unschedulable(pod: Any) -> bool:
     return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
                for c in ((pod.status.conditions if pod.status else None) or []))
@@ -698,11 +583,3 @@ def _message(exc: Any) -> str:
     from kso.core.kube import api_message
 
     return api_message(exc)
-
-
-def _dns_label(text: str) -> str:
-    """``text`` as a DNS label part (lower case, [a-z0-9-], at most 40 characters plus a hash when cut)."""
-    clean = "".join(c if c.isalnum() or c == "-" else "-" for c in text.lower()).strip("-") or "kso"
-    if len(clean) > 40:
-        clean = f"{clean[:30].strip('-')}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-    return clean

@@ -131,3 +131,21 @@ def max_into(total: dict[str, float], other: dict[str, float]) -> None:
     for name, value in other.items():
         if value > total.get(name, 0.0):
             total[name] = value
+
+
+def quantity(resource: str, value: float) -> str:
+    """A canonical quantity as the API takes it (rounded up, never below what was refused)."""
+    if resource == CPU:
+        return f"{math.ceil(value)}m"
+    return str(math.ceil(value))
+
+
+def needs_limit(resource: str) -> bool:
+    """The API server refuses a request of this resource without an equal limit: hugepages, and extended resources
+    (a name with a domain other than kubernetes.io's, e.g. nvidia.com/gpu; "requests.*" names are quota's)."""
+    if resource.startswith("hugepages-"):
+        return True
+    domain, slash, _ = resource.partition("/")
+    if not slash or resource.startswith("requests."):
+        return False
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))

@@ -45,7 +45,7 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 BUILTIN_CLUSTER_ROLES = {"system:kube-scheduler", "system:volume-scheduler"}
 BUILTIN_ROLES = {("kube-system", "extension-apiserver-authentication-reader")}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "ValidatingAdmissionPolicy",
-                  "ValidatingAdmissionPolicyBinding"}
+                  "ValidatingAdmissionPolicyBinding", "FlowSchema"}
 
 # k8s.io/kube-scheduler config/v1 types.go (KubeSchedulerConfiguration, KubeSchedulerProfile, Extender,
 # ExtenderTLSConfig, ExtenderManagedResource) and component-base LeaderElectionConfiguration.

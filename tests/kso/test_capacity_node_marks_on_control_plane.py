@@ -146,7 +146,8 @@ def test_two_installs_leave_each_others_marks_alone_and_take_a_gone_installs_off
     own reconciler and marker with the ServiceAccount's token, as B's kso would run them."""
     import yaml
 
-    from kso.core.capacity import CapacityReconciler, CapacitySettings, NodeMarker
+    from kso.core.capacity import CapacityReconciler, CapacitySettings
+    from kso.core.capacity_marks import NodeMarker
     from kso.core.kube import load_api_client
     from tests.support.capacity_plane import DEPLOY
 

@@ -30,8 +30,10 @@ class RecordingReconciler:
         self.owner = Owner("sched-test")
         self.calls: list[tuple[str, Any]] = []
         self.applied = threading.Event()
+        self.held: dict[str, str] = {}  # (nothing to release between rounds: apply records, creates nothing)
 
-    def apply(self, specs: list[PlaceholderSpec], live: set[str] | None = None) -> ApplyResult:
+    def apply(self, specs: list[PlaceholderSpec], live: set[str] | None = None, still_pending: Any = None
+              ) -> ApplyResult:
         self.calls.append(("apply", [s.for_key for s in specs]))
         self.applied.set()
         return ApplyResult(created=[s.name() for s in specs])
@@ -46,6 +48,9 @@ class RecordingReconciler:
     def clear(self) -> list[str]:
         self.calls.append(("clear", None))
         return []
+
+    def close(self) -> None:
+        pass
 
 
 def scheduler_with_signal(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
