@@ -104,3 +104,13 @@ def test_layers_of_the_command_and_the_domain() -> None:
     assert layer_of("decisions") == layer_of("decisions.agents.safe") > layer_of("kso.core.cluster")  # type: ignore[operator]
     assert layer_of("optimizer.plan") > layer_of("forecasting.models") > layer_of("kso.core.kube") == layer_of("kso") == 0  # type: ignore[operator]
     assert layer_of("numpy") is None and layer_of("benchmarks.demo") == layer_of("kso.cli")
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module past 600 lines holds more than one thing: split it where its parts meet (docs/architecture.md)."""
+    long = [f"{p.relative_to(ROOT)}: {n}" for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert long == []
