@@ -30,6 +30,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from forecasting.prometheus_settings import (  # re-exported: the source's settings and errors are imported from here
+    PrometheusError,
     PrometheusMappingError,
     PrometheusQueryError,
     PrometheusSettings,
@@ -41,6 +42,9 @@ from kso.core.logs import FirstWarnings
 from kso.core.settings import load_settings
 
 log = logging.getLogger("kso.forecasting.prometheus")
+
+__all__ = ["PrometheusError", "PrometheusMappingError", "PrometheusQueryError", "PrometheusSettings", "PrometheusSource",
+           "PrometheusUnavailable", "SeriesByNode", "sample_value"]
 
 SeriesByNode = dict[str, dict[str, UtilisationSeries]]
 
