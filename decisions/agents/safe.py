@@ -252,7 +252,8 @@ class SafeAgent(Agent):
         self._eps_text = f"{self.eps:.2g}"
         self.risk_memo = RiskMemo(self.u_star)
         self._base = LastKept()  # the last read-only view's pod-independent inputs (see SafeBase)
-        self._last_taken: SafeBase | None = None  # the SafeBase last taken for a call's view (see base)
+        # the SafeBase last taken for a call's view: (the store-wide view's, the rows taken, the call's) (see base)
+        self._last_taken: tuple[SafeBase, np.ndarray, SafeBase] | None = None
         self._zeros_kept: tuple[np.ndarray, np.ndarray] | None = None
         self._unjudged_kept: tuple[PredicateResult, np.ndarray] | None = None
         self.clock: Callable[[], float] = time.time  # the hold's "now", epoch seconds (the replay sets its own)
@@ -294,8 +295,11 @@ class SafeAgent(Agent):
         last call when its columns are the same arrays (read only), built whole before it is kept."""
         whole = view.whole
         if whole is not None and view.rows is not None:
-            base = self._taken(self.base(whole), view.rows)
-            self._last_taken = base
+            of_whole, last = self.base(whole), self._last_taken
+            if last is not None and last[0] is of_whole and last[1] is view.rows:  # the same view again
+                return last[2]
+            base = self._taken(of_whole, view.rows)
+            self._last_taken = (of_whole, view.rows, base)
             return base
         base = self._base.get(view.mean_free, view.alloc, view.rows, view.std_free, view.forecast_free, view.recent)
         if base is None:
@@ -448,7 +452,8 @@ class SafeAgent(Agent):
 
     def _kept(self, s: SafeInputs) -> SafeBase | None:
         """The SafeBase ``s`` came from (its kept result, notes and zeros were made from the same inputs), or None."""
-        for base in (self._last_taken, self._base.value):
+        last = self._last_taken
+        for base in (None if last is None else last[2], self._base.value):
             if base is not None and (s is base.inputs or s.valid is base.valid):
                 return base
         return None

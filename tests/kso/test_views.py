@@ -132,12 +132,22 @@ def test_last_kept_matches_the_very_arrays_it_was_kept_for() -> None:
     assert kept.get(c) is other and kept.get(a, b) is None
 
 
-def test_agents_cannot_write_the_store_wide_view_and_own_a_calls_arrays() -> None:
+def test_agents_cannot_write_a_view_and_a_list_gets_its_view_again_until_either_changes() -> None:
     state = ClusterState()
-    state.upsert_node(node_from_k8s(make_node("n0")))
+    for name in ("n0", "n1"):
+        state.upsert_node(node_from_k8s(make_node(name)))
     with pytest.raises(ValueError, match="read-only"):
         state.whole().requested[0, 0] = 1.0
-    plain = state.view(["n0"])  # a call's view: its own arrays
-    plain.requested[0, 0] = 1.0
-    assert state.view(["n0"]).requested[0, 0] == 0.0
+    listed = ["n1", "n0"]
+    view = state.view(listed)
+    with pytest.raises(ValueError, match="read-only"):  # shared by the calls that get it again
+        view.requested[0, 0] = 1.0
+    assert state.view(listed) is view  # prioritize's list after filter's: the same bytes, the same list
+    assert state.view(["n1", "n0"]) is not view  # another list
+    listed.reverse()  # changed in place: gathered again
+    assert state.view(listed).names == ["n0", "n1"] and state.view(listed).rows.tolist() == [1, 2]
+    again = state.view(listed)
+    state.upsert_pod(pod_from_k8s(make_pod("p", cpu="1", node="n0", uid="u")))
+    changed = state.view(listed)
+    assert changed is not again and changed.requested[0, state.columns["cpu"]] == 1000.0
     assert np.isnan(state.view(["x"]).alloc).all()
