@@ -182,6 +182,7 @@ class DecisionEngine:
         self.plan = plan
         # no_capacity's answer for the last store-wide view's alloc and known: never changed by a caller
         self._capacity_kept = LastKept()
+        self._measured_kept = LastKept()  # sight()'s measured of the last store-wide view's statistics
         self._sight_kept = LastKept()  # sight()'s answer for the last read-only statistics, recent binds, allocatable
         # weights of the priorities that answered -> (those weights, _int_combined's table of rounded quotients)
         self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
@@ -357,17 +358,23 @@ class DecisionEngine:
         return ~np.isnan(self.stats.free_stats(call.view).mean_free) & (call.view.stat_capacity() > 0)
 
     def sight(self, call: Call) -> tuple[np.ndarray, np.ndarray, bool]:
-        """(measured, seen, every node seen) of the call's nodes (decisions/sight.py): per node, so taken by the call's
-        rows from those of its store-wide view where the statistics are the safe agent's annotations (kept for the
-        same read-only statistics, recent binds and allocatable); else from the call's view."""
+        """(measured, seen, every node seen) of the call's nodes (decisions/sight.py): measured taken by the call's
+        rows from its store-wide view's where the statistics are the safe agent's annotations (kept for the same
+        read-only statistics), seen from the call's recent binds; else from the call's view (kept for the same
+        read-only statistics, recent binds and allocatable)."""
         got = call.memo.get("sight")
         if got is None:
             view = call.view
             valid = None if view.whole is None or view.rows is None else self._whole_valid(view.whole)
-            if valid is not None and view.whole is not None and view.rows is not None:
-                measured, seen, _ = self._sight_of(view.whole, valid)
-                seen = seen.take(view.rows)
-                got = (measured.take(view.rows), seen, bool(np.logical_and.reduce(seen)))
+            if valid is not None and view.rows is not None:
+                measured = self._measured_kept.get(valid)
+                if measured is None:
+                    measured = np.logical_and.reduce(valid, axis=1)
+                    measured.flags.writeable = False
+                    self._measured_kept.keep(measured, valid)
+                measured = measured.take(view.rows)
+                seen = seen_nodes(measured, view, self.max_unseen)
+                got = (measured, seen, bool(np.logical_and.reduce(seen)))
             else:
                 got = self._sight_of(view, self._valid_stats(call))
             call.memo["sight"] = got
@@ -379,7 +386,7 @@ class DecisionEngine:
         safe = self.agents.get("safe")
         if not isinstance(safe, SafeAgent) or type(safe.stats) is not AnnotationStats:
             return None
-        base = safe.base(whole)
+        base = safe.whole_base(whole)
         return base.valid if base.inputs is None else base.inputs.valid
 
     def _sight_of(self, view: NodeView, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:

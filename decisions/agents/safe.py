@@ -295,10 +295,10 @@ class SafeAgent(Agent):
         last call when its columns are the same arrays (read only), built whole before it is kept."""
         whole = view.whole
         if whole is not None and view.rows is not None:
-            of_whole, last = self.base(whole), self._last_taken
+            of_whole, last = self.whole_base(whole), self._last_taken
             if last is not None and last[0] is of_whole and last[1] is view.rows:  # the same view again
                 return last[2]
-            base = self._taken(of_whole, view.rows)
+            base = self._taken(of_whole, view)
             self._last_taken = (of_whole, view.rows, base)
             return base
         base = self._base.get(view.mean_free, view.alloc, view.rows, view.std_free, view.forecast_free, view.recent)
@@ -310,8 +310,20 @@ class SafeAgent(Agent):
                             *(() if base.inputs is not None else (view.std_free, view.forecast_free, view.recent)))
         return base
 
-    def _taken(self, whole: SafeBase, rows: np.ndarray) -> SafeBase:
-        """The SafeBase of the nodes at ``rows`` of the store-wide view whose SafeBase is ``whole``."""
+    def whole_base(self, whole: NodeView) -> SafeBase:
+        """The SafeBase of a store-wide view (ClusterState.whole) without the recent binds (which it does not hold:
+        each call adds its own), kept while its columns are the same arrays."""
+        base = self._base.get(whole.mean_free, whole.alloc, whole.rows, whole.std_free, whole.forecast_free)
+        if base is None:
+            base = self._base_of(whole, recent=False)
+            self._base.keep(base, whole.mean_free, whole.alloc, whole.rows, whole.std_free, whole.forecast_free)
+        return base
+
+    def _taken(self, whole: SafeBase, view: NodeView) -> SafeBase:
+        """The SafeBase of a call's ``view`` from the SafeBase of its store-wide view (``whole``): taken by its rows,
+        the view's recent binds added as _base_of adds them."""
+        rows = view.rows
+        assert rows is not None
         n = len(rows)
         base = SafeBase()
         if whole.inputs is not None:
@@ -333,9 +345,11 @@ class SafeAgent(Agent):
             zeros = self._zeros(n)[0]
             base.inputs = SafeInputs(zeros, zeros, valid, cap, source, self.u_star, full_risk=zeros)
             return self._unjudged(base, n)
+        used = whole.used.take(rows, axis=0)
+        if self.params.recent_bind_window_s != 0:
+            used += view.recent
         base.used, base.sigma, base.valid, base.capacity, base.source, base.slots = (
-            whole.used.take(rows, axis=0), whole.sigma.take(rows, axis=0), valid, cap, source,
-            whole.slots.take(rows, axis=0))
+            used, whole.sigma.take(rows, axis=0), valid, cap, source, whole.slots.take(rows, axis=0))
         _read_only(base.used, base.sigma, base.valid, base.capacity, base.slots)
         base.notes = dict.fromkeys(np.flatnonzero(~(valid[:, 0] | valid[:, 1])).tolist(), NO_STATS_NOTE)
         base.some = True
@@ -349,8 +363,9 @@ class SafeAgent(Agent):
             _read_only(*kept)
         return kept
 
-    def _base_of(self, view: NodeView) -> SafeBase:
-        """_inputs_from's steps that do not involve the pod (or nothing is valid: all of them), in its order."""
+    def _base_of(self, view: NodeView, recent: bool = True) -> SafeBase:
+        """_inputs_from's steps that do not involve the pod (or nothing is valid: all of them), in its order;
+        without adding the recent binds when not ``recent``."""
         base = SafeBase()
         n = len(view)
         if np.isnan(view.mean_free).all():
@@ -371,7 +386,7 @@ class SafeAgent(Agent):
                 if has_forecast.any():
                     free = np.where(has_forecast, (1.0 - self.w) * free + self.w * fc, free)
                 used = np.maximum(cap - free, 0.0)
-                if self.params.recent_bind_window_s != 0:
+                if self.params.recent_bind_window_s != 0 and recent:
                     used += view.recent
                 valid = ~np.isnan(free) & (cap > 0)
                 std = stats.std_free

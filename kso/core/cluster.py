@@ -98,8 +98,8 @@ class ClusterState:
         self._whole: NodeView | None = None  # see whole
         # The last view of a names list, with a copy of the list: kube-scheduler asks prioritize about the nodes filter
         # passed, in that order (every one, usually), and the protocol hands out the same list for the same bytes
-        self._last_view: tuple[list[str], list[str], NodeView] | None = None
-        self._whole_gens = (-1, -1, -1)  # the generations of its node columns, requested, recent
+        self._last_view: tuple[list[str], list[str], NodeView, tuple[int, int]] | None = None
+        self._whole_gens = -1  # the generation of its node columns
         self._free: list[int] = []
         self._allocate(64)
         self.pods: dict[str, PodInfo] = {}  # uid -> pod bound to (or assumed on) a node
@@ -485,10 +485,12 @@ class ClusterState:
         with self.lock:
             self.expire_recent(time.time())
             whole = self.whole()
+            gens = (self.req_gen, self.recent_gen)
             last = self._last_view
             # the same list, unchanged since (compared with its copy: identical strings compare at once), and the
             # same store-wide view: the same view, whose arrays are read only
-            if last is not None and last[0] is names and last[2].whole is whole and last[1] == names:
+            if (last is not None and last[0] is names and last[2].whole is whole and last[3] == gens
+                    and last[1] == names):
                 return last[2]
             # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
             found = list(map(self.row_of.get, names, repeat(0, len(names))))
@@ -496,54 +498,45 @@ class ClusterState:
             # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
             view = NodeView(
                 names=names, known=rows > 0, alloc=whole.alloc.take(rows, axis=0),
-                requested=whole.requested.take(rows, axis=0), columns=whole.columns,
+                requested=self.requested.take(rows, axis=0), columns=whole.columns,
                 mean_free=whole.mean_free.take(rows, axis=0), std_free=whole.std_free.take(rows, axis=0),
-                forecast_free=whole.forecast_free.take(rows, axis=0), recent=whole.recent.take(rows, axis=0),
+                forecast_free=whole.forecast_free.take(rows, axis=0), recent=self.recent.take(rows, axis=0),
                 congestion=whole.congestion.take(rows), node_list=None, image_node_count=self.image_node_count,
                 total_nodes=len(self.row_of), rows=rows, state=self, layout=self.layout, unknown=found.count(0),
                 whole=whole)
             for array in (view.known, view.alloc, view.requested, view.mean_free, view.std_free, view.forecast_free,
                           view.recent, view.congestion, rows):
                 array.flags.writeable = False  # shared by the calls that get this view again
-            self._last_view = (names, list(names), view)
+            self._last_view = (names, list(names), view, gens)
             return view
 
     def whole(self) -> NodeView:
         """The store-wide view: every row of the store, row r being the store's row r (the sentinel row 0 and free
-        rows unknown, named ""). Its columns are read-only copies, taken again only when they changed (the
-        generations; the node columns also when a row changes hands): while nothing changes it is the same view with
-        the same arrays, so a value computed per node from the store alone is computed once (LastKept) and taken by
-        each call's rows. Its ``columns`` map is shared with the views gathered from it: read only."""
+        rows unknown, named ""). Its node columns (allocatable, the statistics, congestion) are read-only copies,
+        taken again only when they changed (node_gen, or a row changing hands): while they do not change it is the
+        same view with the same arrays, so a value computed per node from them is computed once (LastKept) and taken
+        by each call's rows. ``requested`` and ``recent`` change with every bind: not copied here (empty, no rows),
+        each call takes them from the store's own columns and applies them itself. Its ``columns`` map is shared
+        with the views gathered from it: read only."""
         with self.lock:
             old, cap = self._whole, self._capacity
-            gens = (self.node_gen, self.req_gen, self.recent_gen)
-            kept = old is not None and len(old) == cap  # every change of capacity changes every generation too
-            if kept and old is not None and old.layout == self.layout and self._whole_gens == gens:
+            if old is not None and len(old) == cap and old.layout == self.layout and self._whole_gens == self.node_gen:
                 return old
-            if kept and old is not None and old.layout == self.layout and self._whole_gens[0] == gens[0]:
-                names, known, rows, columns = old.names, old.known, old.rows, old.columns
-                alloc, mean_free, std_free, forecast_free, congestion = (
-                    old.alloc, old.mean_free, old.std_free, old.forecast_free, old.congestion)
-            else:
-                names = [""] * cap
-                for name, row in self.row_of.items():
-                    names[row] = name
-                known = np.zeros(cap, dtype=bool)
-                known[list(self.row_of.values())] = True
-                rows, columns = frozen(np.arange(cap, dtype=np.intp)), dict(self.columns)
-                alloc, mean_free, std_free, forecast_free, congestion = (frozen(c.copy()) for c in (
-                    self.alloc, self.mean_free, self.std_free, self.forecast_free, self.congestion))
-            same_req = kept and old is not None and self._whole_gens[1] == gens[1]
-            same_recent = kept and old is not None and self._whole_gens[2] == gens[2]
+            names = [""] * cap
+            for name, row in self.row_of.items():
+                names[row] = name
+            known = np.zeros(cap, dtype=bool)
+            known[list(self.row_of.values())] = True
+            alloc, mean_free, std_free, forecast_free, congestion = (frozen(c.copy()) for c in (
+                self.alloc, self.mean_free, self.std_free, self.forecast_free, self.congestion))
             self._whole = NodeView(
-                names=names, known=frozen(known), alloc=alloc,
-                requested=old.requested if same_req and old is not None else frozen(self.requested.copy()),
-                columns=columns, mean_free=mean_free, std_free=std_free, forecast_free=forecast_free,
-                recent=old.recent if same_recent and old is not None else frozen(self.recent.copy()),
-                congestion=congestion, node_list=None, image_node_count=self.image_node_count,
-                total_nodes=len(self.row_of), rows=rows, state=self, layout=self.layout,
+                names=names, known=frozen(known), alloc=alloc, requested=frozen(np.zeros((0, len(self.columns)))),
+                columns=dict(self.columns), mean_free=mean_free, std_free=std_free, forecast_free=forecast_free,
+                recent=frozen(np.zeros((0, 2))), congestion=congestion, node_list=None,
+                image_node_count=self.image_node_count, total_nodes=len(self.row_of),
+                rows=frozen(np.arange(cap, dtype=np.intp)), state=self, layout=self.layout,
                 unknown=cap - len(self.row_of))
-            self._whole_gens = gens
+            self._whole_gens = self.node_gen
             return self._whole
 
     def plan_copy(self) -> PlanCopy:
