@@ -180,8 +180,9 @@ class DecisionEngine:
         if self.forecast_status is not None:
             self.metrics.watch_forecasts(lambda: self.forecast_status)
         self.plan = plan
-        # no_capacity's answer for the last remembered view's alloc and known: never changed by a caller
+        # no_capacity's answer for the last store-wide view's alloc and known: never changed by a caller
         self._capacity_kept = LastKept()
+        self._measured_kept = LastKept()  # sight()'s measured of the last store-wide view's statistics
         self._sight_kept = LastKept()  # sight()'s answer for the last read-only statistics, recent binds, allocatable
         # weights of the priorities that answered -> (those weights, _int_combined's table of rounded quotients)
         self._combine_tables: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
@@ -255,7 +256,7 @@ class DecisionEngine:
                 names.append(name)
             view = self.state.view(names)
             return view if not scratch else self._with_body_nodes(view, scratch)
-        view = self.state.view(node_names or [], stable=True)
+        view = self.state.view(node_names or [])
         unknown = 0 if view.all_known() else view.unknown
         if unknown:
             self.metrics.unknown_nodes.inc(unknown)
@@ -288,7 +289,10 @@ class DecisionEngine:
 
     def no_capacity(self, view: NodeView) -> list[int]:
         """Known nodes with no allocatable cpu or memory (their indexes): nothing can be judged or placed there.
-        Kept for the last read-only alloc (ClusterState's remembered view: the same object is the same values)."""
+        Kept for the last read-only alloc (a store-wide view's: the same object is the same values); a call's view
+        looks only when its store has such a node."""
+        if view.whole is not None and not self.no_capacity(view.whole):
+            return []
         found = self._capacity_kept.get(view.alloc, view.known)
         if found is None:
             found = self._capacity_kept.keep(self._no_capacity_of(view), view.alloc, view.known)
@@ -354,18 +358,44 @@ class DecisionEngine:
         return ~np.isnan(self.stats.free_stats(call.view).mean_free) & (call.view.stat_capacity() > 0)
 
     def sight(self, call: Call) -> tuple[np.ndarray, np.ndarray, bool]:
-        """(measured, seen, every node seen) of the call's nodes (decisions/sight.py), kept for the same read-only
-        statistics, recent binds and allocatable (a remembered view's: most calls)."""
+        """(measured, seen, every node seen) of the call's nodes (decisions/sight.py): measured taken by the call's
+        rows from its store-wide view's where the statistics are the safe agent's annotations (kept for the same
+        read-only statistics), seen from the call's recent binds; else from the call's view (kept for the same
+        read-only statistics, recent binds and allocatable)."""
         got = call.memo.get("sight")
         if got is None:
-            view, valid = call.view, self._valid_stats(call)
-            got = self._sight_kept.get(valid, view.recent, view.alloc)
-            if got is None:
-                measured = np.logical_and.reduce(valid, axis=1) if valid.size else np.zeros(len(view), dtype=bool)
+            view = call.view
+            valid = None if view.whole is None or view.rows is None else self._whole_valid(view.whole)
+            if valid is not None and view.rows is not None:
+                measured = self._measured_kept.get(valid)
+                if measured is None:
+                    measured = np.logical_and.reduce(valid, axis=1)
+                    measured.flags.writeable = False
+                    self._measured_kept.keep(measured, valid)
+                measured = measured.take(view.rows)
                 seen = seen_nodes(measured, view, self.max_unseen)
-                got = self._sight_kept.keep((measured, seen, bool(np.logical_and.reduce(seen))),
-                                            valid, view.recent, view.alloc)
+                got = (measured, seen, bool(np.logical_and.reduce(seen)))
+            else:
+                got = self._sight_of(view, self._valid_stats(call))
             call.memo["sight"] = got
+        return got
+
+    def _whole_valid(self, whole: NodeView) -> np.ndarray | None:
+        """_valid_stats of a store-wide view (the pod plays no part), kept with the safe agent's SafeBase; None when
+        the safe agent is not enabled or reads statistics of its own source."""
+        safe = self.agents.get("safe")
+        if not isinstance(safe, SafeAgent) or type(safe.stats) is not AnnotationStats:
+            return None
+        base = safe.whole_base(whole)
+        return base.valid if base.inputs is None else base.inputs.valid
+
+    def _sight_of(self, view: NodeView, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        got = self._sight_kept.get(valid, view.recent, view.alloc)
+        if got is None:
+            measured = np.logical_and.reduce(valid, axis=1) if valid.size else np.zeros(len(view), dtype=bool)
+            seen = seen_nodes(measured, view, self.max_unseen)
+            got = self._sight_kept.keep((measured, seen, bool(np.logical_and.reduce(seen))),
+                                        valid, view.recent, view.alloc)
         return got
 
     def measured(self, call: Call) -> np.ndarray:

@@ -334,7 +334,6 @@ class KnownPods:
         self.pods: dict[bytes, Any] = {}
         self.held: dict[int, Any] = {}  # id(pod) -> pod, of the kept Pods (held, so the id is its own)
         # NodeNames arrays by their bytes: the same list object for the same bytes (read only, as the Pods), which
-        # ClusterState.view knows again by identity (stable=True) to reuse the rows it gathered for it
         self.names_limit, self.max_names_bytes = names_limit, max_names_bytes
         self.names: dict[bytes, Any] = {}
         self.checked: dict[int, Any] = {}  # id -> a kept names list of non-empty strings only (held: its id is its own)

@@ -10,7 +10,7 @@ import orjson
 
 from decisions.agents.base import MAX_PRIORITY
 from kso.core.cluster import ClusterState
-from kso.core.views import LastKept, NodeView
+from kso.core.views import NodeView
 
 
 def host_score_entries(name: str) -> list[bytes]:
@@ -29,7 +29,6 @@ class HostScoreReplies:
         self.entries: list[bytes] = []
         self.names: list[str | None] = []  # the node each row's entries are for
         self.layout = -1  # the store's layout the entries are up to date with
-        self.keys = LastKept()  # encode's first keys (rows * (MAX_PRIORITY + 1)) of the last read-only rows
 
     def _follow_layout(self) -> None:
         """Entries for every row's current node. Under the store's lock."""
@@ -58,10 +57,7 @@ class HostScoreReplies:
             else:
                 given = np.array(scores, dtype=np.intp) if 0 <= min(scores) and max(scores) <= MAX_PRIORITY else None
             if given is not None:
-                base = self.keys.get(rows)  # rows * (MAX_PRIORITY + 1), kept for a remembered view's rows
-                if base is None:
-                    base = self.keys.keep(rows * (MAX_PRIORITY + 1), rows)
-                keys = base + given
+                keys = rows * (MAX_PRIORITY + 1) + given
                 state = self.state
                 with state.lock:
                     if view.layout == state.layout:  # no row has changed hands since the view was taken

@@ -40,7 +40,10 @@ class CongestionAgent(Agent):
         self._kept = LastKept()  # the scores of the last read-only congestion column
 
     def score(self, call: Call) -> np.ndarray:
-        factor = call.view.congestion
+        view = call.view
+        if view.whole is not None and view.rows is not None:  # per node: taken from the store-wide view's, kept
+            return self.score(Call(call.pod, view.whole)).take(view.rows)
+        factor = view.congestion
         kept = self._kept.get(factor)
         if kept is not None:  # the same read-only column as the last call: the same scores
             return kept
@@ -49,7 +52,7 @@ class CongestionAgent(Agent):
             scores = np.full(len(factor), MAX_PRIORITY, dtype=int)
         else:
             scores = congestion_score(factor, self.params.factor_max)
-        if not factor.flags.writeable:  # a remembered view's column (ClusterState.view): kept, read only
+        if not factor.flags.writeable:  # a store-wide view's column (ClusterState.whole): kept, read only
             scores.flags.writeable = False
             self._kept.keep(scores, factor)
         return scores

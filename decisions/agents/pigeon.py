@@ -340,7 +340,7 @@ class CallCapacity:
 @dataclass(slots=True, eq=False)
 class UsageTerms:
     """One call's usage of the used resources and what the objectives take from it alone (kept for a read-only
-    requested matrix and capacity, by identity: a remembered view's, until a pod is bound or leaves)."""
+    requested matrix and capacity, by identity: a store-wide view's, until a pod is bound or leaves)."""
 
     usage: np.ndarray  # (K, R)
     free: np.ndarray  # cap - usage
@@ -415,7 +415,7 @@ class PigeonAgent(Agent):
             return PigeonResult(np.full(n, np.nan), None, stats.count)
         kept = None if rows is not None else self._view_capacity.get(view.alloc)
         if kept is not None:
-            # the same read-only alloc as the last call (ClusterState's remembered view: its columns unchanged)
+            # the same read-only alloc as the last call (a store-wide view's: its columns unchanged)
             cols, cap, capacity = kept
         else:
             cols = [view.columns[r] for r in self.resources]
@@ -437,7 +437,7 @@ class PigeonAgent(Agent):
             usage = (requested if rows is None else requested.take(rows, axis=0))[:, cols]
             free = cap - usage
             used = UsageTerms(usage, free, np.fmin.reduce(free, axis=0).tolist() if free.size else [])
-            if rows is None:  # kept when read only (a remembered view's requested, the kept cap)
+            if rows is None:  # kept when read only (a store-wide view's requested, the kept cap)
                 self._view_usage.keep(used, requested, cap)
         usage = used.usage
         new_usage = usage + d

@@ -234,6 +234,7 @@ class SafeBase:
     result: PredicateResult | None = None  # filter_overload's, when nothing is valid
     zeros: np.ndarray | None = None  # the priorities' scores when nothing is valid
     some: bool | None = None  # valid.any()
+    sources: np.ndarray | None = None  # ``source`` as an object array, to be taken by rows (None: every node "none")
 
 
 class SafeAgent(Agent):
@@ -251,6 +252,10 @@ class SafeAgent(Agent):
         self._eps_text = f"{self.eps:.2g}"
         self.risk_memo = RiskMemo(self.u_star)
         self._base = LastKept()  # the last read-only view's pod-independent inputs (see SafeBase)
+        # the SafeBase last taken for a call's view: (the store-wide view's, the rows taken, the call's) (see base)
+        self._last_taken: tuple[SafeBase, np.ndarray, SafeBase] | None = None
+        self._zeros_kept: tuple[np.ndarray, np.ndarray] | None = None
+        self._unjudged_kept: tuple[PredicateResult, np.ndarray] | None = None
         self.clock: Callable[[], float] = time.time  # the hold's "now", epoch seconds (the replay sets its own)
         self.released_total: Any = None  # a counter (.inc()) of held pods released; extender.metrics sets it
         self.predicates = {"safe-overload": self.filter_overload}
@@ -284,8 +289,18 @@ class SafeAgent(Agent):
                           memo=self.risk_memo, some=base.some)
 
     def base(self, view: NodeView) -> SafeBase:
-        """The SafeBase of ``view``'s columns: kept from the last call when they are the same arrays (read only:
-        ClusterState's remembered view), built whole before it is kept."""
+        """The SafeBase of ``view``'s columns. A call's view (gathered from a store): taken by its rows from the
+        SafeBase of the store-wide view, which is kept while its columns do not change (every value of a SafeBase is
+        per node, so the same values as _base_of(view), whatever list of nodes the call names). Else: kept from the
+        last call when its columns are the same arrays (read only), built whole before it is kept."""
+        whole = view.whole
+        if whole is not None and view.rows is not None:
+            of_whole, last = self.whole_base(whole), self._last_taken
+            if last is not None and last[0] is of_whole and last[1] is view.rows:  # the same view again
+                return last[2]
+            base = self._taken(of_whole, view)
+            self._last_taken = (of_whole, view.rows, base)
+            return base
         base = self._base.get(view.mean_free, view.alloc, view.rows, view.std_free, view.forecast_free, view.recent)
         if base is None:
             base = self._base_of(view)
@@ -295,8 +310,62 @@ class SafeAgent(Agent):
                             *(() if base.inputs is not None else (view.std_free, view.forecast_free, view.recent)))
         return base
 
-    def _base_of(self, view: NodeView) -> SafeBase:
-        """_inputs_from's steps that do not involve the pod (or nothing is valid: all of them), in its order."""
+    def whole_base(self, whole: NodeView) -> SafeBase:
+        """The SafeBase of a store-wide view (ClusterState.whole) without the recent binds (which it does not hold:
+        each call adds its own), kept while its columns are the same arrays."""
+        base = self._base.get(whole.mean_free, whole.alloc, whole.rows, whole.std_free, whole.forecast_free)
+        if base is None:
+            base = self._base_of(whole, recent=False)
+            self._base.keep(base, whole.mean_free, whole.alloc, whole.rows, whole.std_free, whole.forecast_free)
+        return base
+
+    def _taken(self, whole: SafeBase, view: NodeView) -> SafeBase:
+        """The SafeBase of a call's ``view`` from the SafeBase of its store-wide view (``whole``): taken by its rows,
+        the view's recent binds added as _base_of adds them."""
+        rows = view.rows
+        assert rows is not None
+        n = len(rows)
+        base = SafeBase()
+        if whole.inputs is not None:
+            kept = whole.inputs
+            zeros, none = self._zeros(n)
+            if whole.sources is None:  # no node of the store has a mean free: none of the call has
+                base.inputs = SafeInputs(zeros, zeros, none, kept.capacity.take(rows, axis=0), ["none"] * n,
+                                         self.u_star, full_risk=zeros)
+            else:  # means somewhere, but nothing valid: neither in the call
+                base.inputs = SafeInputs(zeros, zeros, kept.valid.take(rows, axis=0), kept.capacity.take(rows, axis=0),
+                                         whole.sources.take(rows).tolist(), self.u_star, full_risk=zeros)
+            return self._unjudged(base, n)
+        assert whole.valid is not None and whole.capacity is not None and whole.sources is not None
+        assert whole.used is not None and whole.sigma is not None and whole.slots is not None
+        valid = whole.valid.take(rows, axis=0)
+        cap = whole.capacity.take(rows, axis=0)
+        source = whole.sources.take(rows).tolist()
+        if not valid.any():
+            zeros = self._zeros(n)[0]
+            base.inputs = SafeInputs(zeros, zeros, valid, cap, source, self.u_star, full_risk=zeros)
+            return self._unjudged(base, n)
+        used = whole.used.take(rows, axis=0)
+        if self.params.recent_bind_window_s != 0:
+            used += view.recent
+        base.used, base.sigma, base.valid, base.capacity, base.source, base.slots = (
+            used, whole.sigma.take(rows, axis=0), valid, cap, source, whole.slots.take(rows, axis=0))
+        _read_only(base.used, base.sigma, base.valid, base.capacity, base.slots)
+        base.notes = dict.fromkeys(np.flatnonzero(~(valid[:, 0] | valid[:, 1])).tolist(), NO_STATS_NOTE)
+        base.some = True
+        return base
+
+    def _zeros(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n, 2) zeros, float and bool, read only: kept for the last n (a call's nodes are a window of a fixed size)."""
+        kept = self._zeros_kept
+        if kept is None or len(kept[0]) != n:
+            kept = self._zeros_kept = (np.zeros((n, 2)), np.zeros((n, 2), dtype=bool))
+            _read_only(*kept)
+        return kept
+
+    def _base_of(self, view: NodeView, recent: bool = True) -> SafeBase:
+        """_inputs_from's steps that do not involve the pod (or nothing is valid: all of them), in its order;
+        without adding the recent binds when not ``recent``."""
         base = SafeBase()
         n = len(view)
         if np.isnan(view.mean_free).all():
@@ -308,6 +377,7 @@ class SafeAgent(Agent):
             free = stats.mean_free
             fc = stats.forecast_free
             valid = ~np.isnan(free) & (cap > 0)
+            base.sources = np.array(stats.source, dtype=object)
             if not valid.any():
                 base.inputs = SafeInputs(np.zeros(cap.shape), np.zeros(cap.shape), valid, cap, stats.source,
                                          self.u_star, full_risk=np.zeros(cap.shape))
@@ -316,7 +386,7 @@ class SafeAgent(Agent):
                 if has_forecast.any():
                     free = np.where(has_forecast, (1.0 - self.w) * free + self.w * fc, free)
                 used = np.maximum(cap - free, 0.0)
-                if self.params.recent_bind_window_s != 0:
+                if self.params.recent_bind_window_s != 0 and recent:
                     used += view.recent
                 valid = ~np.isnan(free) & (cap > 0)
                 std = stats.std_free
@@ -330,12 +400,20 @@ class SafeAgent(Agent):
                     used, sigma, valid, cap, stats.source, slots)
                 base.notes = dict.fromkeys(np.flatnonzero(~(valid[:, 0] | valid[:, 1])).tolist(), NO_STATS_NOTE)
                 base.some = bool(valid.any())
-        if base.inputs is not None:
-            s = base.inputs
-            _read_only(s.mu, s.sigma, s.valid, s.capacity, *(() if s.full_risk is None else (s.full_risk,)))
-            base.result = PredicateResult(np.ones(n, dtype=bool), {}, dict.fromkeys(range(n), NO_STATS_NOTE))
-            base.zeros = np.zeros(n, dtype=int)
-            _read_only(base.result.passed, base.zeros)
+        return self._unjudged(base, n) if base.inputs is not None else base
+
+    def _unjudged(self, base: SafeBase, n: int) -> SafeBase:
+        """``base`` whose inputs say nothing is valid, with its read-only inputs, filter result and scores."""
+        s = base.inputs
+        assert s is not None
+        _read_only(s.mu, s.sigma, s.valid, s.capacity, *(() if s.full_risk is None else (s.full_risk,)))
+        kept = self._unjudged_kept
+        if kept is None or len(kept[1]) != n:  # the same for the same n: kept for the last n
+            kept = self._unjudged_kept = (
+                PredicateResult(np.ones(n, dtype=bool), {}, dict.fromkeys(range(n), NO_STATS_NOTE)),
+                np.zeros(n, dtype=int))
+            _read_only(kept[0].passed, kept[1])
+        base.result, base.zeros = kept
         return base
 
     def _inputs_from(self, call: Call) -> SafeInputs:
@@ -389,8 +467,11 @@ class SafeAgent(Agent):
 
     def _kept(self, s: SafeInputs) -> SafeBase | None:
         """The SafeBase ``s`` came from (its kept result, notes and zeros were made from the same inputs), or None."""
-        base = self._base.value
-        return base if base is not None and (s is base.inputs or s.valid is base.valid) else None
+        last = self._last_taken
+        for base in (None if last is None else last[2], self._base.value):
+            if base is not None and (s is base.inputs or s.valid is base.valid):
+                return base
+        return None
 
     def filter_overload(self, call: Call) -> PredicateResult:
         s = self.inputs(call)

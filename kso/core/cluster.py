@@ -1,5 +1,5 @@
 """ClusterState, the store: nodes and the pods bound to them, kept as columns so a decision can be made by
-gathering rows instead of walking objects (the views gathered, and remembered, are kso.core.views').
+gathering rows instead of walking objects (the views gathered are kso.core.views').
 
 The same type is filled from the API server (kso.core.watcher) or from a snapshot file (kso.core.snapshot), and is
 mutated in place by the extender's bind verb ("assumed" pods), so the next decision counts a pod the
@@ -14,13 +14,14 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import repeat
 
 import numpy as np
 
 from kso.core.capacity import is_placeholder
 from kso.core.objects import NodeInfo, PodInfo, normalize_image, trim_annotations
 from kso.core.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIB, PODS
-from kso.core.views import NodeView, ViewMemo
+from kso.core.views import NodeView, frozen
 
 # Node annotations written by kube-safe-scheduler's annotator (sic: "forcasted"). Units: cpu in
 # millicores, memory in MB (bytes / 1024^2).
@@ -91,10 +92,14 @@ class ClusterState:
         self.row_of: dict[str, int] = {}  # node name -> its row in every column
         self._nodes: list[NodeInfo | None] = [None]
         self.layout = 0  # changes whenever a row changes hands (node added or removed)
-        # Generations of the columns a view gathers, each bumped whenever those columns change (see view's
-        # memo): node columns (alloc, the statistics, congestion, the column map), requested, recent.
+        # Generations of the columns a view gathers, each bumped whenever those columns change (see whole):
+        # node columns (alloc, the statistics, congestion, the column map), requested, recent.
         self.node_gen = self.req_gen = self.recent_gen = 0
-        self.views = ViewMemo(self)  # the views of the names lists kube-scheduler sends again and again
+        self._whole: NodeView | None = None  # see whole
+        # The last view of a names list, with a copy of the list: kube-scheduler asks prioritize about the nodes filter
+        # passed, in that order (every one, usually), and the protocol hands out the same list for the same bytes
+        self._last_view: tuple[list[str], list[str], NodeView, tuple[int, int]] | None = None
+        self._whole_gens = -1  # the generation of its node columns
         self._free: list[int] = []
         self._allocate(64)
         self.pods: dict[str, PodInfo] = {}  # uid -> pod bound to (or assumed on) a node
@@ -470,10 +475,69 @@ class ClusterState:
             nodes = self._nodes
             return [nodes[r] for r in rows.tolist()]
 
-    def view(self, names: Iterable[str], stable: bool = False) -> NodeView:
-        """The rows of ``names`` (in that order) gathered from the columns; unknown names get the sentinel row.
-        ``stable``: ``names`` is a list its owner never changes in place, whose view is remembered (ViewMemo)."""
-        return self.views.view(names, stable)
+    def view(self, names: Iterable[str]) -> NodeView:
+        """The rows of ``names`` (in that order; unknown names get the sentinel row 0), found in one dict lookup per
+        name, and their columns taken by those rows from the store-wide view (``whole``), which the view carries:
+        the cost of a call does not depend on having seen its list before (kube-scheduler never sends the same list
+        twice in a row: a rotating sample, in completion order)."""
+        if type(names) is not list:
+            names = list(names)
+        with self.lock:
+            self.expire_recent(time.time())
+            whole = self.whole()
+            gens = (self.req_gen, self.recent_gen)
+            last = self._last_view
+            # the same list, unchanged since (compared with its copy: identical strings compare at once), and the
+            # same store-wide view: the same view, whose arrays are read only
+            if (last is not None and last[0] is names and last[2].whole is whole and last[3] == gens
+                    and last[1] == names):
+                return last[2]
+            # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
+            found = list(map(self.row_of.get, names, repeat(0, len(names))))
+            rows = np.array(found, dtype=np.intp)
+            # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
+            view = NodeView(
+                names=names, known=rows > 0, alloc=whole.alloc.take(rows, axis=0),
+                requested=self.requested.take(rows, axis=0), columns=whole.columns,
+                mean_free=whole.mean_free.take(rows, axis=0), std_free=whole.std_free.take(rows, axis=0),
+                forecast_free=whole.forecast_free.take(rows, axis=0), recent=self.recent.take(rows, axis=0),
+                congestion=whole.congestion.take(rows), node_list=None, image_node_count=self.image_node_count,
+                total_nodes=len(self.row_of), rows=rows, state=self, layout=self.layout, unknown=found.count(0),
+                whole=whole)
+            for array in (view.known, view.alloc, view.requested, view.mean_free, view.std_free, view.forecast_free,
+                          view.recent, view.congestion, rows):
+                array.flags.writeable = False  # shared by the calls that get this view again
+            self._last_view = (names, list(names), view, gens)
+            return view
+
+    def whole(self) -> NodeView:
+        """The store-wide view: every row of the store, row r being the store's row r (the sentinel row 0 and free
+        rows unknown, named ""). Its node columns (allocatable, the statistics, congestion) are read-only copies,
+        taken again only when they changed (node_gen, or a row changing hands): while they do not change it is the
+        same view with the same arrays, so a value computed per node from them is computed once (LastKept) and taken
+        by each call's rows. ``requested`` and ``recent`` change with every bind: not copied here (empty, no rows),
+        each call takes them from the store's own columns and applies them itself. Its ``columns`` map is shared
+        with the views gathered from it: read only."""
+        with self.lock:
+            old, cap = self._whole, self._capacity
+            if old is not None and len(old) == cap and old.layout == self.layout and self._whole_gens == self.node_gen:
+                return old
+            names = [""] * cap
+            for name, row in self.row_of.items():
+                names[row] = name
+            known = np.zeros(cap, dtype=bool)
+            known[list(self.row_of.values())] = True
+            alloc, mean_free, std_free, forecast_free, congestion = (frozen(c.copy()) for c in (
+                self.alloc, self.mean_free, self.std_free, self.forecast_free, self.congestion))
+            self._whole = NodeView(
+                names=names, known=frozen(known), alloc=alloc, requested=frozen(np.zeros((0, len(self.columns)))),
+                columns=dict(self.columns), mean_free=mean_free, std_free=std_free, forecast_free=forecast_free,
+                recent=frozen(np.zeros((0, 2))), congestion=congestion, node_list=None,
+                image_node_count=self.image_node_count, total_nodes=len(self.row_of),
+                rows=frozen(np.arange(cap, dtype=np.intp)), state=self, layout=self.layout,
+                unknown=cap - len(self.row_of))
+            self._whole_gens = self.node_gen
+            return self._whole
 
     def plan_copy(self) -> PlanCopy:
         """A consistent copy of what a plan's build reads (PlanCopy), taken under the lock in O(nodes + pods) C-level

@@ -1,27 +1,29 @@
-"""The views of a ClusterState: one call's nodes as rows gathered from the store's columns (NodeView), the
-views of the names lists kube-scheduler sends again and again, remembered with the columns they gathered
-(ViewMemo), and LastKept, a value kept for the read-only arrays a remembered view hands out."""
+"""The views of a ClusterState: one call's nodes as rows gathered from the store's columns (NodeView, with the
+store-wide view its rows index: what is computed per node from the store alone is computed once for every row and
+taken by the call's rows), and LastKept, a value kept for the read-only arrays of a store-wide view."""
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from operator import is_
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from kso.core.objects import NodeInfo
 from kso.core.resources import CPU, MEMORY, MIB
 
-if TYPE_CHECKING:
-    from kso.core.cluster import ClusterState
-
 # Statistics columns: cpu (millicores) and memory (MB), the safe agent's units.
 STAT_SCALE = np.array([1.0, 1.0 / MIB])
+
+
+class RowSource(Protocol):
+    """What a view reads from its store on demand, by the store's rows (ClusterState)."""
+
+    def node_infos(self, rows: np.ndarray) -> list[NodeInfo | None]: ...
+
+    def image_sizes(self, images: Sequence[str], rows: np.ndarray) -> np.ndarray: ...
 
 
 def image_sizes_scan(nodes: Sequence[NodeInfo | None], images: Sequence[str]) -> np.ndarray:
@@ -53,9 +55,13 @@ class NodeView:
     image_node_count: dict[str, int]  # normalised image name -> number of nodes holding it
     total_nodes: int
     rows: np.ndarray | None = None  # (n,) rows of the store (0 = unknown node)
-    state: ClusterState | None = None  # the store the rows index, for its image columns
+    state: RowSource | None = None  # the store the rows index, for its NodeInfos and image columns
     layout: int = -1  # the store's row layout when the view was taken
     unknown: int = -1  # how many nodes are unknown (-1: not counted yet; see all_known)
+    # The store-wide view the rows index (row r of the store is its row r), read only and the same object while
+    # its columns do not change: a value computed per node from the store alone is computed on it once and taken by
+    # ``rows`` (kso.core.cluster.ClusterState.whole). None for a view not gathered from a store, and for that view.
+    whole: NodeView | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -87,19 +93,14 @@ class NodeView:
         return self.alloc[:, [self.columns[CPU], self.columns[MEMORY]]] * STAT_SCALE
 
 
-# Names lists whose rows ClusterState.view remembers (stable lists: kube-scheduler's filter list and its
-# prioritize list, with a few sample windows besides).
-MEMO_VIEWS = 8
-
-
 def frozen(array: np.ndarray) -> np.ndarray:
-    """``array``, made read-only (a remembered view's columns are shared by every call that gets the view)."""
+    """``array``, made read-only (a store-wide view's columns are shared by every call that gets the view)."""
     array.flags.writeable = False
     return array
 
 
 class LastKept:
-    """The last value computed from some read-only arrays (a remembered view's columns), matched by their identity:
+    """The last value computed from some read-only arrays (a store-wide view's columns), matched by their identity:
     ClusterState hands the same read-only arrays out while their values have not changed, so the same objects give
     the same value. ``get(*arrays)`` is the value kept for those very objects (a value kept for fewer arrays
     matches on its own: the ones it was computed from come first), else None; ``keep(value, *arrays)`` keeps it
@@ -127,127 +128,3 @@ class LastKept:
         """The value last kept, whatever its arrays (None before any)."""
         last = self.last
         return None if last is None else last[1]
-
-
-@dataclass(slots=True, eq=False)
-class Gathered:
-    """What ClusterState.view remembers of one names list: its rows, and its columns as of the generations noted
-    (-1: not gathered yet), with the view last built from them."""
-
-    names: list[str]
-    layout: int
-    rows: np.ndarray
-    known: np.ndarray
-    unknown: int
-    node_gen: int = -1
-    req_gen: int = -1
-    recent_gen: int = -1
-    alloc: np.ndarray | None = None
-    mean_free: np.ndarray | None = None
-    std_free: np.ndarray | None = None
-    forecast_free: np.ndarray | None = None
-    congestion: np.ndarray | None = None
-    columns: dict[str, int] | None = None
-    requested: np.ndarray | None = None
-    recent: np.ndarray | None = None
-    view: NodeView | None = None
-
-
-class ViewMemo:
-    """ClusterState.view's memory: the rows of each stable names list, and its columns while they have not changed."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.entries: OrderedDict[int, Gathered] = OrderedDict()  # id(names) -> the rows gathered for that list
-
-    def view(self, names: Iterable[str], stable: bool = False) -> NodeView:
-        """Gather the store's rows of ``names`` (in that order); unknown names get the sentinel row.
-
-        ``stable``: ``names`` is a list its owner never changes in place (the protocol's kept NodeNames list,
-        the same object for the same bytes: kube-scheduler sends the same names call after call). Then the
-        rows of that list are remembered, and so are the gathered columns while they have not changed (the
-        generations above): a call with the same list gathers again only the columns that changed since (a
-        pod bound: ``requested``), and none when nothing did (then the very same view is handed out). A
-        remembered view's arrays are shared by the calls that get it, so they are made read-only."""
-        if not stable or type(names) is not list:
-            names = list(names)
-            stable = False
-        state = self.state
-        with state.lock:
-            state.expire_recent(time.time())
-            if stable:
-                memo = self.entries.get(id(names))
-                if memo is not None and memo.names is names and memo.layout == state.layout:
-                    return self._regathered(memo)
-            # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
-            found = list(map(state.row_of.get, names, repeat(0, len(names))))
-            rows = np.array(found, dtype=np.intp)
-            unknown = found.count(0)
-            if stable:
-                memo = self._remember(names, rows, unknown)
-                return self._regathered(memo)
-            # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
-            return NodeView(
-                names=names,
-                known=rows > 0,
-                alloc=state.alloc.take(rows, axis=0),
-                requested=state.requested.take(rows, axis=0),
-                columns=dict(state.columns),
-                mean_free=state.mean_free.take(rows, axis=0),
-                std_free=state.std_free.take(rows, axis=0),
-                forecast_free=state.forecast_free.take(rows, axis=0),
-                recent=state.recent.take(rows, axis=0),
-                congestion=state.congestion.take(rows),
-                node_list=None,
-                image_node_count=state.image_node_count,
-                total_nodes=len(state.row_of),
-                rows=rows,
-                state=state,
-                layout=state.layout,
-                unknown=unknown,
-            )
-
-    def _remember(self, names: list[str], rows: np.ndarray, unknown: int) -> Gathered:
-        """A memo entry for ``names`` (its columns not gathered yet); the least recently used beyond MEMO_VIEWS go.
-        Under the lock."""
-        known = rows > 0
-        rows.flags.writeable = known.flags.writeable = False
-        memo = Gathered(names, self.state.layout, rows, known, unknown)
-        views = self.entries
-        views[id(names)] = memo
-        while len(views) > MEMO_VIEWS:
-            views.popitem(last=False)
-        return memo
-
-    def _regathered(self, memo: Gathered) -> NodeView:
-        """The view of a remembered names list: the columns that changed since it was last taken gathered again
-        (read-only), the others as they were. Under the lock."""
-        state = self.state
-        self.entries.move_to_end(id(memo.names))
-        view = memo.view
-        rows = memo.rows
-        if memo.node_gen != state.node_gen:
-            memo.node_gen = state.node_gen
-            memo.alloc = frozen(state.alloc.take(rows, axis=0))
-            memo.mean_free = frozen(state.mean_free.take(rows, axis=0))
-            memo.std_free = frozen(state.std_free.take(rows, axis=0))
-            memo.forecast_free = frozen(state.forecast_free.take(rows, axis=0))
-            memo.congestion = frozen(state.congestion.take(rows))
-            memo.columns = dict(state.columns)
-            view = None
-        if memo.req_gen != state.req_gen:
-            memo.req_gen = state.req_gen
-            memo.requested = frozen(state.requested.take(rows, axis=0))
-            view = None
-        if memo.recent_gen != state.recent_gen:
-            memo.recent_gen = state.recent_gen
-            memo.recent = frozen(state.recent.take(rows, axis=0))
-            view = None
-        if view is None:
-            view = memo.view = NodeView(
-                names=memo.names, known=memo.known, alloc=memo.alloc, requested=memo.requested, columns=memo.columns,
-                mean_free=memo.mean_free, std_free=memo.std_free, forecast_free=memo.forecast_free,
-                recent=memo.recent, congestion=memo.congestion, node_list=None,
-                image_node_count=state.image_node_count, total_nodes=len(state.row_of), rows=rows, state=state,
-                layout=memo.layout, unknown=memo.unknown)
-        return view

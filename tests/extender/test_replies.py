@@ -44,7 +44,7 @@ def test_host_score_replies_equal_orjson(names: list[str], asked: st.DataObject,
 @MANY_EXAMPLES
 @given(st.lists(st.lists(st.integers(0, 10), min_size=4, max_size=4), min_size=1, max_size=4), st.booleans())
 def test_host_score_replies_of_a_remembered_view_equal_orjson(rounds: list[list[int]], churn: bool) -> None:
-    """HostScoreReplies with its keys kept for a remembered view's rows (and prioritize's in_range) gives orjson's
+    """HostScoreReplies with its entries kept by row (and prioritize's in_range) gives orjson's
     bytes, round after round, a row changing hands in between or not."""
     state = ClusterState()
     replies = HostScoreReplies(state)
@@ -55,7 +55,7 @@ def test_host_score_replies_of_a_remembered_view_equal_orjson(rounds: list[list[
         if churn and j:
             state.remove_node(names[j % 4])
             state.upsert_node(node_from_k8s(make_node(names[j % 4])))
-        view = state.view(names, stable=True)
+        view = state.view(names)
         expected = orjson.dumps([{"Host": h, "Score": s} for h, s in zip(names, scores, strict=True)])
         arr = np.array(scores, dtype=np.int64)
         assert replies.encode(view, arr, in_range=True) == expected

@@ -12,10 +12,13 @@ from tests.support.fixtures import make_node, make_pod
 
 
 class FreshState(ClusterState):
-    """The path the remembered views skip: every view gathered afresh."""
+    """The reference path: views without the store-wide view, so every agent computes from the call's columns alone
+    (nothing kept from one call to the next, nothing taken by rows)."""
 
-    def view(self, names: Any, stable: bool = False) -> NodeView:
-        return super().view(names)
+    def view(self, names: Any) -> NodeView:
+        view = super().view(names)
+        view.whole = None
+        return view
 
 
 def random_node(rng: random.Random, name: str) -> dict[str, Any]:

@@ -13,13 +13,14 @@ def test_inprocess_churn_reports_both_verbs(capsys: pytest.CaptureFixture[str]) 
     assert inprocess.main(["--nodes", "20", "--bound", "1", "--pods", "5", "--calls", "30", "--reps", "1",
                            "--churn"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^20 nodes, a bind and a deletion between pods, CPU per call \(least of 1 x 30\): "
-                     r"filter \d+\.\d us, prioritize \d+\.\d us$", out, re.M), out
+    assert re.search(r"^20 nodes, kube-scheduler lists of 20, a bind and a deletion between pods, CPU per call "
+                     r"\(median of 1 x 30\): filter \d+\.\d us, prioritize \d+\.\d us$", out, re.M), out
 
 
 def test_inprocess_sweep_says_so_and_still_reports_both_verbs(capsys: pytest.CaptureFixture[str]) -> None:
     assert inprocess.main(["--nodes", "20", "--bound", "1", "--pods", "5", "--calls", "30", "--reps", "1",
                            "--churn", "--sweep-mb", "1"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^20 nodes, a bind and a deletion, 1 MB swept between pods, CPU per call \(least of 1 x 30\): "
+    assert re.search(r"^20 nodes, kube-scheduler lists of 20, a bind and a deletion, 1 MB swept between pods, CPU per call "
+                     r"\(median of 1 x 30\): "
                      r"filter \d+\.\d us, prioritize \d+\.\d us$", out, re.M), out
