@@ -8,18 +8,22 @@ Unschedulable (kso writes it: no scheduler serves the placeholders).
 
 from __future__ import annotations
 
-import base64
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+# deploy/'s objects created for real, a ServiceAccount's kubeconfig, hot and cool annotations: the capacity benchmark's.
+from benchmarks.capacity_scale import (  # noqa: F401 - re-exported for the capacity tests
+    COOL,
+    DEFAULT_PROFILE,
+    HOT,
+    apply_deploy,
+    service_account_kubeconfig,
+)
 from benchmarks.e2e import create_nodes, node_manifest
 from kso.core.capacity import HOLDER, PLACEHOLDER_FOR
 from tests.support.fixtures import until
@@ -27,43 +31,6 @@ from tests.support.fixtures import until
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NS = "kso-capacity"
 AIM_S = 120.0  # the aims: the signal appears, and goes, within 2 minutes
-HOT = {"mean-free-cpu": "100", "std-free-cpu": "50", "forcasted-free-cpu": "100",
-       "mean-free-memory": "12000", "std-free-memory": "100", "forcasted-free-memory": "12000"}
-COOL = {**HOT, "mean-free-cpu": "3900", "forcasted-free-cpu": "3900"}
-DEFAULT_PROFILE = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                   "profiles": [{"schedulerName": "default-scheduler"}]}
-
-
-def apply_deploy(api: Any, files: tuple[str, ...]) -> None:
-    """Create the objects of ``files`` (paths under deploy/) for real on this control plane."""
-    from kubernetes.dynamic import DynamicClient
-
-    dyn = DynamicClient(api)
-    for name in files:
-        for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
-            if not doc:
-                continue
-            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            try:
-                resource.create(body=doc, namespace=doc["metadata"].get("namespace"))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-
-
-def service_account_kubeconfig(cp: Any, path: Path, account: tuple[str, str] = ("kso-system", "kso-scheduler")) -> Path:
-    """A kubeconfig of ServiceAccount ``account`` (namespace, name) by TokenRequest: deploy/'s RBAC and nothing more."""
-    core = client.CoreV1Api(cp.api_client())
-    token = core.create_namespaced_service_account_token(
-        account[1], account[0], {"spec": {"expirationSeconds": 7200}}).status.token
-    ca = base64.b64encode(cp._certs.ca.read_bytes()).decode()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kso",
-        "clusters": [{"name": "cp", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
-        "users": [{"name": account[1], "user": {"token": token}}],
-        "contexts": [{"name": "kso", "context": {"cluster": "cp", "user": account[1]}}]}))
-    os.chmod(path, 0o600)
-    return path
 
 
 def placeholders(core: client.CoreV1Api, holder: str | None = None) -> list[Any]:
