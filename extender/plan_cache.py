@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from kso.core.cluster import ClusterState
+from kso.core.cluster import ClusterState, PlanCopy
 from kso.core.logs import fields
 from kso.core.objects import PodInfo
+from optimizer.plan.cluster_problem import PLAN_CHILD_NICENESS, BuildInputs
 from optimizer.plan.placement_plan import PlacementPlan, PlanError, load_plan, write_plan
 from optimizer.plan.problem import PlacementProblem, class_key
 from optimizer.settings import PlanSettings
 
 if TYPE_CHECKING:
     from forecasting.prometheus import PrometheusSettings
+    from optimizer.plan.compiled import SolverOptions
 
 log = logging.getLogger("kso.plan")
 
@@ -159,10 +161,13 @@ class PlanCache:
             self.install_migration(plan, where)
 
     def _free_slots(self, plan: PlacementPlan, baseline: frozenset[str]) -> dict[str, dict[str, int]]:
+        state = self.state
+        with state.lock:
+            # The pods bound since the plan was made, found in C (a set difference over the store's uids): only they
+            # take slots, and working out each bound pod's class in Python took ~0.2 s at 150k pods, every reconcile.
+            since = [state.pods[uid] for uid in state.pods.keys() - baseline]
         taken: dict[tuple[str, str], int] = {}
-        for pod in self.state.bound_pods():
-            if pod.uid in baseline:
-                continue
+        for pod in since:
             key = (class_key(pod), pod.node_name)
             taken[key] = taken.get(key, 0) + 1
         free: dict[str, dict[str, int]] = {}
@@ -263,16 +268,16 @@ class PlanSolver:
             self.solve()
 
     def solve(self) -> PlacementPlan | None:
-        from optimizer.plan.cluster_problem import copy_has_statistics, plannable, problem_from_copy
-        from optimizer.plan.pipeline import plan_cluster
+        from optimizer.plan.cluster_problem import BuildInputs, copy_has_statistics, plannable
 
         if not self._busy.acquire(blocking=False):
             return None
         t0 = time.perf_counter()
         try:
             s = self.cache.settings
-            # The state's lock is held only for this copy: filter and prioritize need it (views), and the build below
-            # takes most of a second at 150k pods.
+            # The state's lock is held only for this copy (filter and prioritize need it); the problem's build, its
+            # compiling and the plan are the solver child's (plan_from_copy): most of a second of Python at 150k pods,
+            # which in this process would hold the GIL against the request path.
             copy = self.cache.state.plan_copy()
             version = copy.version
             if not plannable(copy.pending, s.scheduler_names):
@@ -288,16 +293,17 @@ class PlanSolver:
                 self._last_version, self._last_solve = version, time.time()
                 self.on_solved("no-statistics", time.perf_counter() - t0)
                 return None
-            problem = problem_from_copy(copy, forecasts, s.u_star, s.eps, cost_key=s.cost_key,
-                                        scheduler_names=s.scheduler_names, class_usage=self.usage(self.cache.state))
-            del copy
+            inputs = BuildInputs(forecasts, s.u_star, s.eps, s.cost_key, tuple(s.scheduler_names),
+                                 self.usage(self.cache.state), PLAN_CHILD_NICENESS)
             self._said_no_statistics = False
-            plan = plan_cluster(problem, s.solver_options(), self.solver).plan
+            plan = self._plan_in_child(s.solver_options(), copy, inputs)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
             if self.closed:  # the server is stopping and close() ended the solver under this solve
                 log.info("plan solve stopped: the extender is shutting down")
                 return None
-            log.error("plan solve failed: %s; keeping the current plan", exc or type(exc).__name__)
+            log.error("plan solve failed: %s; keeping the current plan until it is %.0f s old (KSO_PLAN_MAX_AGE_S), "
+                      "the next cycle retries", exc or type(exc).__name__, self.cache.settings.max_age_s)
+            self.cache.last_error = f"plan solve failed: {exc or type(exc).__name__}"
             self.on_solved("error", time.perf_counter() - t0)
             return None
         finally:
@@ -306,6 +312,25 @@ class PlanSolver:
         self.cache.save(plan)
         self.cache.install(plan, "solver")
         self.on_solved("ok", time.perf_counter() - t0)
+        return plan
+
+    def _plan_in_child(self, options: SolverOptions, copy: PlanCopy, inputs: BuildInputs) -> PlacementPlan:
+        """plan_from_copy in the protected child (a dead child retried with another seed, as ProtectedSolver.solve_plan
+        does); when none returns, first-fit-decreasing's plan from one more child (no CP-SAT, so not OR-Tools' abort);
+        when that dies too, SolverDied. The plan's baseline pods are the copy's (the child does not send them back)."""
+        from optimizer.plan.cluster_problem import plan_from_copy
+        from optimizer.plan.protected_solver import SolverDied
+
+        try:
+            plan, notes = self.solver.call(plan_from_copy, options, copy, inputs)
+        except SolverDied as exc:
+            if self.closed:
+                raise
+            fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
+            self.solver.report(fallback)
+            plan, notes = self.solver.call(plan_from_copy, options, copy, inputs, [*exc.notes, fallback])
+        plan.notes[:0] = notes
+        plan.baseline_pods = copy.bound
         return plan
 
     def close(self) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +30,10 @@ from optimizer.plan.problem import (
     group_classes,
     owner_key,
 )
+
+if TYPE_CHECKING:
+    from optimizer.plan.compiled import SolverOptions
+    from optimizer.plan.placement_plan import PlacementPlan
 
 log = logging.getLogger("kso.optimizer")
 FORECAST_NAMES = {CPU: "cpu", MEMORY: "memory"}
@@ -167,6 +173,45 @@ def problem_from_copy(copy: PlanCopy, forecasts: dict[str, dict[str, NodeForecas
     classes = group_classes(plannable(pods, scheduler_names), class_usage)
     input_ages = {"forecast_max_s": max(ages) if ages else math.nan, "cluster_s": copy.age_s}
     return PlacementProblem(nodes, classes, u_star, eps, input_ages, list(copy.bound))
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInputs:
+    """What problem_from_copy takes besides the copy, as the extender's plan cycle hands it to its solver child."""
+
+    forecasts: dict[str, dict[str, NodeForecast]] | None
+    u_star: float
+    eps: float
+    cost_key: str = DEFAULT_COST_KEY
+    scheduler_names: Sequence[str] = ()
+    class_usage: dict[str, UsageModel] = field(default_factory=dict)
+    niceness: int = 0  # added to the niceness of the process that builds (os.nice): PLAN_CHILD_NICENESS in a child
+
+
+# The plan child's CPU priority below the extender's (nice 0): on a 2-core node, CP-SAT's workers otherwise take the
+# cores the serving thread needs, and filter calls wait on the run queue (benchmarks/figures/plan-stall.md).
+PLAN_CHILD_NICENESS = 10
+
+
+def plan_from_copy(options: SolverOptions, copy: PlanCopy, inputs: BuildInputs,
+                   ffd_notes: list[str] | None = None) -> PlacementPlan:
+    """The extender's plan cycle past the copy, run in the solver's child (ProtectedSolver.call): the problem built
+    from ``copy``, compiled, solved (or, with ``ffd_notes``, first-fit-decreasing's placement held to the exact bound,
+    those notes said: the fallback when no solver process returned) and made a plan, so that the extender's process
+    does none of it while it serves. The plan comes back without its baseline pods (``copy.bound``: the caller has
+    them; sending 150k uids back would cost it the unpickling)."""
+    from optimizer.plan.compiled import compile_problem
+    from optimizer.plan.model import solve
+    from optimizer.plan.placement_plan import plan_from_result
+    from optimizer.plan.protected_solver import ffd_result
+
+    if inputs.niceness:
+        os.nice(inputs.niceness)
+    problem = problem_from_copy(copy, inputs.forecasts, inputs.u_star, inputs.eps, cost_key=inputs.cost_key,
+                                scheduler_names=inputs.scheduler_names, class_usage=inputs.class_usage)
+    comp = compile_problem(problem)
+    result = solve(problem, options, comp) if ffd_notes is None else ffd_result(problem, comp, ffd_notes)
+    return replace(plan_from_result(problem, comp, result, options.policy), baseline_pods=[])
 
 
 POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour
