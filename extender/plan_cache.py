@@ -22,7 +22,7 @@ import orjson
 from kso.core.cluster import ClusterState, PlanCopy
 from kso.core.logs import fields
 from kso.core.objects import PodInfo
-from optimizer.plan.cluster_problem import PLAN_CHILD_NICENESS, BuildInputs
+from optimizer.plan.cluster_problem import PLAN_CHILD_NICENESS, BuildInputs, NodePickles
 from optimizer.plan.placement_plan import PlacementPlan, PlanError, load_plan, write_plan
 from optimizer.plan.problem import PlacementProblem, class_key
 from optimizer.settings import PlanSettings
@@ -86,9 +86,9 @@ class PlanCache:
         return False
 
     # ---- updates (background) ----------------------------------------------------------------
-    def install(self, plan: PlacementPlan, source: str) -> bool:
-        """Use ``plan`` as the solver's plan (replacing the previous one)."""
-        if not self._install(plan, source, "_active", "plan"):
+    def install(self, plan: PlacementPlan, source: str, summary: dict[str, Any] | None = None) -> bool:
+        """Use ``plan`` as the solver's plan (replacing the previous one); ``summary``: its summary, when known."""
+        if not self._install(plan, source, "_active", "plan", summary):
             return False
         self.last_error = None
         return True
@@ -97,14 +97,15 @@ class PlanCache:
         """Use ``plan`` as the re-optimisation's targets, beside the solver's plan."""
         return self._install(plan, source, "_migration", "re-optimisation plan")
 
-    def _install(self, plan: PlacementPlan, source: str, slot: str, what: str) -> bool:
+    def _install(self, plan: PlacementPlan, source: str, slot: str, what: str,
+                 summary: dict[str, Any] | None = None) -> bool:
         if plan.age_s() > self.settings.max_age_s:
             self._reject(f"{source}: plan {plan.plan_id} is already {plan.age_s():.0f} s old", "stale")
             return False
         with self._lock:
             baseline = frozenset(plan.baseline_pods)
             setattr(self, slot, _Active(plan, source, self._free_slots(plan, baseline), baseline))
-        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, fields(plan.summary()))
+        log.info("%s %s from %s installed: %s", what, plan.plan_id, source, fields(summary or plan.summary()))
         self.on_event("installed", plan.plan_id)
         return True
 
@@ -161,13 +162,10 @@ class PlanCache:
             self.install_migration(plan, where)
 
     def _free_slots(self, plan: PlacementPlan, baseline: frozenset[str]) -> dict[str, dict[str, int]]:
-        state = self.state
-        with state.lock:
-            # The pods bound since the plan was made, found in C (a set difference over the store's uids): only they
-            # take slots, and working out each bound pod's class in Python took ~0.2 s at 150k pods, every reconcile.
-            since = [state.pods[uid] for uid in state.pods.keys() - baseline]
         taken: dict[tuple[str, str], int] = {}
-        for pod in since:
+        for pod in self.state.bound_pods():
+            if pod.uid in baseline:
+                continue
             key = (class_key(pod), pod.node_name)
             taken[key] = taken.get(key, 0) + 1
         free: dict[str, dict[str, int]] = {}
@@ -255,6 +253,7 @@ class PlanSolver:
         self._last_solve = 0.0
         self._busy = threading.Lock()
         self._said_no_statistics = False
+        self.node_pickles = NodePickles()  # the nodes as the solver child gets them, pickled once per NodeInfo
         self.closed = False  # set by close(): a solve failing after it is the shutdown, not a broken solver
 
     def changed_enough(self) -> bool:
@@ -296,7 +295,7 @@ class PlanSolver:
             inputs = BuildInputs(forecasts, s.u_star, s.eps, s.cost_key, tuple(s.scheduler_names),
                                  self.usage(self.cache.state), PLAN_CHILD_NICENESS)
             self._said_no_statistics = False
-            plan = self._plan_in_child(s.solver_options(), copy, inputs)
+            plan, summary = self._plan_in_child(s.solver_options(), copy, inputs)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the old plan and is reported
             if self.closed:  # the server is stopping and close() ended the solver under this solve
                 log.info("plan solve stopped: the extender is shutting down")
@@ -310,28 +309,30 @@ class PlanSolver:
             self._busy.release()
         self._last_version, self._last_solve = version, time.time()
         self.cache.save(plan)
-        self.cache.install(plan, "solver")
+        self.cache.install(plan, "solver", summary)
         self.on_solved("ok", time.perf_counter() - t0)
         return plan
 
-    def _plan_in_child(self, options: SolverOptions, copy: PlanCopy, inputs: BuildInputs) -> PlacementPlan:
+    def _plan_in_child(self, options: SolverOptions, copy: PlanCopy, inputs: BuildInputs
+                       ) -> tuple[PlacementPlan, dict[str, Any]]:
         """plan_from_copy in the protected child (a dead child retried with another seed, as ProtectedSolver.solve_plan
         does); when none returns, first-fit-decreasing's plan from one more child (no CP-SAT, so not OR-Tools' abort);
         when that dies too, SolverDied. The plan's baseline pods are the copy's (the child does not send them back)."""
         from optimizer.plan.cluster_problem import plan_from_copy
         from optimizer.plan.protected_solver import SolverDied
 
+        packed = self.node_pickles.pack(copy)
         try:
-            plan, notes = self.solver.call(plan_from_copy, options, copy, inputs)
+            (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs)
         except SolverDied as exc:
             if self.closed:
                 raise
             fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
             self.solver.report(fallback)
-            plan, notes = self.solver.call(plan_from_copy, options, copy, inputs, [*exc.notes, fallback])
+            (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs, [*exc.notes, fallback])
         plan.notes[:0] = notes
         plan.baseline_pods = copy.bound
-        return plan
+        return plan, summary
 
     def close(self) -> None:
         self.closed = True
