@@ -140,7 +140,7 @@ if cycle == "solve":
 
 
 def builder():
-    while not stop.wait(gap):
+    while cycle != "none" and not stop.wait(gap):
         c0 = time.thread_time()
         t0 = time.perf_counter()
         if cycle == "solve":
@@ -253,6 +253,10 @@ def stalls(parts: list[list[Any]]) -> str:
             + " + ".join(f"{name} {v:.1f}" for name, v in zip(PARTS[1:], worst[1:5], strict=True)))
 
 
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
 def summary(ms: list[float]) -> str:
     return f"{pct(ms, 0.5):.2f} / {pct(ms, 0.99):.1f} / {max(ms, default=float('nan')):.1f}"
 
@@ -266,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--gap-s", type=float, default=0.5, help="pause between two builds (default 0.5 s)")
     p.add_argument("--rounds", type=int, default=2, help="ABBA rounds (default 2)")
-    p.add_argument("--cycle", choices=("build", "solve"), default="solve",
+    p.add_argument("--cycle", choices=("build", "solve", "none"), default="solve",
                    help="what the background thread runs: solve = PlanSolver.solve, the extender's whole plan cycle "
                         "(the solve in its child, as kso extender runs it; default), build = the problem's build only "
-                        "(problem_from_state, the figure before the build moved to the child)")
+                        "(problem_from_state, the figure before the build moved to the child), none = nothing (the "
+                        "filter calls' own tail on this machine, for comparison)")
     p.add_argument("--solve-s", type=float, default=1.0, help="the solver's time limit in solve cycles (default 1 s)")
     p.add_argument("--trees", default="before,after", help="which trees to run (default before,after)")
     args = p.parse_args(argv)
@@ -289,11 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         holds = res["hold_s"]
         print(f"  {name:<6} {res['nodes']} nodes {res['pods']} pods: {len(res['all_ms'])} filter calls, "
               f"{len(res['during_ms'])} during {len(res['build_s'])} {args.cycle} cycles of "
-              f"{statistics.median(res['build_s']):.2f} s (median), the plan thread's CPU "
-              f"{1e3 * statistics.median(res['cycle_cpu_s']):.0f} ms per cycle (median); filter p50/p99/max ms all "
+              f"{median(res['build_s']):.2f} s (median), the plan thread's CPU "
+              f"{1e3 * median(res['cycle_cpu_s']):.0f} ms per cycle (median); filter p50/p99/max ms all "
               f"{summary(res['all_ms'])}, during cycles {summary(res['during_ms'])}"
-              + (f"; lock held {1e3 * statistics.median(holds):.1f} ms median, {1e3 * max(holds):.1f} max" if holds
-                 else "; lock held for the whole build") + f"; {len(res['gc2_s'])} full collections, longest "
+              + (f"; lock held {1e3 * median(holds):.1f} ms median, {1e3 * max(holds):.1f} max" if holds
+                 else "") + f"; {len(res['gc2_s'])} full collections, longest "
               f"{1e3 * max(res['gc2_s'], default=0.0):.0f} ms, longest collection {1e3 * res['gc_max_s']:.0f} ms; "
               f"load {res['load1']:.1f}\n    stalls: {stalls(res['parts_ms'])}", flush=True)
     print(f"\nmachine: {machine_line(load)}; load at the end {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -309,11 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         every = [x for r in rs for x in r["all_ms"]]
         during = [x for r in rs for x in r["during_ms"]]
-        build = statistics.median(x for r in rs for x in r["build_s"])
-        cpu = statistics.median(x for r in rs for x in r["cycle_cpu_s"])
+        build = median([x for r in rs for x in r["build_s"]])
+        cpu = median([x for r in rs for x in r["cycle_cpu_s"]])
         holds = [x for r in rs for x in r["hold_s"]]
-        held = (f"{1e3 * statistics.median(holds):.1f} / {1e3 * max(holds):.1f}" if holds
-                else f"the whole build ({build * 1e3:.0f})")
+        held = f"{1e3 * median(holds):.1f} / {1e3 * max(holds):.1f}" if holds else "-"
         over = sum(1 for x in every if x > STALL_MS)
         print(f"| {name} | {build:.2f} | {1e3 * cpu:.0f} | {held} | {summary(every)} | {summary(during)} | "
               f"{over} of {len(every)} |")
