@@ -1,19 +1,25 @@
-"""Filter latency while the extender builds a plan's problem, in-process, per tree (before/after a change).
+"""Filter latency while the extender runs plan cycles, in-process, per tree (before/after a change).
 
     python -m benchmarks.plan_build_stall --before PATH [--after PATH] [--nodes 5000] [--pods-per-node 30]
-                                          [--seconds 30] [--gap-s 0.5] [--rounds 2]
+                                          [--seconds 30] [--gap-s 0.5] [--rounds 2] [--cycle solve|build|none]
+                                          [--solve-s 1]
 
 For each tree (ABBA order), a fresh Python process with that tree on PYTHONPATH builds the extender as
 benchmarks.latency.inprocess does (default configuration, e2e's Node shapes) over ``--nodes`` nodes carrying kube-
 safe-scheduler's load annotations (so a plan has statistics to build on) and ``--pods-per-node`` bound pods each,
 plus 50 pending pods, with the garbage collector and switch interval set as `kso extender` sets them before it
 serves (and, where the tree's watcher freezes its cache after a list, the cache frozen as it would be). A background
-thread builds the plan's problem (``problem_from_state``, what the PlanSolver runs in its own process before the
-solve goes to a child) again and again, ``--gap-s`` apart, while the main thread makes filter calls back to back
-through the hot route's ASGI handler, each with 500 node names sampled at random and shuffled (kube-scheduler never
-sends the same list twice). Reported per tree: wall latency of filter calls (p50 / p99 / max) overall and for the
-calls that overlapped a build, the builds' seconds, and (where the tree has it) the seconds the build held the
-state's lock. Wall time, on a shared machine: the machine's load is printed.
+thread runs plan cycles ``--gap-s`` apart: ``solve`` (default), the extender's whole cycle (PlanSolver.solve: the copy,
+the solve in its child with a ``--solve-s`` time limit, the plan installed); ``build``, the problem's build alone
+(``problem_from_state``, what the extender's process ran before the build moved to the child); ``none``, nothing (the
+filter calls' own tail on this machine). Meanwhile the main thread makes filter calls back to back through the hot
+route's ASGI handler, each with 500 node names sampled at random and shuffled (kube-scheduler never sends the same
+list twice). Reported per tree: wall latency of filter calls (p50 / p99 / max) overall and for the calls that
+overlapped a cycle, the cycles' seconds, the plan thread's own CPU per cycle (the extender's work for a plan), the
+seconds the state's lock was held for the copy, and where the stalled calls' (over 10 ms) time went: the serving
+thread's own CPU, its wait on the run queue (/proc schedstat: the machine's other processes), its wait for the state's
+lock, the collector's pauses it overlapped, and the rest (the GIL, held by another thread). Wall time, on a shared
+machine: the machine's load is printed.
 """
 
 from __future__ import annotations
@@ -133,7 +139,11 @@ def gc_timer(phase, info):  # the collector's pauses (every thread stops for the
 
 
 if cycle == "solve":
+    import extender.plan_cache
     from extender.plan_cache import PlanSolver
+
+    if hasattr(extender.plan_cache, "PLAN_CHILD_NICENESS") and os.environ.get("BENCH_CHILD_NICENESS"):
+        extender.plan_cache.PLAN_CHILD_NICENESS = int(os.environ["BENCH_CHILD_NICENESS"])  # --child-niceness
 
     solver = PlanSolver(ext.plan)
     state.plan_copy = timed_copy
@@ -226,6 +236,8 @@ def pct(values: list[float], q: float) -> float:
 
 def measure(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree), "KSO_SOLVER_TIME_LIMIT_S": str(args.solve_s)}
+    if args.child_niceness is not None:
+        env["BENCH_CHILD_NICENESS"] = str(args.child_niceness)
     proc = subprocess.run([sys.executable, "-c", CHILD, str(args.nodes), str(args.pods_per_node), str(args.seconds),
                            str(args.gap_s), args.cycle], env=env, cwd=str(tree), capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
@@ -276,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(problem_from_state, the figure before the build moved to the child), none = nothing (the "
                         "filter calls' own tail on this machine, for comparison)")
     p.add_argument("--solve-s", type=float, default=1.0, help="the solver's time limit in solve cycles (default 1 s)")
+    p.add_argument("--child-niceness", type=int, default=None,
+                   help="the solver child's niceness in the trees that set one (default: the tree's own, "
+                        "PLAN_CHILD_NICENESS), to tell the move of the build from the child's priority")
     p.add_argument("--trees", default="before,after", help="which trees to run (default before,after)")
     args = p.parse_args(argv)
 
@@ -303,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
               f"load {res['load1']:.1f}\n    stalls: {stalls(res['parts_ms'])}", flush=True)
     print(f"\nmachine: {machine_line(load)}; load at the end {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{args.nodes} nodes x {args.pods_per_node} bound pods, {args.cycle} cycles {args.gap_s} s apart"
-          + (f" (solver limit {args.solve_s:.0f} s)" if args.cycle == "solve" else "") + f", {args.seconds:.0f} s of "
+          + (f" (solver limit {args.solve_s:.0f} s" + (f", child niceness {args.child_niceness}"
+                                                        if args.child_niceness is not None else "") + ")"
+             if args.cycle == "solve" else "") + f", {args.seconds:.0f} s of "
           f"back-to-back filter calls (500 random names each) per run, {args.rounds} runs per tree (ABBA), pooled:")
     print("| tree | cycle s (median) | plan thread CPU per cycle ms (median) | state lock held per cycle ms "
           "(median / max) | filter p50 / p99 / max ms, all | filter p50 / p99 / max ms, during cycles | "

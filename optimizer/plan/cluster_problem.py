@@ -257,7 +257,7 @@ def plan_from_copy(options: SolverOptions, copy: PlanCopy | PackedCopy, inputs: 
     without its baseline pods (``copy.bound``: the caller has them; 150k uids back would cost it their unpickling), and
     with its summary (PlacementPlan.summary, which the caller logs: a pass over every node)."""
     from optimizer.plan.compiled import compile_problem
-    from optimizer.plan.model import solve
+    from optimizer.plan.pipeline import plan_cluster
     from optimizer.plan.placement_plan import plan_from_result
     from optimizer.plan.protected_solver import ffd_result
 
@@ -267,9 +267,12 @@ def plan_from_copy(options: SolverOptions, copy: PlanCopy | PackedCopy, inputs: 
         copy = copy.unpack()
     problem = problem_from_copy(copy, inputs.forecasts, inputs.u_star, inputs.eps, cost_key=inputs.cost_key,
                                 scheduler_names=inputs.scheduler_names, class_usage=inputs.class_usage)
-    comp = compile_problem(problem)
-    result = solve(problem, options, comp) if ffd_notes is None else ffd_result(problem, comp, ffd_notes)
-    plan = replace(plan_from_result(problem, comp, result, options.policy), baseline_pods=[])
+    if ffd_notes is None:
+        plan = plan_cluster(problem, options).plan  # the one pipeline, solving here: this is the protected child
+    else:
+        comp = compile_problem(problem)
+        plan = plan_from_result(problem, comp, ffd_result(problem, comp, ffd_notes), options.policy)
+    plan = replace(plan, baseline_pods=[])
     return plan, plan.summary()
 
 
