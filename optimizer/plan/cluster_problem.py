@@ -241,6 +241,7 @@ class BuildInputs:
     scheduler_names: Sequence[str] = ()
     class_usage: dict[str, UsageModel] = field(default_factory=dict)
     niceness: int = 0  # added to the niceness of the process that builds (os.nice): PLAN_CHILD_NICENESS in a child
+    plan_file: str = ""  # where the plan is written (KSO_PLAN_FILE), "" nowhere
 
 
 # The plan child's CPU priority below the extender's (nice 0): on a 2-core node, CP-SAT's workers otherwise take the
@@ -253,12 +254,13 @@ def plan_from_copy(options: SolverOptions, copy: PlanCopy | PackedCopy, inputs: 
     """The extender's plan cycle past the copy, run in the solver's child (ProtectedSolver.call): the problem built
     from ``copy`` (packed, as the extender sends it, or not), compiled, solved (or, with ``ffd_notes``,
     first-fit-decreasing's placement held to the exact bound, those notes said: the fallback when no solver process
-    returned) and made a plan, so that the extender's process does none of it while it serves. The plan comes back
-    without its baseline pods (``copy.bound``: the caller has them; 150k uids back would cost it their unpickling), and
-    with its summary (PlacementPlan.summary, which the caller logs: a pass over every node)."""
+    returned) and made a plan, written to ``inputs.plan_file``, so that the extender's process does none of it while it
+    serves. The plan comes back without its baseline pods (``copy.bound``: the caller has them; 150k uids back would
+    cost it their unpickling) and without its per-node part (``nodes``: in the file; ~60k objects at 5,000 nodes in
+    the caller's young generation), with the whole plan's summary (PlacementPlan.summary)."""
     from optimizer.plan.compiled import compile_problem
     from optimizer.plan.pipeline import plan_cluster
-    from optimizer.plan.placement_plan import plan_from_result
+    from optimizer.plan.placement_plan import plan_from_result, write_plan
     from optimizer.plan.protected_solver import ffd_result
 
     if inputs.niceness:
@@ -272,8 +274,13 @@ def plan_from_copy(options: SolverOptions, copy: PlanCopy | PackedCopy, inputs: 
     else:
         comp = compile_problem(problem)
         plan = plan_from_result(problem, comp, ffd_result(problem, comp, ffd_notes), options.policy)
-    plan = replace(plan, baseline_pods=[])
-    return plan, plan.summary()
+    plan.baseline_pods = copy.bound
+    if inputs.plan_file:
+        try:
+            write_plan(plan, inputs.plan_file)
+        except OSError as exc:
+            log.error("could not write the plan to %s: %s (the plan is used from memory)", inputs.plan_file, exc)
+    return replace(plan, baseline_pods=[], nodes={}), plan.summary()
 
 
 POD_USAGE_WINDOW_S = 3600  # a class's usage from its running pods' last hour

@@ -4,6 +4,8 @@ optimizer.plan.pipeline.plan_cluster in the protected child."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
     """The extender's re-solve (extender.plan_cache.PlanSolver) takes class usage from its usage source (Prometheus
@@ -36,15 +38,16 @@ def test_background_re_solve_counts_new_pods_at_their_measured_usage() -> None:
     assert prometheus_usage(None)(state) == {}  # Prometheus not in use: classes at their requests
 
 
-def test_the_solver_child_builds_the_problem_and_the_plan_the_extender_built() -> None:
+def test_the_solver_child_builds_the_problem_and_the_plan_the_extender_built(tmp_path: Path) -> None:
     """The plan cycle past the copy runs in the solver's child (optimizer.plan.cluster_problem.plan_from_copy) from the
-    copy as the extender packs it (each node pickled once, the bound uids joined): the same problem, the same plan."""
+    copy as the extender packs it (each node pickled once, the bound uids joined): the same problem, the same plan,
+    written whole to the plan file; the extender gets it back without its per-node part and baseline pods."""
     import pickle
     from dataclasses import replace
 
     from optimizer.plan.cluster_problem import BuildInputs, NodePickles, plan_from_copy, problem_from_copy
     from optimizer.plan.compiled import SolverOptions, compile_problem
-    from optimizer.plan.placement_plan import plan_from_result
+    from optimizer.plan.placement_plan import load_plan, plan_from_result
     from optimizer.plan.protected_solver import ffd_result
     from tests.optimizer.test_problem_copy import NOW, varied_state
 
@@ -62,13 +65,18 @@ def test_the_solver_child_builds_the_problem_and_the_plan_the_extender_built() -
     assert problem_from_copy(sent, forecasts, 0.9, 0.3, now=NOW) == want
 
     options = SolverOptions(policy="binpack", time_limit_s=2)
-    plan, summary = plan_from_copy(options, packed, BuildInputs(None, 0.9, 0.3), ffd_notes=["fallback"])
+    path = tmp_path / "plan.json"
+    plan, summary = plan_from_copy(options, packed, BuildInputs(None, 0.9, 0.3, plan_file=str(path)),
+                                   ffd_notes=["fallback"])
     problem = problem_from_copy(copy, None, 0.9, 0.3)
     comp = compile_problem(problem)
     ref = plan_from_result(problem, comp, ffd_result(problem, comp, ["fallback"]), options.policy)
-    assert plan.to_dict()["classes"] == ref.to_dict()["classes"] and plan.to_dict()["nodes"] == ref.to_dict()["nodes"]
-    assert plan.baseline_pods == [] and ref.baseline_pods == copy.bound  # the extender has them: not sent back
-    assert summary == plan.summary() and summary["pods_planned"] > 0
+    written = load_plan(str(path), 3600.0)
+    assert written.plan_id == plan.plan_id and written.notes == ref.notes
+    assert written.to_dict()["classes"] == ref.to_dict()["classes"] and plan.classes == ref.classes
+    assert written.to_dict()["nodes"] == ref.to_dict()["nodes"] and written.baseline_pods == copy.bound
+    assert plan.nodes == {} and plan.baseline_pods == []  # in the file; the extender has the copy's uids
+    assert summary == written.summary() and summary["pods_planned"] > 0 and summary["nodes"] == len(ref.nodes)
 
     # The next cycle pickles only the node that changed.
     second = state.node(names[1])
