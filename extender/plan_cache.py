@@ -58,6 +58,9 @@ class PlanCache:
         self._stale_logged: str | None = None
         self.on_event: Callable[[str, str], None] = on_event or (lambda kind, detail: None)
         self.last_error: str | None = None
+        # Set while the solver's child may write the plan file: that plan comes back from the child, and reading it
+        # from the file here would cost the extender its parse (PlanSolver).
+        self.child_writing = False
 
     # ---- request path ------------------------------------------------------------------------
     def slots_for(self, pod: PodInfo, now: float | None = None) -> dict[str, int] | None:
@@ -182,7 +185,7 @@ class PlanCache:
         """(Re)load the plan file when it changed on disk (a plan solved elsewhere, e.g. ``kso plan`` or
         the re-optimisation CronJob). A missing file is normal; a corrupt or stale one is reported."""
         path = self.settings.plan_file
-        if not path:
+        if not path or self.child_writing:
             return
         try:
             mtime = os.stat(path).st_mtime
@@ -268,7 +271,7 @@ class PlanSolver:
             self.solve()
 
     def solve(self) -> PlacementPlan | None:
-        from optimizer.plan.cluster_problem import BuildInputs, copy_has_statistics, plannable
+        from optimizer.plan.cluster_problem import copy_has_statistics, plannable
 
         if not self._busy.acquire(blocking=False):
             return None
@@ -309,8 +312,6 @@ class PlanSolver:
         finally:
             self._busy.release()
         self._last_version, self._last_solve = version, time.time()
-        if s.plan_file:
-            self.cache.written()
         self.cache.install(plan, "solver", summary)
         self.on_solved("ok", time.perf_counter() - t0)
         return plan
@@ -326,14 +327,21 @@ class PlanSolver:
         from optimizer.plan.protected_solver import SolverDied
 
         packed = self.node_pickles.pack(copy)
+        self.cache.child_writing = True
         try:
-            (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs)
-        except SolverDied as exc:
-            if self.closed:
-                raise
-            fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
-            self.solver.report(fallback)
-            (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs, [*exc.notes, fallback])
+            try:
+                (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs)
+            except SolverDied as exc:
+                if self.closed:
+                    raise
+                fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
+                self.solver.report(fallback)
+                (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs,
+                                                          [*exc.notes, fallback])
+            if inputs.plan_file:
+                self.cache.written()
+        finally:
+            self.cache.child_writing = False
         plan.notes[:0] = notes
         plan.baseline_pods = copy.bound
         return plan, summary
