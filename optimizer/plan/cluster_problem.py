@@ -244,8 +244,10 @@ class BuildInputs:
     plan_file: str = ""  # where the plan is written (KSO_PLAN_FILE), "" nowhere
 
 
-# The plan child's CPU priority below the extender's (nice 0): on a 2-core node, CP-SAT's workers otherwise take the
-# cores the serving thread needs, and filter calls wait on the run queue (benchmarks/figures/plan-stall.md).
+# The plan child's CPU priority below the extender's (nice 0): CP-SAT's workers otherwise take the cores the serving
+# thread needs and filter calls wait on the run queue (on one core at 5,000 x 150k: 1.3-2.1x the filter calls served,
+# p50 -35 to -52%; benchmarks/figures/plan-stall.md). The price: where other processes share kso's cgroup, the plan
+# takes longer (there, 3x).
 PLAN_CHILD_NICENESS = 10
 
 
