@@ -205,10 +205,11 @@ class PackedCopy:
 
 
 class NodePickles:
-    """Each NodeInfo pickled once, without its agents' memo (which the build does not read, and which may hold what
-    does not pickle): a NodeInfo is never changed in place (a node update replaces it), so a cycle pickles only the
-    nodes that changed since the last one. Holds the last copy's NodeInfo objects and their bytes (bounded by the
-    node count)."""
+    """Each NodeInfo pickled once, without its agents' memo (which may hold what does not pickle) and its images (a
+    few KiB per node on real clusters): the plan reads neither (its placement rules are taints, labels and
+    cordons, kso.core.placement.rule_violation). A NodeInfo is never changed in place (a node update replaces it), so
+    a cycle pickles only the nodes that changed since the last one. Holds the last copy's NodeInfo objects and their
+    bytes (bounded by the node count)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[NodeInfo, bytes]] = {}
@@ -222,7 +223,8 @@ class NodePickles:
                 continue
             hit = last.get(id(info))
             if hit is None or hit[0] is not info:  # a new object (the id of a dead one may be reused)
-                hit = (info, pickle.dumps(replace(info, memo={}), protocol=pickle.HIGHEST_PROTOCOL))
+                sent = replace(info, memo={}, images={}, raw_image_names=())
+                hit = (info, pickle.dumps(sent, protocol=pickle.HIGHEST_PROTOCOL))
             kept[id(info)] = hit
             blobs.append(hit[1])
         self._by_id = kept
