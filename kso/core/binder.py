@@ -205,12 +205,13 @@ def aio_configuration(sync: client.Configuration, pool_size: int) -> aio_client.
 
 class ApiBinder:
     """Binds pods through the API server (a Binding to pods/<name>/binding, as kube-scheduler's DefaultBinder does)
-    on the caller's event loop, through ``kubernetes.aio``. Its aiohttp session is opened on the loop of the first
-    call and closed by ``aclose`` on that loop; a call after ``aclose`` opens a new one."""
+    on the caller's event loop, configured through ``kubernetes.aio``. Its connections (bind_http.ApiConnections, or
+    aiohttp's session through a proxy) are opened on the loop of the first call and closed by ``aclose`` on that
+    loop; a call after ``aclose`` opens new ones."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0, pool_size: int = BIND_POOL_SIZE) -> None:
         # ``pool_size``: connections kept, at least the binds in flight (the extender's KSO_BIND_THREADS): a bind
-        # beyond it waits inside aiohttp for a connection, unseen by the extender's bind queue. Binds never share a
+        # beyond it waits for a connection, unseen by the extender's bind queue. Binds never share a
         # pool with the watches' long-lived streams and the plan's polls (their own, synchronous, client).
         self.configuration = aio_configuration(api_client.configuration, pool_size)
         self.cookie = api_client.cookie
