@@ -163,3 +163,30 @@ def test_api_binder_sends_the_generated_methods_request(uid: str) -> None:
         _Recorder.status, _Recorder.answer = 201, b'{"kind":"Status","apiVersion":"v1","status":"Success","code":201}'
         server.shutdown()
         server.server_close()
+
+
+def test_api_binder_through_a_configured_proxy() -> None:
+    """With a proxy configured, the Binding goes through it (aiohttp's session speaks to proxies; kso's own
+    connections do not): the proxy (a recorder) gets the absolute URL of an API server nothing else could reach."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = client.Configuration()
+        cfg.host = "http://api.invalid:6443"
+        cfg.proxy = f"http://127.0.0.1:{server.server_address[1]}"
+        aio = ApiBinder(client.ApiClient(configuration=cfg), timeout_s=5)
+        _Recorder.requests.clear()
+
+        async def bind() -> None:
+            try:
+                await aio.bind("team-a", "p", "", "node-1")
+            finally:
+                await aio.aclose()
+
+        asyncio.run(bind())
+        [(method, path, _, body)] = _Recorder.requests
+        assert (method, path) == ("POST", "http://api.invalid:6443/api/v1/namespaces/team-a/pods/p/binding")
+        assert orjson.loads(body)["target"]["name"] == "node-1"
+    finally:
+        server.shutdown()
+        server.server_close()
