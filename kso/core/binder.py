@@ -2,13 +2,14 @@
 (offline: recorded only), behind the ``Binder`` protocol, both on the caller's event loop; ``SyncBinder`` wraps
 either for synchronous callers (kso scheduler's bind workers), running its calls on an event loop of its own.
 
-``ApiBinder`` posts the Binding through the official client's asyncio layer (``kubernetes.aio``: aiohttp) and its own
-request layer (``ApiClient.call_api``: its TLS settings, timeouts and error mapping, with the headers and auth
-``param_serialize`` would add), not through the generated ``create_namespaced_pod_binding``: that method's pydantic
-argument validation, ``V1Binding`` models and their ``sanitize_for_serialization`` cost more CPU than the rest of a
-bind, and kube-scheduler sends one bind per pod. The request is the same: the same path, headers and JSON body. The
-answer is read raw: the API answers a binding with a ``Status``, which the client fails to deserialise as a
-V1Binding ("target" is required; kubernetes-client/python issues #547 and #825), so letting the client parse the
+``ApiBinder`` posts the Binding with the official client's asyncio layer (``kubernetes.aio``) for its configuration,
+TLS context and auth headers, over kso's own keep-alive HTTP/1.1 connections (kso/core/bind_http.py; aiohttp's
+session when a proxy is configured), not through the generated ``create_namespaced_pod_binding``: that method's
+pydantic argument validation, ``V1Binding`` models and their ``sanitize_for_serialization``, and aiohttp's request
+machinery, cost more CPU than the rest of a bind, and kube-scheduler sends one bind per pod. The request is the
+same: the same path, headers and JSON body. The answer is read raw: the API answers a binding with a ``Status``,
+which the client fails to deserialise as a V1Binding ("target" is required; kubernetes-client/python issues #547 and
+#825), so letting the client parse the
 response would turn every successful bind into an exception. It is configured from the synchronous client kso
 loaded (``kso.core.kube.load_api_client``: the same cluster, TLS and credentials, and the loader's token refresh).
 
@@ -36,6 +37,7 @@ from kubernetes import client
 from kubernetes.aio import client as aio_client
 from kubernetes.client.rest import should_bypass_proxies
 
+from kso.core.bind_http import ApiConnections
 from kso.core.kube import HTTP_CONFLICT, HTTP_NOT_FOUND, api_message
 
 log = logging.getLogger("kso.core.kube")
@@ -203,19 +205,21 @@ def aio_configuration(sync: client.Configuration, pool_size: int) -> aio_client.
 
 class ApiBinder:
     """Binds pods through the API server (a Binding to pods/<name>/binding, as kube-scheduler's DefaultBinder does)
-    on the caller's event loop, through ``kubernetes.aio``. Its aiohttp session is opened on the loop of the first
-    call and closed by ``aclose`` on that loop; a call after ``aclose`` opens a new one."""
+    on the caller's event loop, configured through ``kubernetes.aio``. Its connections (bind_http.ApiConnections, or
+    aiohttp's session through a proxy) are opened on the loop of the first call and closed by ``aclose`` on that
+    loop; a call after ``aclose`` opens new ones."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0, pool_size: int = BIND_POOL_SIZE) -> None:
         # ``pool_size``: connections kept, at least the binds in flight (the extender's KSO_BIND_THREADS): a bind
-        # beyond it waits inside aiohttp for a connection, unseen by the extender's bind queue. Binds never share a
+        # beyond it waits for a connection, unseen by the extender's bind queue. Binds never share a
         # pool with the watches' long-lived streams and the plan's polls (their own, synchronous, client).
         self.configuration = aio_configuration(api_client.configuration, pool_size)
         self.cookie = api_client.cookie
         self.default_headers = dict(api_client.default_headers)  # the given client's User-Agent etc.
         self.timeout_s = timeout_s  # a request's longest wait (a deadline may shorten it)
         self._api: aio_client.ApiClient | None = None
-        self._connector: aiohttp.TCPConnector | None = None
+        self._connector: aiohttp.TCPConnector | None = None  # through a proxy
+        self._connections: ApiConnections | None = None  # directly
 
     def _client(self) -> aio_client.ApiClient:
         if self._api is None:
@@ -226,35 +230,53 @@ class ApiBinder:
             self.configuration.client_session_kwargs = {"trust_env": False, "cookie_jar": aiohttp.DummyCookieJar()}
             api = aio_client.ApiClient(configuration=self.configuration, cookie=self.cookie)
             api.default_headers.update(self.default_headers)
-            # The client's own connector (its TLS context, the pool's size) but keeping idle connections for
-            # KEEPALIVE_S, not aiohttp's 15 s: a bind on a new connection costs a TLS handshake, several times the
-            # CPU of the bind itself, and kube-scheduler's binds come in bursts, often more than 15 s apart.
-            self._connector = aiohttp.TCPConnector(limit=api.rest_client.maxsize, ssl=api.rest_client.ssl_context,
-                                                   keepalive_timeout=KEEPALIVE_S)
-            self.configuration.client_session_kwargs["connector"] = self._connector
+            if self.configuration.proxy:
+                # Through a proxy: aiohttp's session (it speaks to proxies), the client's own connector (its TLS
+                # context, the pool's size) keeping idle connections for KEEPALIVE_S, not aiohttp's 15 s.
+                self._connector = aiohttp.TCPConnector(limit=api.rest_client.maxsize, ssl=api.rest_client.ssl_context,
+                                                       keepalive_timeout=KEEPALIVE_S)
+                self.configuration.client_session_kwargs["connector"] = self._connector
+            else:
+                # Directly: kso's keep-alive connections (bind_http.py: a third of aiohttp's CPU per request), with the
+                # client's TLS context (its CA, client certificate, verification) and the pool's size.
+                self._connections = ApiConnections(self.configuration.host, api.rest_client.ssl_context,
+                                                   limit=api.rest_client.maxsize, keepalive_s=KEEPALIVE_S,
+                                                   server_hostname=self.configuration.tls_server_name)
             self._api = api
         return self._api
 
     async def aclose(self) -> None:
         api, self._api = self._api, None
         connector, self._connector = self._connector, None
+        connections, self._connections = self._connections, None
+        if connections is not None:
+            connections.close()
         if api is not None:
             await api.close()
         if connector is not None:  # not the session's to close: a connector it was given
             await connector.close()
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
-        """``method`` ``path`` as a generated method sends it, the whole answer read (its connection back in
-        the pool) within ``timeout_s``; a non-2xx answer raises the ApiException the generated method raises."""
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> bytes:
+        """The body of the answer to ``method`` ``path`` as a generated method sends it, all of it read within
+        ``timeout_s``; a non-2xx answer raises the ApiException the generated method raises."""
         api = self._client()
         headers = _request_headers(api)
         await api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
-        resp = await api.call_api(method, api.configuration.host + path, header_params=headers, body=body,
-                                  _request_timeout=timeout_s)
-        await resp.read()
-        if not 200 <= resp.status <= 299:  # noqa: PLR2004 - HTTP's success class
-            raise aio_client.ApiException.from_response(http_resp=resp, body=None, data=None)
-        return resp
+        connections = self._connections
+        if connections is None:  # through a proxy: aiohttp
+            resp = await api.call_api(method, api.configuration.host + path, header_params=headers, body=body,
+                                      _request_timeout=timeout_s)
+            data = await resp.read()
+            if not 200 <= resp.status <= 299:  # noqa: PLR2004 - HTTP's success class
+                raise aio_client.ApiException.from_response(http_resp=resp, body=None, data=None)
+            return data
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        status, reason, data = await connections.request(method, path, headers,
+                                                         None if body is None else orjson.dumps(body), timeout_s)
+        if not 200 <= status <= 299:  # noqa: PLR2004 - HTTP's success class
+            raise aio_client.ApiException(status=status, reason=reason, body=data.decode("utf-8", "replace"))
+        return data
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, deadline: float | None = None) -> None:
         what = f"binding pod {namespace}/{name} to node {node}"
@@ -275,8 +297,7 @@ class ApiBinder:
         what = f"reading pod {namespace}/{name} failed"
         path = _pod_path(namespace, name, self.configuration.safe_chars_for_path_param)
         try:
-            resp = await self._call("GET", path, None, time_left(deadline, self.timeout_s, what))
-            pod = orjson.loads(resp.data)
+            pod = orjson.loads(await self._call("GET", path, None, time_left(deadline, self.timeout_s, what)))
         except aio_client.ApiException as exc:
             return _absent(namespace, name, exc)
         except (aiohttp.ClientError, OSError, orjson.JSONDecodeError) as exc:

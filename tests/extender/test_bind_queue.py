@@ -257,8 +257,8 @@ def test_default_wait_limit_is_under_deploys_http_timeout() -> None:
 
 def test_a_served_bind_lands_and_shutdown_closes_the_session(control_plane: Any, kube_namespace: str,
                                                              node: str) -> None:
-    """The bind verb in API mode: posted on the serving loop through the binder's aiohttp session, which the
-    server's shutdown closes (on that loop, after the requests): no "Unclosed client session" left to the collector."""
+    """The bind verb in API mode: posted on the serving loop through the binder's kept connection (the second bind
+    reuses the first one's), which the server's shutdown closes (on that loop, after the requests)."""
     api = control_plane.api_client()
     core = client.CoreV1Api(api)
     ns = kube_namespace
@@ -267,12 +267,12 @@ def test_a_served_bind_lands_and_shutdown_closes_the_session(control_plane: Any,
     with extender_with(binder, {}) as ext:
         port = ext.port  # type: ignore[attr-defined]
         assert bind(port, ns, "one")[1] == {"Error": ""}
-        assert binder._api is not None
-        session = binder._api.rest_client.pool_manager
-        assert session is not None and not session.closed
+        connections = binder._connections
+        assert connections is not None and connections.made == 1 and len(connections.idle) == 1
+        kept = connections.idle[0]
         assert bind(port, ns, "two")[1] == {"Error": ""}
-        assert binder._api.rest_client.pool_manager is session  # one session for the server's life
-    assert session.closed and session.connector is None and binder._api is None
+        assert binder._connections is connections and connections.made == 1  # one connection for both binds
+    assert kept.closed and binder._api is None and binder._connections is None
     assert {n: node_of(core, ns, n) for n in ("one", "two")} == {"one": NODE, "two": NODE}
     assert refused(ext, "ok") == 2 and refused(ext, "full") == refused(ext, "expired") == 0
 

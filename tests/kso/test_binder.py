@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import aiohttp
 import pytest
 from kubernetes import client
 
@@ -63,8 +62,8 @@ def test_api_binder_on_the_real_server(control_plane: Any, kube_namespace: str, 
 
 def test_async_binder_concurrent_binds_on_one_loop(control_plane: Any, kube_namespace: str, nodes: list[str]) -> None:
     """kube-scheduler binds pods concurrently: 48 binds at once on one loop through a pool of 8 connections all
-    land (the others wait in aiohttp's pool: no connection is opened and thrown away), over two rounds on the same
-    session; closing it closes its connections."""
+    land (the others wait for a connection: none is opened and thrown away), over two rounds on the same
+    connections; closing the binder closes them."""
     n, rounds, ns = 48, 2, kube_namespace
     api = control_plane.api_client()
     create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(n * rounds)])
@@ -73,20 +72,22 @@ def test_async_binder_concurrent_binds_on_one_loop(control_plane: Any, kube_name
     async def scenario() -> Any:
         for r in range(rounds):
             await asyncio.gather(*(binder.bind(ns, f"p{i}", "", "k-n1") for i in range(r * n, (r + 1) * n)))
-        session = binder._client().rest_client.pool_manager
-        assert session is not None and session.connector.limit == 8
+        connections = binder._connections
+        assert connections is not None and connections.limit == 8 and 1 <= connections.made <= 8
+        kept = list(connections.idle)
+        assert kept and all(c.transport is not None and not c.transport.is_closing() for c in kept)
         await binder.aclose()
-        return session
+        assert all(c.transport is not None and c.transport.is_closing() for c in kept)
 
-    session = asyncio.run(scenario())
-    assert session.closed and binder._api is None
+    asyncio.run(scenario())
+    assert binder._api is None and binder._connections is None
     assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
 
 
 def test_sync_callers_bind_concurrently_through_one_loop(control_plane: Any, kube_namespace: str,
                                                         nodes: list[str]) -> None:
     """kso scheduler's bind workers call the binder from their threads: 32 binds at once through SyncBinder all land,
-    over two rounds, on the one session of its loop; closing it closes that session."""
+    over two rounds, on the connections of its loop (at most the pool's, opened once); closing it closes them."""
     n, rounds, ns = 32, 2, kube_namespace
     api = control_plane.api_client()
     create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(n * rounds)])
@@ -102,11 +103,12 @@ def test_sync_callers_bind_concurrently_through_one_loop(control_plane: Any, kub
         with ThreadPoolExecutor(n) as pool:
             for r in range(rounds):  # rounds on the same session: connections are reused
                 list(pool.map(bind, range(r * n, (r + 1) * n)))
-        session = inner._api
-        assert session is not None
+        connections = inner._connections
+        assert connections is not None and 1 <= connections.made <= connections.limit
+        kept = list(connections.idle)
     finally:
         binder.close()
-    assert inner._api is None and session.rest_client.pool_manager.closed
+    assert inner._api is None and kept and all(c.closed for c in kept)
     assert {p.spec.node_name for p in client.CoreV1Api(api).list_namespaced_pod(ns).items} == {"k-n1"}
 
 
@@ -128,26 +130,19 @@ def test_idle_bind_connections_outlive_a_pause_between_bursts(control_plane: Any
                                                               nodes: list[str]) -> None:
     """kube-scheduler's binds come in bursts; a bind on a new connection pays a TLS handshake, several times the CPU
     of the bind. A burst after a pause longer than aiohttp's default keep-alive (15 s) still finds its connections
-    open: connections are made once (counted by aiohttp's tracing), not once per burst."""
+    open: connections are made once, not once per burst."""
     ns = kube_namespace
     api = control_plane.api_client()
     create_pods(api, ns, [pod_manifest(f"p{i}", scheduler="none") for i in range(8)])
     binder = ApiBinder(api, timeout_s=30.0, pool_size=4)
-    made: list[str] = []
-
-    async def connection_made(*_: Any) -> None:
-        made.append("tls")
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(connection_made)
-    binder.configuration.trace_configs = [trace]
 
     async def scenario() -> None:
         await asyncio.gather(*(binder.bind(ns, f"p{i}", "", "k-n1") for i in range(4)))
-        first = len(made)
+        assert binder._connections is not None
+        first = binder._connections.made
         await asyncio.sleep(16)
         await asyncio.gather(*(binder.bind(ns, f"p{i}", "", "k-n1") for i in range(4, 8)))
-        assert 1 <= first <= 4 and len(made) == first, (first, len(made))
+        assert 1 <= first <= 4 and binder._connections.made == first, (first, binder._connections.made)
         await binder.aclose()
 
     asyncio.run(scenario())
