@@ -1,0 +1,63 @@
+"""benchmarks.e2e at scale: pods bound in advance (--bound-pods) on the real API server, each process's start-up,
+RSS and peak read from /proc, and the whole benchmark on a small cluster with bound pods."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from benchmarks.e2e import create_bound_pods, delete_namespace_pods, main, process_memory, trivial_process
+
+
+def test_bound_pods_are_created_bound_round_robin_over_the_nodes(control_plane: Any) -> None:
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    ns = f"bound-{os.urandom(3).hex()}"
+    nodes = [f"{ns}-n{i}" for i in range(3)]  # no Node objects: nothing on the shared control plane schedules there
+    try:
+        took = create_bound_pods(api, nodes, 31, ns, threads=4)
+        pods = core.list_namespaced_pod(ns).items
+        assert took > 0 and len(pods) == 31
+        assert Counter(p.spec.node_name for p in pods) == {nodes[0]: 11, nodes[1]: 10, nodes[2]: 10}
+        assert all(p.spec.node_name == nodes[int(p.metadata.name.split("-")[1]) % 3] for p in pods)
+        with pytest.raises(client.ApiException) as exc:  # into the namespace that exists: the pods' names clash
+            create_bound_pods(api, nodes, 2, ns, threads=2)
+        assert exc.value.status == 409 and "p-00000" in str(exc.value.body) and len(core.list_namespaced_pod(ns).items) == 31
+    finally:
+        delete_namespace_pods(api, ns)
+        core.delete_namespace(ns)
+
+
+def test_an_extender_process_reports_its_start_up_and_memory(tmp_path: Path) -> None:
+    with trivial_process(tmp_path / "trivial.log") as ext:
+        mem = process_memory(ext)
+        assert 0 < ext.ready_s < 240 and ext.ready_cpu_s > 0
+        assert 5 < mem.rss_mib <= mem.hwm_mib < 1000 and mem.children_rss_mib == 0
+    gone = process_memory(ext)
+    assert gone.rss_mib != gone.rss_mib  # NaN once the process has ended
+
+
+def test_e2e_with_bound_pods_schedules_beside_them_and_reports_memory_and_start_up(
+        tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "e2e.json"
+    assert main(["--nodes", "4", "--pods", "8", "--bound-pods", "40", "--rounds", "1", "--configs", "alone,trivial",
+                 "--timeout", "60", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    text = capsys.readouterr().out
+    assert data["setup"]["bound_pods"] == 40 and data["setup"]["bound_pods_s"] > 0
+    assert [s["label"] for s in data["setup"]["startups"]] == ["trivial"]
+    runs = {r["config"]: r for r in data["runs"]}
+    assert set(runs) == {"alone", "trivial"}
+    for r in runs.values():
+        assert r["nodes_used"] >= 1 and r["pods_per_s"] > 0
+        assert 0 < r["scheduler_first_bind_s"] < 60 and r["scheduler_first_bind_cpu_s"] > 0
+        assert 10 < r["scheduler_memory"]["rss_mib"] <= r["scheduler_memory"]["hwm_mib"]
+    # 8 pods: a few clock ticks of CPU, maybe none
+    assert runs["trivial"]["extender_memory"]["rss_mib"] > 0 and runs["trivial"]["extender_cpu_ms"] > -1e-9
+    assert "kube-scheduler's start to its first bind (median, alone)" in text and "| trivial |" in text
