@@ -1,7 +1,12 @@
 """End to end: the real kube-scheduler schedules pods on fake nodes, alone and through extenders.
 
     python -m benchmarks.e2e [--nodes 100] [--pods 1000] [--rounds 2] [--configs alone,kso,...]
-                             [--kso-env KEY=VALUE ...]
+                             [--kso-env KEY=VALUE ...] [--bound-pods N] [--load-annotations] [--json PATH]
+
+At scale, before/after (issue 40; benchmarks/figures/e2e-scale.md), one line per size:
+
+    python -m benchmarks.e2e --nodes 5000 --bound-pods 50000 --pods 1500 --rounds 2 \
+        --configs alone,trivial,kso,kso-bind --kso-env "KSO_BENCH_TREE=/work/before-40;KSO_BENCH_CONFIGS=kso,kso-bind"
 
 A real control plane (benchmarks.controlplane: etcd + kube-apiserver) holds N Node objects of mixed
 shapes (4/8/16/32 cores, 110 pods each; no kubelet); each run creates P pending pods (100m cpu, 128Mi,
@@ -27,7 +32,18 @@ configurations in ABBA order (forward, then reversed) so the machine's drift fal
 gives medians over rounds. Per run: pods/s and its ratio to ``alone`` of the same round; kso's per-verb
 mean and p99 (from its /metrics histogram, differenced over the run); pods per node (max, p95); the CPU per pod
 of the extender's process and of kube-scheduler's (from its first bind on); the 1-minute load average. Between
-runs the pods are force-deleted and the nodes are empty again.
+runs the pods are force-deleted and the nodes are empty again (but for the bound pods).
+
+At scale: ``--bound-pods N`` creates N pods already bound (spec.nodeName set, round-robin over the nodes, namespace
+``e2e-bound``) before any extender starts, kept through every run: kso and kube-scheduler list and count them, as in a
+real cluster. ``--load-annotations`` gives the nodes kube-safe-scheduler's load annotations, so kso has statistics
+and re-solves its plan every 5 s during the runs (the filter latency is then measured during plan cycles). Also per
+run: each process's RSS at the end and its peak (VmHWM, /proc; kso's children, the plan solver, beside it) and
+kube-scheduler's start-up: seconds from its process's start to the first bind the watch sees (its informers synced,
+every pod listed, one scheduling cycle and its Binding done) and its CPU by then; per extender process, the seconds
+from its start to ready (kso: /readyz 200, its watch synced) and its CPU by then. The tables close with the start-ups
+against kube-scheduler's first bind in its runs alone. The objects and processes are in benchmarks.e2e_cluster and
+benchmarks.e2e_process.
 """
 
 from __future__ import annotations
