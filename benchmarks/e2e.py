@@ -291,6 +291,8 @@ class Setup:
 
     bound_pods: int = 0
     bound_pods_s: float = math.nan
+    nodes: int = 0
+    pods: int = 0  # pending pods per run
     startups: list[Startup] = field(default_factory=list)
 
 
@@ -300,7 +302,7 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
     """``bound_pods`` pods bound in advance over the nodes (their own namespace, kept through every run);
     ``annotated``: the nodes carry load annotations and each kso re-solves its plan every PLAN_INTERVAL_S."""
     results: list[RunResult] = []
-    setup = Setup(bound_pods)
+    setup = Setup(bound_pods, nodes=nodes, pods=pods)
     with ControlPlane() as cp:
         api = cp.api_client()
         manifests = bench_nodes(nodes, annotated=annotated)

@@ -4,6 +4,7 @@ RSS and peak read from /proc, and the whole benchmark on a small cluster with bo
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from benchmarks.e2e import create_bound_pods, delete_namespace_pods, main, process_memory, trivial_process
+from benchmarks.e2e_summary import summary_row
 
 
 def test_bound_pods_are_created_bound_round_robin_over_the_nodes(control_plane: Any) -> None:
@@ -61,3 +63,23 @@ def test_e2e_with_bound_pods_schedules_beside_them_and_reports_memory_and_start_
     # 8 pods: a few clock ticks of CPU, maybe none
     assert runs["trivial"]["extender_memory"]["rss_mib"] > 0 and runs["trivial"]["extender_cpu_ms"] > -1e-9
     assert "kube-scheduler's start to its first bind (median, alone)" in text and "| trivial |" in text
+
+
+def _run(config: str, cpu: float, rss: float, **extra: Any) -> dict[str, Any]:
+    return {"config": config, "extender_cpu_ms": cpu, "scheduler_cpu_ms": 2.0, "ratio": extra.get("ratio", 1.0),
+            "load1": 5.0, "scheduler_first_bind_s": 4.0, "verbs": extra.get("verbs", {}),
+            "extender_memory": {"rss_mib": rss, "hwm_mib": rss + 10, "children_rss_mib": 0.0},
+            "scheduler_memory": {"rss_mib": 300.0, "hwm_mib": 320.0, "children_rss_mib": 0.0}}
+
+
+def test_the_summary_row_puts_before_and_after_side_by_side() -> None:
+    before = "kso[KSO_BENCH_TREE=/b;KSO_BENCH_CONFIGS=kso,kso-bind]"
+    data = {"setup": {"nodes": 5000, "bound_pods": 50000, "pods": 1000, "startups": [
+                {"label": "kso", "ready_s": 6.0}, {"label": before, "ready_s": 12.0}, {"label": "trivial", "ready_s": 0.2}]},
+            "runs": [_run("alone", math.nan, math.nan), _run("trivial", 0.5, 20, ratio=0.9),
+                     _run("kso", 1.5, 400, verbs={"filter": {"calls": 9, "p50_ms": 0.8, "p99_ms": 9.0}}),
+                     _run(before, 3.0, 900, verbs={"filter": {"calls": 9, "p50_ms": 2.0, "p99_ms": 40.0}}),
+                     _run("kso-bind" + before[3:], 4.0, 950)]}
+    row = summary_row(data)
+    assert row.startswith("| 5,000 (50,000) | 1,000 | 0.50 / 3.00 / 1.50 | 4.00 / - | 2.00 / 40.0 -> 0.80 / 9.0 |")
+    assert "| 925 (960) / 400 (410) / 300 (320) |" in row and "| 12.0 (3.0x) / 6.0 (1.5x) vs 4.0 |" in row
