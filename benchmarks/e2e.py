@@ -1,7 +1,12 @@
 """End to end: the real kube-scheduler schedules pods on fake nodes, alone and through extenders.
 
     python -m benchmarks.e2e [--nodes 100] [--pods 1000] [--rounds 2] [--configs alone,kso,...]
-                             [--kso-env KEY=VALUE ...]
+                             [--kso-env KEY=VALUE ...] [--bound-pods N] [--load-annotations] [--json PATH]
+
+At scale, before/after (issue 40; benchmarks/figures/e2e-scale.md), one line per size:
+
+    python -m benchmarks.e2e --nodes 5000 --bound-pods 50000 --pods 1500 --rounds 2 \
+        --configs alone,trivial,kso,kso-bind --kso-env "KSO_BENCH_TREE=/work/before-40;KSO_BENCH_CONFIGS=kso,kso-bind"
 
 A real control plane (benchmarks.controlplane: etcd + kube-apiserver) holds N Node objects of mixed
 shapes (4/8/16/32 cores, 110 pods each; no kubelet); each run creates P pending pods (100m cpu, 128Mi,
@@ -27,259 +32,82 @@ configurations in ABBA order (forward, then reversed) so the machine's drift fal
 gives medians over rounds. Per run: pods/s and its ratio to ``alone`` of the same round; kso's per-verb
 mean and p99 (from its /metrics histogram, differenced over the run); pods per node (max, p95); the CPU per pod
 of the extender's process and of kube-scheduler's (from its first bind on); the 1-minute load average. Between
-runs the pods are force-deleted and the nodes are empty again.
+runs the pods are force-deleted and the nodes are empty again (but for the bound pods).
+
+At scale: ``--bound-pods N`` creates N pods already bound (spec.nodeName set, round-robin over the nodes, namespace
+``e2e-bound``) before any extender starts, kept through every run: kso and kube-scheduler list and count them, as in a
+real cluster. ``--load-annotations`` gives the nodes kube-safe-scheduler's load annotations, so kso has statistics
+and re-solves its plan every 5 s during the runs (the filter latency is then measured during plan cycles). Also per
+run: each process's RSS at the end and its peak (VmHWM, /proc; kso's children, the plan solver, beside it) and
+kube-scheduler's start-up: seconds from its process's start to the first bind the watch sees (its informers synced,
+every pod listed, one scheduling cycle and its Binding done) and its CPU by then; per extender process, the seconds
+from its start to ready (kso: /readyz 200, its watch synced) and its CPU by then. The tables close with the start-ups
+against kube-scheduler's first bind in its runs alone. The objects and processes are in benchmarks.e2e_cluster and
+benchmarks.e2e_process.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import json
 import math
 import os
 import re
 import signal
 import statistics
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-import yaml
-
-from benchmarks.controlplane import Component, ControlPlane, file_name, free_port, wait_ready
+from benchmarks.controlplane import ControlPlane, file_name
+from benchmarks.e2e_cluster import (
+    BOUND_NAMESPACE,
+    NODE_SHAPES,
+    SCHEDULER_NAME,
+    BindWatch,
+    bench_nodes,
+    create_bound_pods,
+    create_nodes,
+    create_pods,
+    delete_namespace_pods,
+    delete_nodes,
+    in_parallel,
+    load_annotations,
+    node_manifest,
+    pod_manifest,
+)
+from benchmarks.e2e_process import (
+    DEPLOY_SCHEDULER_CONFIG,
+    REPO,
+    ExtenderProcess,
+    Memory,
+    deploy_scheduler_config,
+    kso_process,
+    process_cpu_s,
+    process_cpu_times,
+    process_memory,
+    scheduler_config,
+    scheduler_http_timeout_s,
+    tree_env,
+    trivial_process,
+)
+from benchmarks.machine import machine_line
 from benchmarks.prometheus_text import EMPTY, Scrape, histogram, metric_sum, parse_metrics
-from extender.client import ExtenderClient
 
-REPO = Path(__file__).resolve().parents[1]
-DEPLOY_SCHEDULER_CONFIG = REPO / "deploy" / "scheduler-config.yaml"
-SCHEDULER_NAME = "kso-scheduler"
-NODE_SHAPES = (("4", "16Gi"), ("8", "32Gi"), ("16", "64Gi"), ("32", "128Gi"))
+__all__ = [  # what tests and other benchmarks import from here
+    "BOUND_NAMESPACE", "DEPLOY_SCHEDULER_CONFIG", "NODE_SHAPES", "REPO", "SCHEDULER_NAME", "BindWatch", "ExtenderProcess",
+    "Memory", "bench_nodes", "create_bound_pods", "create_nodes", "create_pods", "delete_namespace_pods", "delete_nodes",
+    "deploy_scheduler_config", "in_parallel", "kso_process", "load_annotations", "node_manifest", "pod_manifest",
+    "process_cpu_s", "process_cpu_times", "process_memory", "scheduler_config", "scheduler_http_timeout_s", "tree_env",
+    "trivial_process",
+]
 
-
-# ------------------------------------------------------------------------------------------- objects
-
-
-def node_manifest(name: str, cpu: str, memory: str, *, pods: str = "110", labels: dict[str, str] | None = None,
-                  taints: list[dict[str, str]] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    alloc = {"cpu": cpu, "memory": memory, "pods": pods}
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                              **(labels or {})}, "annotations": annotations or {}},
-        "spec": {"taints": taints} if taints else {},
-        "status": {"capacity": alloc, "allocatable": alloc,
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
-    }
-
-
-def pod_manifest(name: str, *, cpu: str = "100m", memory: str = "128Mi", scheduler: str = SCHEDULER_NAME,
-                 node_selector: dict[str, str] | None = None, tolerations: list[dict[str, str]] | None = None,
-                 labels: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
-    }
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    if tolerations:
-        spec["tolerations"] = tolerations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
-
-
-def bench_nodes(n: int, prefix: str = "e2e-node") -> list[dict[str, Any]]:
-    return [node_manifest(f"{prefix}-{i:04d}", *NODE_SHAPES[i % len(NODE_SHAPES)]) for i in range(n)]
-
-
-def in_parallel(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 8) -> list[Any]:
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(fn, items))
-
-
-def create_nodes(api_client: Any, nodes: list[dict[str, Any]]) -> None:
-    """Creates the Nodes, then writes their status (a create ignores status; there is no kubelet)."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-
-    def one(node: dict[str, Any]) -> None:
-        core.create_node(node)
-        core.patch_node_status(node["metadata"]["name"], {"status": node["status"]})
-
-    in_parallel(one, nodes)
-
-
-def delete_nodes(api_client: Any, names: Iterable[str]) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    in_parallel(lambda n: core.delete_node(n), list(names))
-
-
-def create_pods(api_client: Any, namespace: str, pods: list[dict[str, Any]]) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    in_parallel(lambda p: core.create_namespaced_pod(namespace, p), pods)
-
-
-class BindWatch:
-    """Watches a namespace's pods and records when each one got its node (first sighting of spec.nodeName).
-
-    Watches from resourceVersion "0" (whatever the watch cache has, then every change) and starts again
-    the same way when the stream ends or reports an error: a bind seen twice keeps its first time."""
-
-    def __init__(self, api_client: Any, namespace: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api_client)
-        self.namespace = namespace
-        self.bound: dict[str, tuple[str, float]] = {}
-        self.cond = threading.Condition()
-        self._stopped = threading.Event()
-        self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"bind-watch-{namespace}")
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._resp = self.core.list_namespaced_pod(self.namespace, watch=True, resource_version="0",
-                                                           _preload_content=False, timeout_seconds=300)
-                if self._stopped.is_set():
-                    break
-                for line in self._resp:
-                    if line.strip():
-                        self._event(orjson.loads(line))
-            except Exception:  # noqa: BLE001 - closed by stop(), or a dropped stream: watch again
-                time.sleep(0.1)
-
-    def _event(self, event: dict[str, Any]) -> None:
-        obj = event.get("object") or {}
-        node = (obj.get("spec") or {}).get("nodeName")
-        name = (obj.get("metadata") or {}).get("name")
-        if event.get("type") != "ERROR" and node and name and name not in self.bound:
-            with self.cond:
-                self.bound[name] = (node, time.monotonic())
-                self.cond.notify_all()
-
-    def wait(self, count: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while len(self.bound) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(min(left, 1.0))
-        return True
-
-    def stop(self) -> None:
-        self._stopped.set()
-        # shutdown(), not close(): close() waits for the reader thread's lock on the TLS socket.
-        try:
-            if self._resp is not None:
-                self._resp.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-        self._thread.join(5)
-
-
-def delete_namespace_pods(api_client: Any, namespace: str, timeout: float = 60.0) -> None:
-    """Force-deletes every pod (no kubelet would ever confirm a graceful delete) and waits until none is left."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + timeout
-    while core.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
-        time.sleep(0.2)
-
-
-# ---------------------------------------------------------------------------------------- extenders
-
-
-def deploy_scheduler_config() -> dict[str, Any]:
-    """The KubeSchedulerConfiguration embedded in deploy/scheduler-config.yaml (its ConfigMap's config.yaml)."""
-    cm = yaml.safe_load(DEPLOY_SCHEDULER_CONFIG.read_text())
-    return yaml.safe_load(cm["data"]["config.yaml"])
-
-
-def scheduler_config(extender_url: str | None, *, bind: bool = False, node_cache: bool = True,
-                     qps: int = 5000) -> dict[str, Any]:
-    """deploy/'s configuration with kso at ``extender_url`` (None = no extender: kube-scheduler alone);
-    ``bind`` keeps deploy/'s bindVerb, ``node_cache`` its nodeCacheCapable. qps/burst high so the client
-    side of kube-scheduler is not what is measured."""
-    cfg = copy.deepcopy(deploy_scheduler_config())
-    cfg["clientConnection"] = {"qps": qps, "burst": qps}
-    extenders = cfg.pop("extenders", [])
-    if extender_url is not None:
-        ext = dict(extenders[0])
-        ext["urlPrefix"] = extender_url
-        if not bind:
-            ext.pop("bindVerb", None)
-        ext["nodeCacheCapable"] = node_cache
-        cfg["extenders"] = [ext]
-    return cfg
-
-
-def tree_env(tree: Path = REPO, **extra: str) -> dict[str, str]:
-    """The environment of a process that must import kso from ``tree`` (run with cwd=tree)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    return env
-
-
-@dataclass
-class ExtenderProcess:
-    """An HTTP extender in its own process on 127.0.0.1; ``url`` is its urlPrefix."""
-
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    ready_path: str = "/readyz"
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    cwd: Path = REPO  # the checkout whose kso runs
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 240.0) -> ExtenderProcess:
-        # A ceiling, not a wait: ready returns at once. kso's start (imports, list of nodes and pods) took
-        # over 60 s once at load 12 on the 2-core box, which failed a test module's fixture.
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([*self.argv, str(self.port)], env=self.env, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd)
-        comp = Component(self.log.stem, self.proc, self.log, self.port)
-        wait_ready(comp, self.url + self.ready_path, timeout)
-        return self
-
-    def get(self, path: str) -> str:
-        with ExtenderClient(self.port) as client:
-            status, body = client.get(path)
-        if status != 200:
-            raise RuntimeError(f"GET {self.url}{path}: HTTP {status}")
-        return body.decode()
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            Component(self.log.stem, self.proc, self.log).stop()
-
-    def __enter__(self) -> ExtenderProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
+# The objects and processes live in benchmarks.e2e_cluster and benchmarks.e2e_process; they are re-exported here
+# (tests and other benchmarks import them from benchmarks.e2e).
 
 KSO_CONFIGS = ("kso", "kso-bind", "kso-full")
 TRIVIAL_CONFIGS = ("trivial", "trivial-full")
@@ -292,31 +120,6 @@ def variant_configs(label: str, env: dict[str, str]) -> list[str]:
     if not names or set(names) - set(KSO_CONFIGS):
         raise ValueError(f"KSO_BENCH_CONFIGS wants some of {', '.join(KSO_CONFIGS)}: {env['KSO_BENCH_CONFIGS']!r}")
     return [f"{c}{label[len('kso'):]}" for c in names]
-
-
-def scheduler_http_timeout_s() -> str:
-    """deploy/'s extender httpTimeout in seconds ("2s" -> "2"): what kso's KSO_HTTP_TIMEOUT_S must say (deploy/settings
-    does), so that its Bindings end while kube-scheduler still waits."""
-    text = str(deploy_scheduler_config()["extenders"][0].get("httpTimeout", "5s"))
-    return str(float(text[:-1]) if text.endswith("s") and not text.endswith("ms") else float(text[:-2]) / 1e3)
-
-
-def kso_process(kubeconfig: Path, log: Path, **env: str) -> ExtenderProcess:
-    """``kso extender --port P`` as README says: a kubeconfig and, as deploy/settings.yaml, the scheduler's httpTimeout
-    (KSO_HTTP_TIMEOUT_S, unless the variant sets it); KSO_CLUSTER_SOURCE unset. Bound to 127.0.0.1 so a test never
-    opens a port beyond the machine."""
-    env.setdefault("KSO_HTTP_TIMEOUT_S", scheduler_http_timeout_s())
-    # KSO_BENCH_TREE=DIR (a --kso-env variant): run the kso of another checkout, e.g. the commit before a change;
-    # DIR relative to the working directory (the variant's label names files, so it cannot hold a "/").
-    tree = Path(env.pop("KSO_BENCH_TREE", str(REPO))).resolve()
-    env.pop("KSO_BENCH_CONFIGS", None)  # which runs the variant serves (variant_configs), not a kso setting
-    e = tree_env(tree, KUBECONFIG=str(kubeconfig), LOG_LEVEL="WARNING", KSO_HOST="127.0.0.1", **env)
-    e.pop("KSO_CLUSTER_SOURCE", None)
-    return ExtenderProcess([sys.executable, "-m", "kso.cli", "extender", "--port"], e, log, cwd=tree)
-
-
-def trivial_process(log: Path) -> ExtenderProcess:
-    return ExtenderProcess([sys.executable, "-m", "benchmarks.trivial_extender"], tree_env(), log, ready_path="/healthz")
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -381,26 +184,14 @@ class RunResult:
     # sync not counted): what the extender protocol costs the scheduler itself
     scheduler_cpu_ms: float = math.nan
     extender_system_ms: float = math.nan  # the kernel's part of extender_cpu_ms (system time)
-
-
-def process_cpu_s(ext: ExtenderProcess | Component | None) -> float:
-    """CPU seconds (user + system, all threads) the process of an extender (or of a control-plane component) has
-    used so far; NaN without one."""
-    return sum(process_cpu_times(ext))
-
-
-def process_cpu_times(ext: ExtenderProcess | Component | None) -> tuple[float, float]:
-    """(user, system) CPU seconds of that process so far, NaN without one. System time includes what the kernel
-    spends delivering the process's loopback writes to their reader (the receiver's TCP stack runs in the send)."""
-    if ext is None or ext.proc is None:
-        return math.nan, math.nan
-    import psutil
-
-    try:
-        t = psutil.Process(ext.proc.pid).cpu_times()
-    except psutil.Error:
-        return math.nan, math.nan
-    return float(t.user), float(t.system)
+    extender_memory: Memory = field(default_factory=Memory)  # at the end of the run
+    scheduler_memory: Memory = field(default_factory=Memory)  # at the last bind, before it is stopped
+    # kube-scheduler's start-up: seconds from its process's start to its first bind seen by the watch (its informers
+    # synced, every bound pod listed, one scheduling cycle done and its Binding posted), and its CPU by then
+    scheduler_first_bind_s: float = math.nan
+    scheduler_first_bind_cpu_s: float = math.nan
+    # kso's background plan solves that ended with a plan during the run (kso_plan_solves_total{result="ok"})
+    plan_solves: float = 0.0
 
 
 def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, Any], pods: int, rnd: int,
@@ -424,8 +215,10 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
             # extender's doing; the pods bound meanwhile are left out of its per-pod figure.
             first = watch.wait(1, timeout)
             sched_cpu0, bound0 = process_cpu_s(sched), len(watch.bound)
+            first_bind_s = min((t for _, t in watch.bound.values()), default=math.nan) - t0
             done = first and watch.wait(pods, timeout)
             sched_cpu = process_cpu_s(sched) - sched_cpu0
+            sched_memory = process_memory(sched)
         finally:
             cp.stop_component(sched)
             watch.stop()
@@ -448,11 +241,15 @@ def run_once(cp: ControlPlane, api: Any, config_name: str, sched_cfg: dict[str, 
                       for res in ("expired", "full")) if kso else 0.0
         bind_errors = (metric_sum(after, "kso_extender_bindings_total", result="error")
                        - metric_sum(before, "kso_extender_bindings_total", result="error")) if kso else 0.0
+        solves = (metric_sum(after, "kso_plan_solves_total", result="ok")
+                  - metric_sum(before, "kso_plan_solves_total", result="ok")) if kso else 0.0
         return RunResult(config_name, rnd, (len(times) - 1) / max(times[-1] - times[0], 1e-9), times[-1] - t0,
                          mx, p95, len({n for n, _ in watch.bound.values()}), os.getloadavg()[0], verbs, filtered,
                          extender_cpu_ms=cpu_ms, extender_system_ms=(system1 - system0) * 1e3 / pods,
                          binds_refused=refused, bind_errors=bind_errors,
-                         scheduler_cpu_ms=sched_cpu * 1e3 / max(1, pods - bound0))
+                         scheduler_cpu_ms=sched_cpu * 1e3 / max(1, pods - bound0),
+                         extender_memory=process_memory(ext), scheduler_memory=sched_memory,
+                         scheduler_first_bind_s=first_bind_s, scheduler_first_bind_cpu_s=sched_cpu0, plan_solves=solves)
     finally:
         delete_namespace_pods(api, ns)
         core.delete_namespace(ns)
@@ -474,21 +271,66 @@ def abba(configs: list[str], rounds: int) -> list[tuple[int, str]]:
     return order
 
 
+PLAN_INTERVAL_S = "5"  # kso's KSO_PLAN_INTERVAL_S with --load-annotations (its minimum): plan cycles during every run
+
+
+@dataclass
+class Startup:
+    """One extender process's start on the benchmark's cluster: seconds from its start to ready (kso: /readyz 200,
+    its watch synced), its own CPU seconds by then, its memory then."""
+
+    label: str
+    ready_s: float
+    cpu_s: float
+    memory: Memory
+
+
+@dataclass
+class Setup:
+    """What run_benchmark built before the runs: seconds to create the bound pods, each extender's start-up."""
+
+    bound_pods: int = 0
+    bound_pods_s: float = math.nan
+    nodes: int = 0
+    pods: int = 0  # pending pods per run
+    startups: list[Startup] = field(default_factory=list)
+
+
 def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_variants: dict[str, dict[str, str]],
-                  timeout: float, out: Callable[[str], None] = print) -> list[RunResult]:
+                  timeout: float, out: Callable[[str], None] = print, *, bound_pods: int = 0,
+                  annotated: bool = False) -> tuple[list[RunResult], Setup]:
+    """``bound_pods`` pods bound in advance over the nodes (their own namespace, kept through every run);
+    ``annotated``: the nodes carry load annotations and each kso re-solves its plan every PLAN_INTERVAL_S."""
     results: list[RunResult] = []
+    setup = Setup(bound_pods, nodes=nodes, pods=pods)
     with ControlPlane() as cp:
         api = cp.api_client()
-        create_nodes(api, bench_nodes(nodes))
+        manifests = bench_nodes(nodes, annotated=annotated)
+        create_nodes(api, manifests)
+        if bound_pods:
+            setup.bound_pods_s = create_bound_pods(api, [m["metadata"]["name"] for m in manifests], bound_pods,
+                                                   progress=out)
+            out(f"  {bound_pods} bound pods on {nodes} nodes created in {setup.bound_pods_s:.0f} s "
+                f"({bound_pods / setup.bound_pods_s:.0f}/s), load {os.getloadavg()[0]:.1f}")
         logs = cp.workdir or Path(".")
         extenders: dict[str, ExtenderProcess] = {}
+        plan_env = {"KSO_PLAN_INTERVAL_S": PLAN_INTERVAL_S} if annotated else {}
+
+        def started(label: str, ext: ExtenderProcess) -> ExtenderProcess:
+            mem = process_memory(ext)
+            setup.startups.append(Startup(label, ext.ready_s, ext.ready_cpu_s, mem))
+            out(f"  {label}: ready in {ext.ready_s:.1f} s, its CPU {ext.ready_cpu_s:.1f} s, RSS {mem.rss_mib:.0f} MiB "
+                f"(peak {mem.hwm_mib:.0f}), load {os.getloadavg()[0]:.1f}")
+            return ext
+
         try:
             if any(c.startswith("kso") for c in configs):
-                extenders["kso"] = kso_process(cp.kubeconfig, logs / "kso.log").start()
+                extenders["kso"] = started("kso", kso_process(cp.kubeconfig, logs / "kso.log", **plan_env).start())
             for label, env in kso_variants.items():
-                extenders[label] = kso_process(cp.kubeconfig, logs / f"{file_name(label)}.log", **env).start()
+                extenders[label] = started(label, kso_process(cp.kubeconfig, logs / f"{file_name(label)}.log",
+                                                              **{**plan_env, **env}).start())
             if {"trivial", "trivial-full"} & set(configs):
-                extenders["trivial"] = trivial_process(logs / "trivial.log").start()
+                extenders["trivial"] = started("trivial", trivial_process(logs / "trivial.log").start())
             all_configs = configs + [c for label, env in kso_variants.items() for c in variant_configs(label, env)]
             for rnd, name in abba(all_configs, rounds):
                 which, bind, node_cache = run_target(name)
@@ -500,7 +342,11 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
                     f"{res.p95_per_node:.0f} on {res.nodes_used} nodes  filtered {res.filtered:.0f}  extender CPU "
                     f"{res.extender_cpu_ms:.2f} ms/pod (system {res.extender_system_ms:.2f})  kube-scheduler CPU "
                     f"{res.scheduler_cpu_ms:.2f} ms/pod  binds refused "
-                    f"{res.binds_refused:.0f}  bind errors {res.bind_errors:.0f}  load {res.load1:.1f}")
+                    f"{res.binds_refused:.0f}  bind errors {res.bind_errors:.0f}  RSS extender/kube-scheduler "
+                    f"{res.extender_memory.rss_mib:.0f}/{res.scheduler_memory.rss_mib:.0f} MiB (peak "
+                    f"{res.extender_memory.hwm_mib:.0f}/{res.scheduler_memory.hwm_mib:.0f})  kube-scheduler first bind "
+                    f"{res.scheduler_first_bind_s:.1f} s (CPU {res.scheduler_first_bind_cpu_s:.1f} s)  plan solves "
+                    f"{res.plan_solves:.0f}  load {res.load1:.1f}")
                 results.append(res)
         finally:
             for ext in extenders.values():
@@ -511,7 +357,7 @@ def run_benchmark(nodes: int, pods: int, rounds: int, configs: list[str], kso_va
     alone = {r.round: r.pods_per_s for r in results if r.config == "alone"}
     for r in results:
         r.ratio = r.pods_per_s / alone[r.round] if r.round in alone else math.nan
-    return results
+    return results, setup
 
 
 def _med(values: list[float]) -> float:
@@ -545,6 +391,41 @@ def table(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
+def scale_table(results: list[RunResult]) -> str:
+    """Per configuration (medians over rounds): the figures that matter at scale, each process's own."""
+    lines = ["| configuration | ratio to alone | extender CPU ms/pod | filter p50 / p99 ms | kube-scheduler CPU ms/pod | "
+             "RSS MiB extender (peak) + its children | RSS MiB kube-scheduler (peak) | kube-scheduler first bind s "
+             "(its CPU s) | plan solves | load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r.config for r in results):
+        rs = [r for r in results if r.config == name]
+        filt = [r.verbs["filter"] for r in rs if "filter" in r.verbs and r.verbs["filter"]["calls"]]
+        ext_rss = _med([r.extender_memory.rss_mib for r in rs])
+        lines.append(
+            f"| {name} | {_med([r.ratio for r in rs]):.2f} | {_med([r.extender_cpu_ms for r in rs]):.2f} | "
+            + (f"{_med([f['p50_ms'] for f in filt]):.2f} / {_med([f['p99_ms'] for f in filt]):.1f}" if filt else "-")
+            + f" | {_med([r.scheduler_cpu_ms for r in rs]):.2f} | "
+            + ("-" if math.isnan(ext_rss) else f"{ext_rss:.0f} ({_med([r.extender_memory.hwm_mib for r in rs]):.0f}) + "
+               f"{_med([r.extender_memory.children_rss_mib for r in rs]):.0f}")
+            + f" | {_med([r.scheduler_memory.rss_mib for r in rs]):.0f} ({_med([r.scheduler_memory.hwm_mib for r in rs]):.0f})"
+            f" | {_med([r.scheduler_first_bind_s for r in rs]):.1f} ({_med([r.scheduler_first_bind_cpu_s for r in rs]):.1f})"
+            f" | {_med([r.plan_solves for r in rs]):.0f} | {_med([r.load1 for r in rs]):.1f} |")
+    return "\n".join(lines)
+
+
+def startup_table(setup: Setup, results: list[RunResult]) -> str:
+    """Each extender's seconds to ready against kube-scheduler's own seconds to its first bind (its runs alone,
+    else all its runs): the same cluster, the same bound pods."""
+    alone = [r.scheduler_first_bind_s for r in results if r.config == "alone"]
+    anchor, which = (_med(alone), "alone") if alone else (_med([r.scheduler_first_bind_s for r in results]), "all runs")
+    lines = [f"kube-scheduler's start to its first bind (median, {which}): {anchor:.1f} s",
+             "| process | ready s | its CPU s by then | RSS MiB then (peak) | ready / kube-scheduler's first bind |",
+             "|---|---|---|---|---|"]
+    for st in setup.startups:
+        lines.append(f"| {st.label} | {st.ready_s:.1f} | {st.cpu_s:.1f} | {st.memory.rss_mib:.0f} "
+                     f"({st.memory.hwm_mib:.0f}) | {st.ready_s / anchor:.2f} |")
+    return "\n".join(lines)
+
+
 def _parse_variant(text: str) -> tuple[str, dict[str, str]]:
     env = dict(kv.strip().split("=", 1) for kv in text.split(";") if "=" in kv)
     if not env:
@@ -564,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
                          "'KSO_WEIGHTS=safe-balance=10,pigeon-holing=1;POLICY_OBJECTIVE=LOAD_BALANCE'; "
                          "KSO_BENCH_TREE=DIR runs the kso of another checkout, KSO_BENCH_CONFIGS=kso,kso-bind,kso-full "
                          "the variant's runs (default kso)")
+    ap.add_argument("--bound-pods", type=int, default=0, metavar="N",
+                    help=f"N pods bound in advance, spread over the nodes (namespace {BOUND_NAMESPACE}, kept through "
+                         "every run): what kso and kube-scheduler list and count, as in a real cluster")
+    ap.add_argument("--load-annotations", action="store_true",
+                    help="nodes carry kube-safe-scheduler's load annotations, so kso has statistics and re-solves its "
+                         f"plan every {PLAN_INTERVAL_S} s (KSO_PLAN_INTERVAL_S) during the runs")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one run's pods to bind")
     ap.add_argument("--json", metavar="PATH", help="also write every run as JSON")
     args = ap.parse_args(argv)
@@ -579,14 +466,22 @@ def main(argv: list[str] | None = None) -> int:
             variant_configs(label, env)
     except ValueError as exc:
         ap.error(str(exc))
-    print(f"e2e: {args.nodes} nodes x {args.pods} pods, {args.rounds} rounds (ABBA), cpu count {os.cpu_count()}, "
-          f"load avg at start {os.getloadavg()[0]:.1f}", flush=True)
-    results = run_benchmark(args.nodes, args.pods, args.rounds, configs, variants, args.timeout,
-                            lambda s: print(s, flush=True))
+    print(f"e2e: {args.nodes} nodes x {args.pods} pods, {args.bound_pods} bound in advance"
+          f"{', load annotations' if args.load_annotations else ''}, {args.rounds} rounds (ABBA); "
+          f"machine: {machine_line(os.getloadavg())}", flush=True)
+    results, setup = run_benchmark(args.nodes, args.pods, args.rounds, configs, variants, args.timeout,
+                                   lambda s: print(s, flush=True), bound_pods=args.bound_pods,
+                                   annotated=args.load_annotations)
     print()
     print(table(results))
+    print()
+    print(scale_table(results))
+    print()
+    print(startup_table(setup, results))
+    print(f"\nload at the end {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
-        Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=1, default=str))
+        Path(args.json).write_text(json.dumps({"setup": dataclasses.asdict(setup),
+                                               "runs": [dataclasses.asdict(r) for r in results]}, indent=1, default=str))
     return 0
 
 

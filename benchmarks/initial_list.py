@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -91,27 +90,14 @@ print(json.dumps(out))
 
 
 def populate(api: Any, nodes: int, pods: int, namespace: str = "list-bench", threads: int = 16) -> float:
-    """Creates the nodes and the bound pods; returns the seconds the pods took."""
-    from kubernetes import client
+    """Creates the nodes and the bound pods (benchmarks.e2e_cluster, as e2e's --bound-pods); returns the seconds the
+    pods took."""
+    from benchmarks.e2e_cluster import bench_nodes, create_bound_pods, create_nodes
 
-    from benchmarks.e2e import bench_nodes, create_nodes, in_parallel, pod_manifest
-
-    core = client.CoreV1Api(api)
     manifests = bench_nodes(nodes, prefix="list-node")
     create_nodes(api, manifests)
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    names = [m["metadata"]["name"] for m in manifests]
-    t0 = time.perf_counter()
-
-    def one(i: int) -> None:
-        pod = pod_manifest(f"p-{i:06d}", labels={"app": f"app-{i % 50}"})
-        pod["spec"]["nodeName"] = names[i % len(names)]
-        core.create_namespaced_pod(namespace, pod, _preload_content=False)
-        if i and i % 2000 == 0:
-            print(f"  {i} pods created ({time.perf_counter() - t0:.0f} s)", flush=True)
-
-    in_parallel(one, range(pods), threads)
-    return time.perf_counter() - t0
+    return create_bound_pods(api, [m["metadata"]["name"] for m in manifests], pods, namespace, threads=threads,
+                             progress=lambda line: print(line, flush=True))
 
 
 def measure(tree: Path, kubeconfig: Path) -> dict[str, Any]:
