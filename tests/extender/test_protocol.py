@@ -306,3 +306,36 @@ def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[An
             assert pods.checked_names(got["NodeNames"]) == (all(isinstance(n, str) and n for n in names))
         except ProtocolError as exc:
             assert str(exc) == want
+
+
+@MANY_EXAMPLES
+@given(names=st.lists(st.text(max_size=4) | st.integers(-999, 999) | st.none() | st.lists(st.text(max_size=2), max_size=2),
+                      max_size=6))
+def test_plain_names_is_said_only_of_non_empty_strings(names: list[Any]) -> None:
+    """plain_names (the C scans that spare names_ok on kube-scheduler's arrays) never says plain of a list names_ok
+    refuses, and says it of every list of non-empty strings that need no escape and hold no bracket or brace."""
+    from decisions.engine import names_ok
+    from extender.protocol import plain_names
+
+    inner = orjson.dumps(names)[1:-1]
+    if plain_names(inner, len(names)):
+        assert names_ok(names)
+    simple = all(isinstance(n, str) and n and orjson.dumps(n) == b'"' + n.encode() + b'"'
+                 and not set(n) & set("[{") for n in names)
+    if simple and names:
+        assert plain_names(inner, len(names))
+
+
+def test_a_plain_names_list_is_checked_without_names_ok() -> None:
+    """kube-scheduler's arrays (a new list each call) are found checked from their bytes; a list with an empty or a
+    non-string name is not, and parse_extender_args refuses it as before."""
+    pods = KnownPods(names_limit=0)
+    body = orjson.dumps({"Pod": make_pod("p"), "Nodes": None, "NodeNames": ["a", "b-1.x"]})
+    got = pods.names_body(body, DEFAULT_LIMITS)
+    assert got is not None and pods.checked_names(got["NodeNames"])
+    for names in (["a", ""], ["a", 1]):
+        bad = orjson.dumps({"Pod": make_pod("p"), "Nodes": None, "NodeNames": names})
+        got = pods.names_body(bad, DEFAULT_LIMITS)
+        assert got is not None and not pods.checked_names(got["NodeNames"])
+        with pytest.raises(ProtocolError, match=r"NodeNames\[1\] must be a non-empty string"):
+            parse_extender_args(bad)
