@@ -339,7 +339,6 @@ class KnownPods:
         self.checked: dict[int, Any] = {}  # id -> a kept names list of non-empty strings only (held: its id is its own)
         # check_depth's (net, highest) of kept Pod and names bytes (_bracket_run): a body of kept parts is not scanned
         self.runs: dict[bytes, tuple[int, int]] = {}
-        self.last_plain: list[str] | None = None  # the last names list names_body found plain_names (checked_names)
 
     def decode(self, raw: bytes) -> Any:
         """orjson.loads(raw), from the kept object when these bytes were decoded before (raises as loads does)."""
@@ -383,11 +382,8 @@ class KnownPods:
                 if len(runs) >= self.limit + self.names_limit:
                     runs.clear()
                 runs[raw] = _bracket_run(raw)
-        if type(names) is list and self.checked.get(id(names)) is not names:
-            if plain_names(inner, len(names)):
-                self.last_plain = names  # checked_names knows it (the last one: a thread that misses it checks again)
-            elif names_raw in self.names and names_ok(names):  # kept, not plain: looked at once
-                self.checked[id(names)] = names
+        if type(names) is list and names_raw in self.names and self.checked.get(id(names)) is not names and names_ok(names):
+            self.checked[id(names)] = names  # a kept list is looked at once (filter's; prioritize's is the same list)
         return {"Pod": pod, "Nodes": None, "NodeNames": names}
 
     def decode_names(self, raw: bytes) -> Any:
@@ -409,29 +405,12 @@ class KnownPods:
         return names
 
     def checked_names(self, names: Any) -> bool:
-        """Whether ``names`` is a list already found to hold non-empty strings only (parse_extender_args' check): a
-        kept one, or the last list names_body found plain_names."""
-        return names is self.last_plain or self.checked.get(id(names)) is names
+        """Whether ``names`` is a kept list already found to hold non-empty strings only (parse_extender_args' check)."""
+        return self.checked.get(id(names)) is names
 
     def holds(self, pod: Any) -> bool:
         """Whether ``pod`` is a Pod object kept here: shared by every call that sends its bytes, read only."""
         return self.held.get(id(pod)) is pod
-
-
-def plain_names(inner: bytes, count: int) -> bool:
-    """Whether ``inner``, the bytes between the brackets of a JSON array that decoded to a list of ``count`` items,
-    shows every item a non-empty string (names_ok's answer) without a look at each decoded item: without a
-    backslash every quote delimits a string, and without an opening bracket every item is a scalar, so 2 quotes
-    per item make every item a string, each between the quotes of a pair; none empty when no pair is adjacent.
-    The quotes are found in numpy (bytes.count and a '""' search are slow on bytes that are one quote in ten).
-    False says nothing: names_ok then looks."""
-    if count <= 0 or b"\\" in inner or b"[" in inner or b"{" in inner:
-        return False
-    quotes = np.flatnonzero(np.frombuffer(inner, dtype=np.uint8) == _QUOTE)
-    return len(quotes) == 2 * count and bool(np.minimum.reduce(quotes[1::2] - quotes[::2]) > 1)
-
-
-_QUOTE = ord('"')
 
 
 KNOWN_PODS = KnownPods()

@@ -308,28 +308,11 @@ def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[An
             assert str(exc) == want
 
 
-@MANY_EXAMPLES
-@given(names=st.lists(st.text(max_size=4) | st.integers(-999, 999) | st.none() | st.lists(st.text(max_size=2), max_size=2),
-                      max_size=6))
-def test_plain_names_is_said_only_of_non_empty_strings(names: list[Any]) -> None:
-    """plain_names (the C scans that spare names_ok on kube-scheduler's arrays) never says plain of a list names_ok
-    refuses, and says it of every list of non-empty strings that need no escape and hold no bracket or brace."""
-    from decisions.engine import names_ok
-    from extender.protocol import plain_names
 
-    inner = orjson.dumps(names)[1:-1]
-    if plain_names(inner, len(names)):
-        assert names_ok(names)
-    simple = all(isinstance(n, str) and n and orjson.dumps(n) == b'"' + n.encode() + b'"'
-                 and not set(n) & set("[{") for n in names)
-    if simple and names:
-        assert plain_names(inner, len(names))
-
-
-def test_a_plain_names_list_is_checked_without_names_ok() -> None:
-    """kube-scheduler's arrays (a new list each call) are found checked from their bytes; a list with an empty or a
-    non-string name is not, and parse_extender_args refuses it as before."""
-    pods = KnownPods(names_limit=0)
+def test_new_names_lists_without_brackets_are_checked_once_and_refused_as_before() -> None:
+    """kube-scheduler's arrays (a new list each call, no bracket in them: no depth scan of the body) are found
+    checked once kept; a list with an empty or a non-string name is not, and parse_extender_args refuses it."""
+    pods = KnownPods(names_limit=2)
     body = orjson.dumps({"Pod": make_pod("p"), "Nodes": None, "NodeNames": ["a", "b-1.x"]})
     got = pods.names_body(body, DEFAULT_LIMITS)
     assert got is not None and pods.checked_names(got["NodeNames"])
