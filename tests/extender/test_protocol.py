@@ -308,7 +308,6 @@ def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[An
             assert str(exc) == want
 
 
-
 def test_new_names_lists_without_brackets_are_checked_once_and_refused_as_before() -> None:
     """kube-scheduler's arrays (a new list each call, no bracket in them: no depth scan of the body) are found
     checked once kept; a list with an empty or a non-string name is not, and parse_extender_args refuses it."""
