@@ -363,8 +363,13 @@ class KnownPods:
         # body = HEAD + pod_raw + MID less its "[" + names_raw + "}": check_depth's running count is 1 after HEAD,
         # so its highest is 1 + the Pod's highest or 1 + the Pod's net + the names' highest ("}" only closes)
         pod_raw, names_raw = body[len(self.HEAD):at], body[at + len(self.MID) - 1:-1]
+        inner = names_raw[1:-1]
         runs = self.runs
         pod_run, names_run = runs.get(pod_raw), runs.get(names_raw)
+        # names with no opening bracket but the array's own (kube-scheduler's, every list new) reach depth 1 in it:
+        # no scan of the body, and nothing to remember for them
+        if names_run is None and b"[" not in inner and b"{" not in inner:
+            names_run = (0, 1)
         if pod_run is None or names_run is None or max(1 + pod_run[1], 1 + pod_run[0] + names_run[1]) > limits.max_depth:
             check_depth(body, limits.max_depth)  # its 400, or a body with a part not kept yet
         try:
@@ -377,20 +382,26 @@ class KnownPods:
                 if len(runs) >= self.limit + self.names_limit:
                     runs.clear()
                 runs[raw] = _bracket_run(raw)
+        if type(names) is list and names_raw in self.names and self.checked.get(id(names)) is not names and names_ok(names):
+            self.checked[id(names)] = names  # a kept list is looked at once (filter's; prioritize's is the same list)
         return {"Pod": pod, "Nodes": None, "NodeNames": names}
 
     def decode_names(self, raw: bytes) -> Any:
         """orjson.loads(raw), the kept list when these bytes were decoded before (raises as loads does)."""
-        names = self.names.get(raw)
+        kept = self.names
+        names = kept.get(raw)
         if names is None:
             names = orjson.loads(raw)
-            if type(names) is list and len(raw) <= self.max_names_bytes:
-                if len(self.names) >= self.names_limit:
-                    self.names.clear()
-                    self.checked.clear()
-                self.names[raw] = names
-                if names_ok(names):
-                    self.checked[id(names)] = names
+            if type(names) is list and len(raw) <= self.max_names_bytes and self.names_limit > 0:
+                # the oldest goes, one at a time: a list is freed a few calls after its own (its strings still in
+                # the caches), where emptying all of them at once freed names_limit cold lists in one call
+                while len(kept) >= self.names_limit:
+                    try:
+                        oldest = next(iter(kept))
+                    except (RuntimeError, StopIteration):  # another thread's body changed it meanwhile
+                        break
+                    self.checked.pop(id(kept.pop(oldest, None)), None)
+                kept[raw] = names
         return names
 
     def checked_names(self, names: Any) -> bool:

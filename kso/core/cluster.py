@@ -96,6 +96,7 @@ class ClusterState:
         # node columns (alloc, the statistics, congestion, the column map), requested, recent.
         self.node_gen = self.req_gen = self.recent_gen = 0
         self._whole: NodeView | None = None  # see whole
+        self._whole_block = np.zeros((0, 0))  # the store-wide view's node columns, packed (see whole)
         # The last view of a names list, with a copy of the list: kube-scheduler asks prioritize about the nodes filter
         # passed, in that order (every one, usually), and the protocol hands out the same list for the same bytes
         self._last_view: tuple[list[str], list[str], NodeView, tuple[int, int]] | None = None
@@ -492,20 +493,20 @@ class ClusterState:
             if (last is not None and last[0] is names and last[2].whole is whole and last[3] == gens
                     and last[1] == names):
                 return last[2]
-            # map over the bound dict.get runs in C: ~4x faster than a comprehension at 500 names
-            found = list(map(self.row_of.get, names, repeat(0, len(names))))
-            rows = np.array(found, dtype=np.intp)
-            # take(axis=0) is the same gather as fancy indexing, at a fraction of its overhead
+            # fromiter over a map of the bound dict.get runs in C (no list of the rows in between): ~4x faster than a
+            # comprehension at 500 names
+            rows = np.fromiter(map(self.row_of.get, names, repeat(0, len(names))), dtype=np.intp, count=len(names))
+            # One gather of the store-wide view's packed node columns (row-major: a row's columns side by side) for
+            # all of them, the columns then slices of it; requested and recent from the store's own columns
+            block = self._whole_block.take(rows, axis=0)
+            block.flags.writeable = False  # its slices, shared by the calls that get this view again, are read only
             view = NodeView(
-                names=names, known=rows > 0, alloc=whole.alloc.take(rows, axis=0),
-                requested=self.requested.take(rows, axis=0), columns=whole.columns,
-                mean_free=whole.mean_free.take(rows, axis=0), std_free=whole.std_free.take(rows, axis=0),
-                forecast_free=whole.forecast_free.take(rows, axis=0), recent=self.recent.take(rows, axis=0),
-                congestion=whole.congestion.take(rows), node_list=None, image_node_count=self.image_node_count,
-                total_nodes=len(self.row_of), rows=rows, state=self, layout=self.layout, unknown=found.count(0),
-                whole=whole)
-            for array in (view.known, view.alloc, view.requested, view.mean_free, view.std_free, view.forecast_free,
-                          view.recent, view.congestion, rows):
+                names=names, known=rows > 0, requested=self.requested.take(rows, axis=0), columns=whole.columns,
+                recent=self.recent.take(rows, axis=0), node_list=None, image_node_count=self.image_node_count,
+                total_nodes=len(self.row_of), rows=rows, state=self, layout=self.layout, whole=whole,
+                **self._node_column_slices(block, len(whole.columns)))
+            view.unknown = len(rows) - int(np.count_nonzero(view.known))
+            for array in (view.known, view.requested, view.recent, rows):
                 array.flags.writeable = False  # shared by the calls that get this view again
             self._last_view = (names, list(names), view, gens)
             return view
@@ -527,17 +528,25 @@ class ClusterState:
                 names[row] = name
             known = np.zeros(cap, dtype=bool)
             known[list(self.row_of.values())] = True
-            alloc, mean_free, std_free, forecast_free, congestion = (frozen(c.copy()) for c in (
-                self.alloc, self.mean_free, self.std_free, self.forecast_free, self.congestion))
+            # the node columns packed side by side in one row-major block (a call's view gathers its rows in one take)
+            block = self._whole_block = frozen(np.hstack(
+                [self.alloc, self.mean_free, self.std_free, self.forecast_free, self.congestion[:, None]]))
             self._whole = NodeView(
-                names=names, known=frozen(known), alloc=alloc, requested=frozen(np.zeros((0, len(self.columns)))),
-                columns=dict(self.columns), mean_free=mean_free, std_free=std_free, forecast_free=forecast_free,
-                recent=frozen(np.zeros((0, 2))), congestion=congestion, node_list=None,
+                names=names, known=frozen(known), requested=frozen(np.zeros((0, len(self.columns)))),
+                columns=dict(self.columns), recent=frozen(np.zeros((0, 2))), node_list=None,
                 image_node_count=self.image_node_count, total_nodes=len(self.row_of),
                 rows=frozen(np.arange(cap, dtype=np.intp)), state=self, layout=self.layout,
-                unknown=cap - len(self.row_of))
+                unknown=cap - len(self.row_of), **self._node_column_slices(block, len(self.columns)))
             self._whole_gens = self.node_gen
             return self._whole
+
+    @staticmethod
+    def _node_column_slices(block: np.ndarray, resources: int) -> dict[str, np.ndarray]:
+        """A NodeView's node columns as slices of ``block``, whole()'s packing: allocatable (``resources`` columns),
+        mean, std and forecast free (2 each), congestion (1)."""
+        r = resources
+        return {"alloc": block[:, :r], "mean_free": block[:, r:r + 2], "std_free": block[:, r + 2:r + 4],
+                "forecast_free": block[:, r + 4:r + 6], "congestion": block[:, r + 6]}
 
     def plan_copy(self) -> PlanCopy:
         """A consistent copy of what a plan's build reads (PlanCopy), taken under the lock in O(nodes + pods) C-level

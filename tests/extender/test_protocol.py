@@ -306,3 +306,18 @@ def test_kept_parts_are_depth_checked_as_the_whole_body(pod: Any, names: list[An
             assert pods.checked_names(got["NodeNames"]) == (all(isinstance(n, str) and n for n in names))
         except ProtocolError as exc:
             assert str(exc) == want
+
+
+def test_new_names_lists_without_brackets_are_checked_once_and_refused_as_before() -> None:
+    """kube-scheduler's arrays (a new list each call, no bracket in them: no depth scan of the body) are found
+    checked once kept; a list with an empty or a non-string name is not, and parse_extender_args refuses it."""
+    pods = KnownPods(names_limit=2)
+    body = orjson.dumps({"Pod": make_pod("p"), "Nodes": None, "NodeNames": ["a", "b-1.x"]})
+    got = pods.names_body(body, DEFAULT_LIMITS)
+    assert got is not None and pods.checked_names(got["NodeNames"])
+    for names in (["a", ""], ["a", 1]):
+        bad = orjson.dumps({"Pod": make_pod("p"), "Nodes": None, "NodeNames": names})
+        got = pods.names_body(bad, DEFAULT_LIMITS)
+        assert got is not None and not pods.checked_names(got["NodeNames"])
+        with pytest.raises(ProtocolError, match=r"NodeNames\[1\] must be a non-empty string"):
+            parse_extender_args(bad)

@@ -152,3 +152,24 @@ def test_agents_cannot_write_a_view_and_a_list_gets_its_view_again_until_either_
     changed = state.view(listed)
     assert changed is not again and changed.requested[0, state.columns["cpu"]] == 1000.0
     assert np.isnan(state.view(["x"]).alloc).all()
+
+
+def test_a_views_node_columns_are_one_gather_of_the_packed_store_wide_block() -> None:
+    """The node columns of a call's view are slices of one row-major block gathered by its rows (one take per call,
+    not one per column), read only, with the store's values; requested and recent are the store's own rows."""
+    state = ClusterState()
+    for i in range(6):
+        state.upsert_node(node_from_k8s(make_node(f"n{i}", cpu=str(i + 1))))
+    state.upsert_pod(pod_from_k8s(make_pod("p", cpu="1", node="n3", uid="u")))
+    listed = ["n4", "ghost", "n1", "n3"]
+    view = state.view(listed)
+    node_columns = ("alloc", "mean_free", "std_free", "forecast_free", "congestion")
+    block = view.alloc.base
+    assert block is not None and block.flags.c_contiguous and block.shape == (len(listed), len(state.columns) + 7)
+    for field in node_columns:
+        column = getattr(view, field)
+        assert column.base is block and not column.flags.writeable, field
+        expected = getattr(state, field)[view.rows]
+        assert np.array_equal(column, expected, equal_nan=True), field
+    assert view.requested[listed.index("n3"), state.columns["cpu"]] == 1000.0
+    assert view.unknown == 1 and not view.known[1] and np.isnan(view.alloc[1]).all()
