@@ -223,7 +223,7 @@ def _solve_lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: n
     a_ub = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, n_var))
     cost = np.concatenate([np.zeros(n_x), sub.cost])
     bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
-    options = {} if time_limit_s is None else {"time_limit": max(float(time_limit_s), 0.1)}
+    options = {} if time_limit_s is None else {"time_limit": max(float(time_limit_s), 1e-3)}
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need, bounds=bounds, method="highs",
                   options=options)
     if res.status != 0:
