@@ -194,12 +194,14 @@ def late_gain(result: SolveResult) -> float:
     return (before[-1] - pts[-1][1]) / max(abs(before[-1]), 1e-9)
 
 
-def with_retries(fn: Callable[..., T], opts: Any, *args: Any) -> tuple[T | None, list[str]]:
+def with_retries(fn: Callable[..., T], opts: Any, *args: Any, timeout_s: float | None = None
+                 ) -> tuple[T | None, list[str]]:
     """``fn(opts, *args)`` through the optimizer's protected solve (a child process, another seed after an
-    OR-Tools abort, google/or-tools#5288): (result or None, one note per dead attempt)."""
+    OR-Tools abort, google/or-tools#5288, stopped after ``timeout_s``, default the solver's): (result or None,
+    one note per dead attempt)."""
     notes: list[str] = []
     try:
-        result, _ = ProtectedSolver(retries=CRASH_RETRIES, on_crash=notes.append).call(fn, opts, *args)
+        result, _ = ProtectedSolver(retries=CRASH_RETRIES, on_crash=notes.append, timeout_s=timeout_s).call(fn, opts, *args)
     except SolverDied:
         return None, notes
     return result, notes
