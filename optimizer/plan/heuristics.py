@@ -161,14 +161,30 @@ _LP_MEMO: dict[bytes, _LpSolution | None] = {}
 _LP_MEMO_SIZE = 4
 
 
-def _lp_key(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> bytes:
+# Problems whose relaxation ran out of time, with that limit: asked again within no more time (the plan's bound
+# after the rounded start timed out), it is not tried; it would only spend the same seconds again.
+_LP_TIMED_OUT: dict[bytes, float] = {}
+
+
+def _digest(*parts: np.ndarray) -> bytes:
     digest = hashlib.blake2b(digest_size=16)
-    for part in (comp.req, comp.free, comp.eligible, comp.a, comp.budget, comp.has_pods, comp.counts,
-                 np.zeros(0) if unplaced is None else np.asarray(unplaced, dtype=np.int64),
-                 np.zeros(0) if weights is None else np.asarray(weights, dtype=float)):
+    for part in parts:
         digest.update(np.ascontiguousarray(part).tobytes())
         digest.update(str(part.shape).encode())
     return digest.digest()
+
+
+def _problem_key(comp: Compiled) -> bytes:
+    return _digest(comp.req, comp.free, comp.eligible, comp.a, comp.budget, comp.has_pods, comp.counts)
+
+
+def _lp_key(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> bytes:
+    return _digest(_np_bytes(_problem_key(comp)), np.zeros(0) if unplaced is None else np.asarray(unplaced, dtype=np.int64),
+                   np.zeros(0) if weights is None else np.asarray(weights, dtype=float))
+
+
+def _np_bytes(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.uint8)
 
 
 def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None,
@@ -179,8 +195,14 @@ def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndar
     key = _lp_key(comp, unplaced, weights)
     if key in _LP_MEMO:
         return _LP_MEMO[key]
+    problem = _problem_key(comp)
+    if time_limit_s is not None and time_limit_s <= _LP_TIMED_OUT.get(problem, -1.0):
+        return None
     solution, timed_out = _solve_lp_relaxation(comp, unplaced, weights, time_limit_s)
     if timed_out:
+        if len(_LP_TIMED_OUT) >= _LP_MEMO_SIZE:
+            _LP_TIMED_OUT.pop(next(iter(_LP_TIMED_OUT)))
+        _LP_TIMED_OUT[problem] = max(float(time_limit_s or 0.0), _LP_TIMED_OUT.get(problem, 0.0))
         return None
     while len(_LP_MEMO) >= _LP_MEMO_SIZE:
         _LP_MEMO.pop(next(iter(_LP_MEMO)))

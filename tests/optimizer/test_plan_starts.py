@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from benchmarks.clusters import cluster_state, generate
 from optimizer.plan import heuristics
@@ -35,14 +36,20 @@ def test_restricted_pods_come_first_and_the_start_still_fits() -> None:
     assert (x[~comp.eligible] == 0).all()
 
 
-def test_the_relaxation_stops_at_its_time_limit_and_is_solved_once() -> None:
+def test_the_relaxation_stops_at_its_time_limit_and_is_solved_once(monkeypatch: pytest.MonkeyPatch) -> None:
     comp = _comp(300, 2000, 0)
     left = first_fit_decreasing(comp).unplaced  # the pods no node takes stay out of the relaxation
     heuristics._LP_MEMO.clear()
+    heuristics._LP_TIMED_OUT.clear()
     assert math.isnan(lp_bound_nodes(comp, left, time_limit_s=1e-3))  # stopped by HiGHS: no bound, none remembered
-    assert not heuristics._LP_MEMO
-    first = heuristics._lp_relaxation(comp, left, None)
-    assert first is not None and heuristics._lp_relaxation(comp, left, None) is first
+    assert not heuristics._LP_MEMO and list(heuristics._LP_TIMED_OUT.values()) == [1e-3]
+    solves = []
+    solve_lp = heuristics._solve_lp_relaxation
+    monkeypatch.setattr(heuristics, "_solve_lp_relaxation", lambda *a: solves.append(a) or solve_lp(*a))
+    assert math.isnan(lp_bound_nodes(comp, left, time_limit_s=1e-3)) and not solves  # no more time: not tried
+    first = heuristics._lp_relaxation(comp, left, None)  # no limit: solved
+    assert first is not None and len(solves) == 1 and heuristics._lp_relaxation(comp, left, None) is first
+    assert len(solves) == 1
     assert lp_bound_nodes(comp, left) == first.value
     more = left.copy()
     more[int(np.argmax(comp.counts))] += 1
