@@ -194,12 +194,14 @@ def late_gain(result: SolveResult) -> float:
     return (before[-1] - pts[-1][1]) / max(abs(before[-1]), 1e-9)
 
 
-def with_retries(fn: Callable[..., T], opts: Any, *args: Any) -> tuple[T | None, list[str]]:
+def with_retries(fn: Callable[..., T], opts: Any, *args: Any, timeout_s: float | None = None
+                 ) -> tuple[T | None, list[str]]:
     """``fn(opts, *args)`` through the optimizer's protected solve (a child process, another seed after an
-    OR-Tools abort, google/or-tools#5288): (result or None, one note per dead attempt)."""
+    OR-Tools abort, google/or-tools#5288, stopped after ``timeout_s``, default the solver's): (result or None,
+    one note per dead attempt)."""
     notes: list[str] = []
     try:
-        result, _ = ProtectedSolver(retries=CRASH_RETRIES, on_crash=notes.append).call(fn, opts, *args)
+        result, _ = ProtectedSolver(retries=CRASH_RETRIES, on_crash=notes.append, timeout_s=timeout_s).call(fn, opts, *args)
     except SolverDied:
         return None, notes
     return result, notes
@@ -371,8 +373,18 @@ def _parser() -> argparse.ArgumentParser:
                     "NODESxPODS[/PENDING][:replan][:varied] (e.g. 300x2000,1500x8000,5000x150000/1000; each cell's "
                     "aim sets its time limit, else --cluster-time-limit)")
     ap.add_argument("--cluster-time-limit", type=float, default=None, help="seconds per policy on --clusters cells")
+    ap.add_argument("--cluster-seeds", default="", help="comma-separated seeds for the --clusters cells, each run and "
+                    "then summarised (median, range); default --seed")
     ap.add_argument("--skip-openb", action="store_true", help="only the --clusters section")
     return ap
+
+
+def _seeds(args: argparse.Namespace) -> list[int]:
+    text = args.cluster_seeds.strip()
+    try:
+        return [int(s) for s in text.split(",") if s.strip()] if text else [args.seed]
+    except ValueError:
+        raise SystemExit(f"--cluster-seeds {text!r}: want comma-separated integers, e.g. 1,2,3") from None
 
 
 def _chance_section(say: Callable[..., None]) -> None:
@@ -400,7 +412,7 @@ def _clusters_section(args: argparse.Namespace, say: Callable[..., None], report
     crows, caims, ccrash = solver_clusters.run([solver_clusters.parse_cluster_cell(c) for c in args.clusters.split(",")
                                                 if c.strip()],
                                                [p.strip() for p in args.policies.split(",") if p.strip()],
-                                               args.workers, args.seed, say, with_retries, table,
+                                               args.workers, _seeds(args), say, with_retries, table,
                                                args.cluster_time_limit)
     say()
     say("max load = the hottest node's load index over the nodes given pods (1.000 = at its safe bound in the "

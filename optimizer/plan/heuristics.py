@@ -6,6 +6,7 @@ FFD also warm-starts CP-SAT: its placement is given as the solver's hint, so a p
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -22,11 +23,17 @@ class HeuristicResult:
 
 
 # Pod size for the "decreasing" order: the larger of its cpu and memory shares of the mean node. Pods that may
-# go on one node only (a DaemonSet's, pinned by matchFields) come first, before others fill their node.
-def _pod_order(comp: Compiled) -> np.ndarray:
+# go on one node only (a DaemonSet's, pinned by matchFields) come first, before others fill their node. With
+# ``restricted_first``, pods that may go on fewer than half of the nodes (a zone, GPU nodes) come next, before
+# pods that may go anywhere take the room they need on those nodes (an alternative start: on clusters of
+# trace shapes it opened one node fewer in 3 of 4 tuning seeds, benchmarks/figures/plans-unseen.md).
+def _pod_order(comp: Compiled, restricted_first: bool = False) -> np.ndarray:
     mean_free = np.maximum(comp.free[:, :2].mean(axis=0), 1)
     size = (comp.req[:, :2] / mean_free).max(axis=1)
-    pinned = comp.eligible.sum(axis=1) <= 1
+    eligible = comp.eligible.sum(axis=1)
+    pinned = eligible <= 1
+    if restricted_first:
+        return np.lexsort((-size, eligible >= 0.5 * comp.n_nodes, ~pinned))
     return np.lexsort((-size, ~pinned))
 
 
@@ -35,7 +42,7 @@ def _node_order(comp: Compiled) -> np.ndarray:
     return np.lexsort((-comp.free[:, 1], -comp.free[:, 0], ~comp.has_pods))
 
 
-def _place(comp: Compiled, rule: str) -> HeuristicResult:
+def _place(comp: Compiled, rule: str, restricted_first: bool = False) -> HeuristicResult:
     """Pods in decreasing size, each on a node where the rules allow it, its requests fit and the linear
     safe bound holds: the first in node order ("first"), the one left fullest ("best"), or the one whose
     load index stays lowest ("least-loaded", the load-balance start)."""
@@ -53,7 +60,7 @@ def _place(comp: Compiled, rule: str) -> HeuristicResult:
     scale = np.maximum(comp.free[:, :2].max(axis=0), 1).astype(float)
     index_cap, index_const = index_terms(comp)
     spent = np.zeros((2, n_n))  # sum_c a[r, c, n] x[c, n], for the load index
-    for ci in _pod_order(comp):
+    for ci in _pod_order(comp, restricted_first):
         req = comp.req[ci]
         a = comp.a[:, ci, :]
         left = int(comp.counts[ci])
@@ -98,8 +105,8 @@ def _most_that_fit(free: np.ndarray, req: np.ndarray, budget: np.ndarray, a: np.
     return max(int(min(by_req.min(initial=2**62), by_safe.min(initial=2**62))), 1)
 
 
-def first_fit_decreasing(comp: Compiled) -> HeuristicResult:
-    return _place(comp, "first")
+def first_fit_decreasing(comp: Compiled, restricted_first: bool = False) -> HeuristicResult:
+    return _place(comp, "first", restricted_first)
 
 
 def least_loaded_decreasing(comp: Compiled) -> HeuristicResult:
@@ -133,8 +140,10 @@ def _node_types(comp: Compiled, w: np.ndarray) -> tuple[Compiled, np.ndarray, li
 # exact (split any solution evenly), and so is merging classes with the same requests, safe-bound terms and
 # eligibility (sum their pods), which keeps the LP small on large clusters.
 # w_n = 1 (binpack) or the node weights of consolidate / cost (optimizer.plan.compiled.node_weights).
-def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None) -> float:
-    solution = _lp_relaxation(comp, unplaced, weights)
+def lp_bound_nodes(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None,
+                   time_limit_s: float | None = None) -> float:
+    """The LP relaxation's optimum (nan when it has none, or none within ``time_limit_s`` seconds)."""
+    solution = _lp_relaxation(comp, unplaced, weights, time_limit_s)
     return float("nan") if solution is None else solution.value
 
 
@@ -145,9 +154,65 @@ class _LpSolution:
     opened: list[tuple[list[int], float, bool]]  # (nodes of a type, y, already in use)
 
 
-def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> _LpSolution | None:
+# The last LP relaxations solved, by their inputs' digest: a solve asks for the same one twice (the rounded start,
+# then the plan's bound when the plan places the same pods), and at 1,500 nodes of trace shapes one costs 4-13 s
+# of CPU (782 node types x 171 classes).
+_LP_MEMO: dict[bytes, _LpSolution | None] = {}
+_LP_MEMO_SIZE = 4
+
+
+# Problems whose relaxation ran out of time, with that limit: asked again within no more time (the plan's bound
+# after the rounded start timed out), it is not tried; it would only spend the same seconds again.
+_LP_TIMED_OUT: dict[bytes, float] = {}
+
+
+def _digest(*parts: np.ndarray) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        digest.update(np.ascontiguousarray(part).tobytes())
+        digest.update(str(part.shape).encode())
+    return digest.digest()
+
+
+def _problem_key(comp: Compiled) -> bytes:
+    return _digest(comp.req, comp.free, comp.eligible, comp.a, comp.budget, comp.has_pods, comp.counts)
+
+
+def _lp_key(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None) -> bytes:
+    return _digest(_np_bytes(_problem_key(comp)), np.zeros(0) if unplaced is None else np.asarray(unplaced, dtype=np.int64),
+                   np.zeros(0) if weights is None else np.asarray(weights, dtype=float))
+
+
+def _np_bytes(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.uint8)
+
+
+def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None,
+                   time_limit_s: float | None = None) -> _LpSolution | None:
+    """The relaxation's solution, None when it has none or none within ``time_limit_s`` (not remembered then)."""
     if comp.n_nodes == 0:
         return None
+    key = _lp_key(comp, unplaced, weights)
+    if key in _LP_MEMO:
+        return _LP_MEMO[key]
+    problem = _problem_key(comp)
+    if time_limit_s is not None and time_limit_s <= _LP_TIMED_OUT.get(problem, -1.0):
+        return None
+    solution, timed_out = _solve_lp_relaxation(comp, unplaced, weights, time_limit_s)
+    if timed_out:
+        if len(_LP_TIMED_OUT) >= _LP_MEMO_SIZE:
+            _LP_TIMED_OUT.pop(next(iter(_LP_TIMED_OUT)))
+        _LP_TIMED_OUT[problem] = max(float(time_limit_s or 0.0), _LP_TIMED_OUT.get(problem, 0.0))
+        return None
+    while len(_LP_MEMO) >= _LP_MEMO_SIZE:
+        _LP_MEMO.pop(next(iter(_LP_MEMO)))
+    _LP_MEMO[key] = solution
+    return solution
+
+
+def _solve_lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndarray | None,
+                         time_limit_s: float | None) -> tuple[_LpSolution | None, bool]:
+    """(the solution or None, whether HiGHS stopped at the time limit)."""
     # scipy.optimize costs a second of import; only the bound needs it, not every solver process.
     import scipy.sparse as sp
     from scipy.optimize import linprog
@@ -180,25 +245,28 @@ def _lp_relaxation(comp: Compiled, unplaced: np.ndarray | None, weights: np.ndar
     a_ub = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, n_var))
     cost = np.concatenate([np.zeros(n_x), sub.cost])
     bounds = [(0, None)] * n_x + [(m, m) if sub.has_pods[t] else (0.0, m) for t, m in enumerate(mult)]
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need, bounds=bounds, method="highs")
+    options = {} if time_limit_s is None else {"time_limit": max(float(time_limit_s), 1e-3)}
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(row), A_eq=a_eq, b_eq=need, bounds=bounds, method="highs",
+                  options=options)
     if res.status != 0:
-        return None
+        return None, res.status == 1  # 1: a limit (time or iterations) stopped it
     groups = list(class_groups.values())
     amounts = [(groups[c], node_groups[t], float(v)) for c, t, v in zip(ci_idx, ti_idx, res.x[:n_x], strict=True)
                if v > 1e-9]
     opened = [(node_groups[t], float(res.x[n_x + t]), bool(sub.has_pods[t])) for t in range(n_t)]
-    return _LpSolution(float(res.fun), amounts, opened)
+    return _LpSolution(float(res.fun), amounts, opened), False
 
 
 # LP rounding: the relaxation's placement of each merged class on each node type, spread evenly over
 # ceil(y_t) nodes of that type (rounded down per node), pods a node cannot take taken off, and what is left
 # placed by first-fit-decreasing on what is left of the nodes. Small pods on many identical nodes (a cluster
 # planned whole) round with little loss, where the greedy heuristics fill big nodes with big pods only.
-def lp_rounded(comp: Compiled, unplaced: np.ndarray | None = None,
-               weights: np.ndarray | None = None) -> HeuristicResult | None:
+def lp_rounded(comp: Compiled, unplaced: np.ndarray | None = None, weights: np.ndarray | None = None,
+               time_limit_s: float | None = None) -> HeuristicResult | None:
+    """None when the relaxation has no solution (or none within ``time_limit_s``)."""
     import dataclasses
 
-    solution = _lp_relaxation(comp, unplaced, weights)
+    solution = _lp_relaxation(comp, unplaced, weights, time_limit_s)
     if solution is None:
         return None
     x = np.zeros((comp.n_classes, comp.n_nodes), dtype=np.int64)

@@ -66,6 +66,7 @@ __all__ = ["POLICIES", "SCALE", "T_CEIL", "T_MAX", "Compiled", "SolveResult", "S
            "evaluate", "finish", "solve"]
 
 log = logging.getLogger("kso.optimizer")
+LP_SHARE = 0.15  # of the time limit, for each LP relaxation a solve asks for (the rounded start, the plan's bound)
 OK_STATUSES = ("OPTIMAL", "FEASIBLE")
 
 
@@ -114,8 +115,11 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     ffd = first_fit_decreasing(comp)
     start = ffd.x
     floor_x, _ = _held(comp, start, problem, policy)
+    # The LP relaxation (the rounded start, then the bound) gets a share of the limit: at 1,500 trace-shaped nodes
+    # one costs 4-13 s of CPU, several times that in wall time on a busy machine, and the plan must keep its limit.
+    lp_limit = max(1.0, options.time_limit_s * LP_SHARE)
     if policy in ("binpack", "consolidate", "cost"):
-        start = _node_counting_start(comp, problem, policy, start, ffd.unplaced)
+        start = _node_counting_start(comp, problem, policy, start, ffd.unplaced, lp_limit)
     elif policy == "load-balance":
         # FFD fills the busiest nodes to their bound; start from the least-loaded placement instead.
         start = least_loaded_decreasing(comp).x
@@ -124,6 +128,7 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
         floor_x = held_start  # the floor: the better of FFD and the start, both held to the exact rule
     else:
         start = floor_x
+    start_s = time.perf_counter() - t0
     if policy in ("binpack", "consolidate", "cost") and _opens_nothing(comp, floor_x):
         result = _nothing_to_improve(comp, floor_x, policy, t0)
     elif comp.n_classes * comp.n_nodes > options.full_model_limit:
@@ -131,25 +136,31 @@ def solve(problem: PlacementProblem, options: SolverOptions, comp: Compiled | No
     else:
         result = _solve_once(comp, options, problem.u_star, start if options.hint == "ffd" else None, t0)
         result = _repair(comp, options, problem, result, t0)
-    return finish(comp, problem, result, policy, floor_x, t0, options.lp_bound)
+    search_s = time.perf_counter() - t0 - start_s
+    result = finish(comp, problem, result, policy, floor_x, t0, options.lp_bound, lp_limit)
+    result.notes.append(f"seconds: start {start_s:.1f} (heuristics held to the exact rule), search {search_s:.1f}, "
+                        f"exact check and bound {result.wall_s - start_s - search_s:.1f}")
+    return result
 
 
 def _node_counting_start(comp: Compiled, problem: PlacementProblem, policy: str, ffd: np.ndarray,
-                         ffd_unplaced: np.ndarray) -> np.ndarray:
-    """The better (held to the exact rule) of first-fit-decreasing and the LP relaxation rounded
-    (heuristics.lp_rounded: on large clusters of small pods the greedy fill is well off the bound), each with
-    the nodes it opens closed where their pods fit elsewhere."""
+                         ffd_unplaced: np.ndarray, lp_limit_s: float | None = None) -> np.ndarray:
+    """The best (held to the exact rule) of first-fit-decreasing, first-fit-decreasing with the pods that may go
+    on few nodes first (heuristics._pod_order) and the LP relaxation rounded (heuristics.lp_rounded: on large
+    clusters of small pods the greedy fill is well off the bound), each with the nodes it opens closed where
+    their pods fit elsewhere. The rounding is left out when the relaxation takes over ``lp_limit_s``."""
     weights = node_weights(comp, policy) if policy != "binpack" else None
-    first = ffd.copy()
-    close_nodes(comp, first, weights)
-    rounded = lp_rounded(comp, ffd_unplaced, None if weights is None else weights.astype(float))
-    if rounded is None:
-        return first
-    second = rounded.x
-    close_nodes(comp, second, weights)
-    better = plan_score(comp, _held(comp, second, problem, policy)[0], policy) < plan_score(
-        comp, _held(comp, first, problem, policy)[0], policy)
-    return second if better else first
+    candidates = [ffd.copy(), first_fit_decreasing(comp, restricted_first=True).x]
+    rounded = lp_rounded(comp, ffd_unplaced, None if weights is None else weights.astype(float), lp_limit_s)
+    if rounded is not None:
+        candidates.append(rounded.x)
+    best, best_score = candidates[0], None
+    for x in candidates:
+        close_nodes(comp, x, weights)
+        score = plan_score(comp, _held(comp, x, problem, policy)[0], policy)
+        if best_score is None or score < best_score:
+            best, best_score = x, score
+    return best
 
 
 def _solve_merged(problem: PlacementProblem, options: SolverOptions, comp: Compiled, merged: Compiled,
@@ -187,7 +198,7 @@ def _nothing_to_improve(comp: Compiled, x: np.ndarray, policy: str, t0: float) -
 
 
 def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, policy: str, floor_x: np.ndarray | None,
-           t0: float, lp_bound: bool = True) -> SolveResult:
+           t0: float, lp_bound: bool = True, lp_limit_s: float | None = None) -> SolveResult:
     """Hold ``result`` to the exact rule (in place), fall back to ``floor_x`` when it is still worse, and
     fill in risk, headroom, violations, nodes used and wall time."""
     removed, back = hold_to_exact(comp, result.x, result.unplaced, problem.u_star, problem.eps, policy)
@@ -207,7 +218,7 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
         result.objective = result.bound = result.gap = math.nan
         result.status = "FEASIBLE"  # a feasible plan, whatever CP-SAT ended with (e.g. UNKNOWN: out of time)
     if math.isnan(result.bound) and lp_bound:
-        _lp_bound(comp, result, policy)
+        _lp_bound(comp, result, policy, lp_limit_s)
     result.risk, result.headroom, _, _ = evaluate(comp, result.x, problem.u_star)
     result.violations = int(over_bound(comp, result.x, problem.u_star, problem.eps).any(axis=0).sum())
     result.nodes_used = int(((result.x.sum(axis=0) > 0) | comp.has_pods).sum())
@@ -215,7 +226,7 @@ def finish(comp: Compiled, problem: PlacementProblem, result: SolveResult, polic
     return result
 
 
-def _lp_bound(comp: Compiled, result: SolveResult, policy: str) -> None:
+def _lp_bound(comp: Compiled, result: SolveResult, policy: str, time_limit_s: float | None = None) -> None:
     """Objective, bound and gap of a plan CP-SAT gave no bound for (decomposed, or first-fit's): the node
     measure of the node-counting policies against the LP relaxation for placing the same pods (cheap:
     identical nodes and classes merged). Load-balance and a-binpack have no such bound; the notes say so."""
@@ -223,8 +234,10 @@ def _lp_bound(comp: Compiled, result: SolveResult, policy: str) -> None:
         result.notes.append(f"no lower bound: the LP relaxation bounds node counts, not {policy}'s objective")
         return
     weights = node_weights(comp, policy, unit=1 if policy == "binpack" else 100) / (1 if policy == "binpack" else 100)
-    lp = lp_bound_nodes(comp, result.unplaced, weights)
+    lp = lp_bound_nodes(comp, result.unplaced, weights, time_limit_s)
     if not math.isfinite(lp):
+        result.notes.append("no bound: the LP relaxation had no solution" + (
+            f" within {time_limit_s:.1f} s" if time_limit_s is not None else ""))
         return
     used = (result.x.sum(axis=0) > 0) | comp.has_pods
     result.objective = float(weights[used].sum())

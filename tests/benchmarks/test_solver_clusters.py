@@ -7,7 +7,15 @@ import math
 
 import pytest
 
-from benchmarks.solver_clusters import COLUMNS, ClusterCell, aims, cells, parse_cluster_cell, run_cell_policy
+from benchmarks.solver_clusters import (
+    COLUMNS,
+    ClusterCell,
+    aims,
+    cells,
+    over_seeds,
+    parse_cluster_cell,
+    run_cell_policy,
+)
 from optimizer.plan.compiled import SolverOptions
 
 
@@ -48,3 +56,26 @@ def test_cells_parse_and_name_themselves(text: str, cell: ClusterCell) -> None:
 def test_a_bad_cell_says_what_it_wants(text: str) -> None:
     with pytest.raises(ValueError, match="NODESxPODS"):
         parse_cluster_cell(text)
+
+
+def test_a_public_cell_is_planned_and_checked() -> None:
+    """The tuning set (benchmarks.public_clusters, trace shapes) goes through the same plan and checker."""
+    cell = parse_cluster_cell("30x120:public")
+    assert cell == ClusterCell(30, 120, public=True) and cell.name == "30x120:public"
+    row = run_cell_policy(SolverOptions(time_limit_s=5, workers=1), cell, 1, "binpack")
+    assert row.checker_ok, row.checker
+    assert row.unplaced <= row.ffd_unplaced and row.nodes_used <= row.ffd_nodes
+    assert math.isfinite(row.lp) and 0.0 <= row.gap_lp < 1.0
+
+
+@pytest.mark.parametrize("text", ["300x2000/10:public", "300x2000:replan:public", "300x2000:varied:public"])
+def test_a_public_cell_takes_sizes_only(text: str) -> None:
+    with pytest.raises(ValueError, match="public"):
+        parse_cluster_cell(text)
+
+
+def test_over_seeds_gives_the_spread() -> None:
+    rows = [run_cell_policy(SolverOptions(time_limit_s=3, workers=1), ClusterCell(20, 60), seed, "binpack")
+            for seed in (0, 1)]
+    (line,) = over_seeds(rows)
+    assert line[:3] == ["20x60", "binpack", "0,1"] and line[-1] == "0" and "[" in line[3]
