@@ -10,10 +10,10 @@ first bind (alone), pods/s as a ratio to alone, the load average."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +84,18 @@ HEADER = ("| nodes (bound pods) | pending pods per run | extender CPU ms/pod: tr
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = (argv if argv is not None else sys.argv[1:])
-    if not paths:
-        sys.exit(__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.e2e_summary", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="RUN.json", help="benchmarks.e2e --json files, one per cluster size")
+    args = ap.parse_args(argv)
+    rows = []
+    for path in args.runs:
+        try:
+            rows.append(summary_row(json.loads(Path(path).read_text())))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            ap.exit(2, f"e2e_summary: {path} is not a benchmarks.e2e --json file: {type(exc).__name__}: {exc}\n")
     print(HEADER)
-    for path in paths:
-        print(summary_row(json.loads(Path(path).read_text())))
+    print("\n".join(rows))
     return 0
 
 

@@ -81,3 +81,15 @@ def test_the_summary_row_puts_before_and_after_side_by_side() -> None:
     row = summary_row(data)
     assert row.startswith("| 5,000 (50,000) | 1,000 | 0.50 / 3.00 / 1.50 | 4.00 / - | 2.00 / 40.0 -> 0.80 / 9.0 |")
     assert "| 925 (960) / 400 (410) / 300 (320) |" in row and "| 12.0 (3.0x) / 6.0 (1.5x) vs 4.0 |" in row
+
+
+def test_the_summary_names_a_file_that_is_not_an_e2e_run(tmp_path: Path, capsys: Any) -> None:
+    from benchmarks.e2e_summary import main as summary_main
+
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"runs": "not a list"}')
+    with pytest.raises(SystemExit) as exit_info:
+        summary_main([str(bad)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "is not a benchmarks.e2e --json file" in err and "Traceback" not in err
