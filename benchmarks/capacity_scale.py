@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
 from benchmarks.e2e import (
@@ -45,6 +44,7 @@ from benchmarks.e2e import (
     tree_env,
     verb_latency,
 )
+from benchmarks.e2e_cluster import PodWatch
 from benchmarks.machine import machine_line
 from benchmarks.prometheus_text import metric_sum, parse_metrics
 
@@ -99,33 +99,15 @@ def service_account_kubeconfig(cp: Any, path: Path, account: tuple[str, str] = (
     return path
 
 
-class PlaceholderLives:
+class PlaceholderLives(PodWatch):
     """Every placeholder's life as a watch of kso-capacity receives it: name -> [pod it stands for, first seen,
     deleted (or None)], and the placeholders ever seen bound to a node."""
 
     def __init__(self, api: Any) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api)
         self.lives: dict[str, list[Any]] = {}
         self.bound: set[str] = set()
         self.lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name="placeholder-lives")
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._resp = self.core.list_namespaced_pod(CAPACITY_NS, label_selector=PLACEHOLDERS, watch=True,
-                                                           resource_version="0", _preload_content=False,
-                                                           timeout_seconds=600)
-                for line in self._resp:
-                    if line.strip():
-                        self._event(orjson.loads(line))
-            except Exception:  # noqa: BLE001 - closed by stop(), or a dropped stream: watch again
-                time.sleep(0.1)
+        super().__init__(api, CAPACITY_NS, label_selector=PLACEHOLDERS, timeout_seconds=600, name="placeholder-lives")
 
     def _event(self, event: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -144,16 +126,6 @@ class PlaceholderLives:
     def alive(self) -> int:
         with self.lock:
             return sum(1 for life in self.lives.values() if life[2] is None)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        try:
-            if self._resp is not None:
-                self._resp.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-        self._thread.join(5)
-
 
 def outlived(lives: dict[str, list[Any]], bound: dict[str, float], namespace: str) -> dict[str, float]:
     """Per pod (name) that had a placeholder alive at its bind or made after it: seconds from its bind to the

@@ -130,29 +130,32 @@ def create_bound_pods(api_client: Any, node_names: list[str], count: int, namesp
     return time.perf_counter() - t0
 
 
-class BindWatch:
-    """Watches a namespace's pods and records when each one got its node (first sighting of spec.nodeName).
+class PodWatch:
+    """A thread watching a namespace's pods (optionally by label) and handing each event to ``_event``; subclasses
+    set their own fields before calling ``__init__``, which starts the thread.
 
-    Watches from resourceVersion "0" (whatever the watch cache has, then every change) and starts again
-    the same way when the stream ends or reports an error: a bind seen twice keeps its first time."""
+    Watches from resourceVersion "0" (whatever the watch cache has, then every change) and starts again the same
+    way when the stream ends or reports an error, so a subclass sees some events twice."""
 
-    def __init__(self, api_client: Any, namespace: str) -> None:
+    def __init__(self, api_client: Any, namespace: str, *, label_selector: str | None = None,
+                 timeout_seconds: int = 300, name: str = "pod-watch") -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
-        self.bound: dict[str, tuple[str, float]] = {}
-        self.cond = threading.Condition()
+        self._selector = {"label_selector": label_selector} if label_selector else {}
+        self._timeout_seconds = timeout_seconds
         self._stopped = threading.Event()
         self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"bind-watch-{namespace}")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stopped.is_set():
             try:
                 self._resp = self.core.list_namespaced_pod(self.namespace, watch=True, resource_version="0",
-                                                           _preload_content=False, timeout_seconds=300)
+                                                           _preload_content=False,
+                                                           timeout_seconds=self._timeout_seconds, **self._selector)
                 if self._stopped.is_set():
                     break
                 for line in self._resp:
@@ -160,6 +163,29 @@ class BindWatch:
                         self._event(orjson.loads(line))
             except Exception:  # noqa: BLE001 - closed by stop(), or a dropped stream: watch again
                 time.sleep(0.1)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stopped.set()
+        # shutdown(), not close(): close() waits for the reader thread's lock on the TLS socket.
+        try:
+            if self._resp is not None:
+                self._resp.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+        self._thread.join(5)
+
+
+class BindWatch(PodWatch):
+    """Records when each pod of a namespace got its node (first sighting of spec.nodeName; a bind seen twice keeps
+    its first time)."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        self.bound: dict[str, tuple[str, float]] = {}
+        self.cond = threading.Condition()
+        super().__init__(api_client, namespace, name=f"bind-watch-{namespace}")
 
     def _event(self, event: dict[str, Any]) -> None:
         obj = event.get("object") or {}
@@ -179,17 +205,6 @@ class BindWatch:
                     return False
                 self.cond.wait(min(left, 1.0))
         return True
-
-    def stop(self) -> None:
-        self._stopped.set()
-        # shutdown(), not close(): close() waits for the reader thread's lock on the TLS socket.
-        try:
-            if self._resp is not None:
-                self._resp.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-        self._thread.join(5)
-
 
 def delete_namespace_pods(api_client: Any, namespace: str, timeout: float = 60.0) -> None:
     """Force-deletes every pod (no kubelet would ever confirm a graceful delete) and waits until none is left."""
