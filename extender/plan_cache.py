@@ -334,10 +334,8 @@ class PlanSolver:
             except SolverDied as exc:
                 if self.closed:
                     raise
-                fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
-                self.solver.report(fallback)
                 (plan, summary), notes = self.solver.call(plan_from_copy, options, packed, inputs,
-                                                          [*exc.notes, fallback])
+                                                          self.solver.fallback_notes(exc))
             if inputs.plan_file:
                 self.cache.written()
         finally:

@@ -141,11 +141,15 @@ class ProtectedSolver:
         try:
             result, notes = self.call(_solve_compiled, options, problem, comp)
         except SolverDied as exc:
-            fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
-            self.report(fallback)
-            return ffd_result(problem, comp, [*exc.notes, fallback])
+            return ffd_result(problem, comp, self.fallback_notes(exc))
         result.notes[:0] = notes
         return result
+
+    def fallback_notes(self, died: SolverDied) -> list[str]:
+        """When no attempt returned: the attempts' notes and the fallback to first-fit-decreasing, said (reported)."""
+        fallback = "no solver process returned a plan; the plan is first-fit-decreasing's (no CP-SAT)"
+        self.report(fallback)
+        return [*died.notes, fallback]
 
     def close(self) -> None:
         """Stop the child in flight, if any; later calls still work."""
